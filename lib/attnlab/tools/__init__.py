@@ -1,0 +1,1 @@
+"""Maintenance tools (not imported by the library): notebook execution."""
