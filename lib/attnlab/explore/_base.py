@@ -42,6 +42,7 @@ class Explorer:
         self.full_draws = 0
         self.last_render_s = 0.0
         self._hold = False
+        self._refreshing = False
         # Blitting: artists that sliders move are drawn over a cached background (axes, ticks,
         # labels, legends); the background is redrawn only when some axis limit changed.
         self.dynamic = list(dynamic)
@@ -75,16 +76,22 @@ class Explorer:
         return self
 
     def _on_change(self, _change) -> None:
-        if not self._hold:
+        # An update may itself adjust a control (clamp a step slider to a new maximum): that
+        # change is already part of the refresh in progress.
+        if not self._hold and not self._refreshing:
             self.refresh()
 
     # --- drawing ---------------------------------------------------------------------------
     def refresh(self) -> None:
         t0 = time.perf_counter()
-        self.summary.value = self._update(**self.values) or ""
-        self.image.value = self.png()
-        for a in self.dynamic:                      # keep savefig/static display complete
-            a.set_animated(False)
+        self._refreshing = True
+        try:
+            self.summary.value = self._update(**self.values) or ""
+            self.image.value = self.png()
+        finally:
+            self._refreshing = False
+            for a in self.dynamic:                  # keep savefig/static display complete
+                a.set_animated(False)
         self.renders += 1
         self.last_render_s = time.perf_counter() - t0
 

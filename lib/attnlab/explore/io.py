@@ -112,3 +112,26 @@ def io_vs_n(d: int = 64, sram: int = 100_000, n_max: int = 32768, order: str = "
 
     dynamic = [*lines.values(), *m_lines.values(), m_inv, m_mark, ax_n.title, ax_m.title]
     return Explorer("io_vs_n", controls, fig, update, compute=io_curves, dynamic=dynamic)
+
+
+def counter_vs_formula(cases=((257, 64, 100_000), (1000, 64, 20_000), (333, 96, 50_000)),
+                       seed: int = 0) -> list[dict]:
+    """Run the kernels with an HBM counter at small sizes and set the counts beside the closed
+    forms: they must be equal, causal and not, both orders, N not divisible by the blocks."""
+    from ..attention import flash_attention, standard_attention
+    from ..hbm import HBM
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for N, d, sram in cases:
+        q, k, v = (rng.standard_normal((N, d)) for _ in range(3))
+        h = HBM(); standard_attention(q, k, v, hbm=h)
+        rows.append({"kernel": "standard", "N": N, "d": d, "M": sram, "counter": h.total,
+                     "formula": standard_io(N, d)})
+        for order in ("fa1", "fa2"):
+            for causal in (False, True):
+                h = HBM(); flash_attention(q, k, v, causal=causal, sram=sram, order=order, hbm=h)
+                rows.append({"kernel": order + (" causal" if causal else ""), "N": N, "d": d,
+                             "M": sram, "counter": h.total,
+                             "formula": flash_io(N, d, sram, order, causal)})
+    return rows

@@ -1,5 +1,7 @@
-"""One place for the course's plot style: colours per algorithm, figure size and number formats."""
+"""One place for the course's plot style: colours, figure size, number formats and text tables."""
 from __future__ import annotations
+
+import math
 
 import matplotlib
 
@@ -48,3 +50,33 @@ def seconds(t: float) -> str:
     if t >= 1e-3:
         return f"{t * 1e3:.3g} ms"
     return f"{t * 1e6:.3g} µs"
+
+
+def magnitude(x: float) -> str:
+    """An error's order of magnitude, stable across runs: 1.1e-16 -> '~1e-16', 0 -> '0'."""
+    x = abs(float(x))
+    if x == 0:
+        return "0"
+    return f"~1e{math.floor(math.log10(x) + 0.5)}"
+
+
+def table(rows, columns, formats=None) -> str:
+    """Plain-text table for notebook output (reproducible under strict nbval).
+
+    rows: list of dicts; columns: {key: header}; formats: {key: format spec or callable}.
+    """
+    formats = formats or {}
+    cells = []
+    for r in rows:
+        line = []
+        for k in columns:
+            f = formats.get(k, "")
+            v = r[k]
+            line.append(f(v) if callable(f) else format(v, f))
+        cells.append(line)
+    heads = list(columns.values())
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    out = ["  ".join(h.rjust(w) for h, w in zip(heads, widths)),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells]
+    return "\n".join(out)
