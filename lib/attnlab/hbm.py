@@ -19,6 +19,8 @@ import operator
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = ["HBM", "Event"]
 
 
@@ -45,12 +47,13 @@ class HBM:
     def __init__(self, trace: bool = False):
         self._reads: Counter[str] = Counter()
         self._writes: Counter[str] = Counter()
+        self._order: dict[str, None] = {}    # tensors in first-touched order
         self.trace = bool(trace)
         self.events: list[Event] = []
 
     @staticmethod
     def _n(n) -> int:
-        size = getattr(n, "size", n)
+        size = n.size if isinstance(n, np.ndarray) else n   # a numpy scalar is a count, not an array
         if isinstance(size, bool):
             raise TypeError("n must be an element count or an array, got bool")
         try:
@@ -64,6 +67,7 @@ class HBM:
     def read(self, name: str, n, *, rows: tuple[int, int] | None = None) -> None:
         """Count a load of `n` elements (or of an array's elements) of tensor `name` into SRAM."""
         k = self._n(n)
+        self._order.setdefault(name)
         self._reads[name] += k
         if self.trace:
             self.events.append(Event("read", name, k, rows))
@@ -71,6 +75,7 @@ class HBM:
     def write(self, name: str, n, *, rows: tuple[int, int] | None = None) -> None:
         """Count a store of `n` elements of tensor `name` from SRAM back to HBM."""
         k = self._n(n)
+        self._order.setdefault(name)
         self._writes[name] += k
         if self.trace:
             self.events.append(Event("write", name, k, rows))
@@ -94,8 +99,7 @@ class HBM:
 
     def by_tensor(self) -> dict[str, tuple[int, int]]:
         """{tensor: (reads, writes)} in elements, tensors in first-touched order."""
-        names = list(dict.fromkeys([*self._reads, *self._writes]))
-        return {n: (self._reads[n], self._writes[n]) for n in names}
+        return {n: (self._reads[n], self._writes[n]) for n in self._order}
 
     def bytes(self, dtype_bytes: int = 2) -> int:
         """Total traffic in bytes for elements of `dtype_bytes` each (2 for fp16/bf16)."""
@@ -104,6 +108,7 @@ class HBM:
     def reset(self) -> None:
         self._reads.clear()
         self._writes.clear()
+        self._order.clear()
         self.events.clear()
 
     def __repr__(self) -> str:
