@@ -1,0 +1,202 @@
+"""GPU specifications (from `data/gpus.json`) and the roofline model.
+
+A kernel that does F FLOPs and moves B bytes between HBM and the chip takes at least
+max(F / peak, B / bandwidth) seconds: whichever of compute and memory is slower bounds it
+(`roofline_time`). Its arithmetic intensity I = F / B decides which: below the ridge point
+I* = peak / bandwidth the kernel is memory-bound and reaches I x bandwidth FLOP/s, above it
+compute-bound at peak (`attainable`).
+
+Conventions:
+- peaks are dense (no 2:4 sparsity) Tensor Core FLOP/s per dtype ("fp32" is the CUDA-core rate);
+- `sram_per_sm` is the combined L1 + shared-memory pool of one SM, in bytes;
+- sizes in bytes, bandwidth in bytes/s, time in seconds. The IO model counts elements:
+  bytes = elements x DTYPE_BYTES[dtype].
+
+Example: the H100 SXM's bf16 ridge point is 989.4e12 / 3.35e12 = 295 FLOP/byte, so standard
+attention's softmax (a few FLOPs per byte of S) sits far left of it, deep in the memory-bound
+region.
+
+What this leaves out on purpose: clocks below boost, power limits, L2 hits, and the fact that
+real kernels reach 60-80 % of either roof. Every number has its source in the JSON file.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import numbers
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+__all__ = ["GPU", "DTYPE_BYTES", "data_path", "gpus", "get_gpu", "peak", "ridge_point",
+           "attainable", "roofline_time"]
+
+#: Bytes per element of each dtype the course uses (fp4 packs two elements per byte).
+DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
+    {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp4": 0.5})
+
+_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data"
+
+
+def data_path(name: str) -> Path:
+    """Path of a file in the repository's `data/` folder (lib/attnlab/../../data).
+
+    Example: `data_path("gpus.json").name == "gpus.json"`. FileNotFoundError if it is missing.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty file name, got {name!r}")
+    path = _DATA_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {name!r} not found at {path}; the data/ folder sits "
+                                f"beside lib/ in the repository (editable install expected)")
+    return path
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU's specifications. `peak_flops` maps dtype -> dense FLOP/s; `sources` holds the
+    documents every number comes from; `extra` keeps the JSON fields not named here
+    (aliases, smem_max_per_sm, sram_bandwidth, ...)."""
+
+    name: str
+    sms: int
+    hbm_bytes: int
+    hbm_bandwidth: float
+    sram_per_sm: int
+    l2_bytes: int
+    peak_flops: Mapping[str, float] = field(hash=False)
+    sources: tuple = field(default=(), hash=False, repr=False)
+    notes: str = field(default="", repr=False)
+    extra: Mapping[str, object] = field(default_factory=dict, hash=False, compare=False, repr=False)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtypes this chip has a peak for, e.g. ('fp32', 'tf32', 'fp16', 'bf16', 'fp8')."""
+        return tuple(self.peak_flops)
+
+
+def _freeze(obj):
+    if isinstance(obj, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in obj.items()})
+    if isinstance(obj, list):
+        return tuple(_freeze(v) for v in obj)
+    return obj
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+@functools.lru_cache(maxsize=None)
+def _load() -> tuple[dict[str, GPU], dict[str, str]]:
+    """(GPUs by name, lookup key -> name), read once."""
+    with open(data_path("gpus.json"), encoding="utf-8") as f:
+        raw = json.load(f)["gpus"]
+    named = ("name", "sms", "hbm_bytes", "hbm_bandwidth", "sram_per_sm", "l2_bytes",
+             "peak_flops", "sources", "notes")
+    table, lookup = {}, {}
+    for entry in raw:
+        gpu = GPU(name=entry["name"], sms=int(entry["sms"]), hbm_bytes=int(entry["hbm_bytes"]),
+                  hbm_bandwidth=float(entry["hbm_bandwidth"]),
+                  sram_per_sm=int(entry["sram_per_sm"]), l2_bytes=int(entry["l2_bytes"]),
+                  peak_flops=MappingProxyType({k: float(v) for k, v in entry["peak_flops"].items()}),
+                  sources=_freeze(entry.get("sources", [])), notes=entry.get("notes", ""),
+                  extra=_freeze({k: v for k, v in entry.items() if k not in named}))
+        table[gpu.name] = gpu
+        for alias in (gpu.name, *entry.get("aliases", ())):
+            lookup[_key(alias)] = gpu.name
+    return table, lookup
+
+
+def gpus() -> list[str]:
+    """Names of the GPUs in data/gpus.json, e.g. ['A100-80GB-SXM', 'H100-SXM', 'H200-SXM', 'B200']."""
+    return list(_load()[0])
+
+
+def get_gpu(gpu) -> GPU:
+    """The `GPU` called `gpu` (case-insensitive; aliases such as "H100" or "h100 sxm" work);
+    a `GPU` is returned as is.
+
+    Example: `get_gpu("h100").hbm_bandwidth == 3.35e12`.
+    """
+    if isinstance(gpu, GPU):
+        return gpu
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be a GPU or a GPU name, got {gpu!r} ({type(gpu).__name__})")
+    table, lookup = _load()
+    name = lookup.get(_key(gpu))
+    if name is None:
+        raise ValueError(f"gpu={gpu!r} is not known; valid: {', '.join(table)}")
+    return table[name]
+
+
+def peak(gpu, dtype: str = "bf16") -> float:
+    """Dense peak FLOP/s of `gpu` for `dtype`. Example: `peak("H100-SXM", "bf16") == 989.4e12`.
+
+    ValueError if the chip has no such dtype (the A100 has no fp8, only the B200 has fp4).
+    """
+    g = get_gpu(gpu)
+    if not isinstance(dtype, str):
+        raise TypeError(f"dtype must be a string such as 'bf16', got {dtype!r}")
+    key = dtype.strip().lower()
+    if key not in g.peak_flops:
+        raise ValueError(f"dtype={dtype!r} has no peak on {g.name}; valid: {', '.join(g.peak_flops)}")
+    return g.peak_flops[key]
+
+
+def ridge_point(gpu, dtype: str = "bf16") -> float:
+    """Arithmetic intensity (FLOP/byte) where the roofline turns: peak / HBM bandwidth.
+
+    Example: `ridge_point("H100-SXM")` = 989.4e12 / 3.35e12 = 295.3 FLOP/byte.
+    """
+    g = get_gpu(gpu)
+    return peak(g, dtype) / g.hbm_bandwidth
+
+
+def _nonneg(name: str, value):
+    if isinstance(value, bool) or (isinstance(value, numbers.Number) and
+                                   not isinstance(value, numbers.Real)):
+        raise TypeError(f"{name} must be a real number or an array of them, got {value!r}")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number or an array of them, got {value!r}") from None
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if np.any(bad):
+        raise ValueError(f"{name} must be finite and >= 0; got {arr[bad].ravel()[:5].tolist()} "
+                         f"in {name}={value!r}")
+    return arr
+
+
+def _out(arr: np.ndarray):
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def attainable(intensity, gpu, dtype: str = "bf16"):
+    """Attainable FLOP/s at arithmetic intensity `intensity` (FLOP/byte):
+    min(peak, intensity x bandwidth). Works elementwise on arrays; a scalar gives a float.
+
+    Example: on the H100 SXM, intensity 10 gives 10 x 3.35e12 = 33.5e12 FLOP/s; 1000 gives the
+    989.4e12 peak.
+    """
+    g = get_gpu(gpu)
+    p = peak(g, dtype)
+    i = _nonneg("intensity", intensity)
+    return _out(np.minimum(p, i * g.hbm_bandwidth))
+
+
+def roofline_time(flops, bytes, gpu, dtype: str = "bf16"):  # noqa: A002 - the natural name
+    """Lower bound on a kernel's time in seconds: max(flops / peak, bytes / bandwidth).
+    Arrays broadcast; scalars give a float.
+
+    Example: a 4096^3 bf16 matmul (1.37e11 FLOPs, 1.0e8 bytes) on the H100 SXM takes
+    max(0.139 ms, 0.030 ms) = 0.139 ms: compute-bound.
+    """
+    g = get_gpu(gpu)
+    p = peak(g, dtype)
+    f = _nonneg("flops", flops)
+    b = _nonneg("bytes", bytes)
+    return _out(np.maximum(f / p, b / g.hbm_bandwidth))

@@ -1,0 +1,165 @@
+"""LLM shapes (from `data/models.json`) and the prefill cost model for standard attention.
+
+`prefill_cost` answers the question section 1 of the lecture asks: how much longer does a whole
+prefill take if attention writes S and P to HBM (Algorithm 0) instead of keeping them on chip?
+
+Example: Llama-3-8B on an H100 SXM at N = 32,768 tokens: the matmuls take 0.82 s at bf16 peak,
+the extra S/P traffic of standard attention 1.32 s, so the prefill is 2.6x slower; and the S
+matrices of one layer alone are 32 x 32768^2 x 2 bytes = 64 GiB (128 GiB with P), more than the
+card's 80 GB.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from ._check import as_int
+from .hardware import DTYPE_BYTES, data_path, get_gpu, peak
+from .iomodel import flash_io, standard_io
+
+__all__ = ["Model", "PrefillCost", "models", "get_model", "prefill_cost"]
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer's shape. `params` is the total parameter count; `source` the
+    config.json it was copied from; `extra` keeps the other JSON fields (aliases, notes,
+    active_params, MLA dimensions, ...)."""
+
+    name: str
+    layers: int
+    hidden: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    params: int
+    source: str
+    extra: Mapping[str, object] = field(default_factory=dict, hash=False, compare=False, repr=False)
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head (GQA group size): q_heads // kv_heads. Llama-3-8B: 32 // 8 = 4."""
+        return self.q_heads // self.kv_heads
+
+    @property
+    def active_params(self) -> int:
+        """Parameters used per token: `params` for a dense model, fewer for a mixture of experts
+        (DeepSeek-V3: 37e9 of 671e9)."""
+        return int(self.extra.get("active_params", self.params))
+
+    @property
+    def notes(self) -> str:
+        """Caveats recorded with the shape in models.json."""
+        return str(self.extra.get("notes", ""))
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _freeze(obj):
+    if isinstance(obj, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in obj.items()})
+    if isinstance(obj, list):
+        return tuple(_freeze(v) for v in obj)
+    return obj
+
+
+_INT_FIELDS = ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "vocab", "params")
+
+
+@functools.lru_cache(maxsize=None)
+def _load() -> tuple[dict[str, Model], dict[str, str]]:
+    """(models by name, lookup key -> name), read once."""
+    with open(data_path("models.json"), encoding="utf-8") as f:
+        raw = json.load(f)["models"]
+    named = ("name", "source", *_INT_FIELDS)
+    table, lookup = {}, {}
+    for entry in raw:
+        model = Model(name=entry["name"], source=entry["source"],
+                      **{k: int(entry[k]) for k in _INT_FIELDS},
+                      extra=_freeze({k: v for k, v in entry.items() if k not in named}))
+        table[model.name] = model
+        for alias in (model.name, *entry.get("aliases", ())):
+            lookup[_key(alias)] = model.name
+    return table, lookup
+
+
+def models() -> list[str]:
+    """Names of the models in data/models.json, e.g. ['Llama-3-8B', 'Llama-3-70B', ...]."""
+    return list(_load()[0])
+
+
+def get_model(model) -> Model:
+    """The `Model` called `model` (case-insensitive, aliases work); a `Model` is returned as is.
+
+    Example: `get_model("llama-3-8b").group == 4`.
+    """
+    if isinstance(model, Model):
+        return model
+    if not isinstance(model, str):
+        raise TypeError(f"model must be a Model or a model name, got {model!r} ({type(model).__name__})")
+    table, lookup = _load()
+    name = lookup.get(_key(model))
+    if name is None:
+        raise ValueError(f"model={model!r} is not known; valid: {', '.join(table)}")
+    return table[name]
+
+
+@dataclass(frozen=True)
+class PrefillCost:
+    """Result of `prefill_cost`: times in seconds, sizes in bytes."""
+
+    N: int
+    compute_s: float
+    extra_io_s: float
+    total_ratio: float
+    s_bytes_per_layer: float
+    sp_bytes_per_layer: float
+    fits: bool
+
+
+def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16") -> PrefillCost:
+    """Cost of one N-token prefill with standard attention, relative to FlashAttention.
+
+    Time model (one sequence, causal attention, every query head of every layer):
+
+        compute_s   = (2 * params * N + 2 * layers * q_heads * N**2 * head_dim) / peak(gpu, dtype)
+                      -- the matmul FLOPs of all weights plus causal attention's QK^T and PV
+                         (half of 4 N^2 d because of the causal mask), at dense peak;
+        extra_io_s  = layers * q_heads * (standard_io(N, head_dim) - flash_io(N, head_dim, sram, "fa1"))
+                      * bytes_per_element / hbm_bandwidth
+                      -- the HBM traffic standard attention adds over FlashAttention (iomodel,
+                         in elements; bytes_per_element = DTYPE_BYTES[dtype]);
+        total_ratio = (compute_s + extra_io_s) / compute_s
+                      -- FlashAttention's own traffic is assumed hidden under compute;
+        s_bytes_per_layer  = q_heads * N**2 * bytes_per_element (all heads' S of one layer at once);
+        sp_bytes_per_layer = 2 * s_bytes_per_layer (S and P); fits = sp_bytes_per_layer <= hbm_bytes.
+
+    `params` is `model.active_params` (the total for dense models; 37e9 for DeepSeek-V3's experts).
+    `sram` M is in elements, as in `iomodel`. `model` and `gpu` are names or objects.
+
+    Example: `prefill_cost("Llama-3-8B", "H100-SXM", 32768)` gives compute 0.82 s, extra 1.32 s,
+    total_ratio 2.6, s_bytes_per_layer 68.7e9 (64 GiB) and fits False.
+    """
+    m = get_model(model)
+    g = get_gpu(gpu)
+    N = as_int("N", N, 1, None)
+    p = peak(g, dtype)                       # validates dtype for this chip
+    bpe = DTYPE_BYTES[dtype.strip().lower()]
+    d = m.head_dim
+    heads = m.layers * m.q_heads
+    flops = 2 * m.active_params * N + 2 * heads * N * N * d
+    compute_s = flops / p
+    extra_elements = heads * (standard_io(N, d) - flash_io(N, d, sram, "fa1"))
+    extra_io_s = extra_elements * bpe / g.hbm_bandwidth
+    s_bytes = m.q_heads * N * N * bpe
+    return PrefillCost(N=N, compute_s=compute_s, extra_io_s=extra_io_s,
+                       total_ratio=(compute_s + extra_io_s) / compute_s,
+                       s_bytes_per_layer=s_bytes, sp_bytes_per_layer=2 * s_bytes,
+                       fits=bool(2 * s_bytes <= g.hbm_bytes))

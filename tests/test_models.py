@@ -1,0 +1,213 @@
+"""LLM shapes and the prefill cost model. The cost model is recomputed here from the formula with
+hand-written standard/FA1 access counts (not through attnlab.iomodel), and checked against the
+lecture's Llama-3-8B-on-H100 numbers."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from attnlab.hardware import data_path, get_gpu
+from attnlab.models import Model, PrefillCost, get_model, models, prefill_cost
+
+REQUIRED = ("name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "vocab",
+            "params", "source")
+INTS = REQUIRED[1:-1]
+
+# H100 SXM, written out so a wrong JSON value makes these tests fail
+H100_BF16 = 989.4e12
+H100_BW = 3.35e12
+H100_HBM = 80 * 2**30
+
+
+def _raw():
+    with open(data_path("models.json"), encoding="utf-8") as f:
+        return json.load(f)["models"]
+
+
+def _std(N, d):
+    return 4 * N * d + 4 * N * N
+
+
+def _fa1(N, d, M=100_000):
+    bc = math.ceil(M / (4 * d))
+    return 2 * N * d + math.ceil(N / bc) * N * (3 * d + 4)
+
+
+def _by_hand(N, *, params=8.03e9, layers=32, q_heads=32, d=128, bpe=2, peak=H100_BF16, bw=H100_BW,
+             M=100_000):
+    compute = (2 * params * N + 2 * layers * q_heads * N**2 * d) / peak
+    extra = layers * q_heads * (_std(N, d) - _fa1(N, d, M)) * bpe / bw
+    return compute, extra
+
+
+# --- the data file --------------------------------------------------------------------------------
+
+def test_json_has_the_required_models():
+    names = {e["name"] for e in _raw()}
+    assert {"Llama-3-8B", "Llama-3-70B", "Mistral-7B", "Gemma-2-9B"} <= names
+    assert models() == [e["name"] for e in _raw()]
+
+
+@pytest.mark.parametrize("entry", _raw(), ids=lambda e: e["name"])
+def test_every_entry_complete_positive_and_sourced(entry):
+    for key in REQUIRED:
+        assert key in entry, f"{entry['name']} lacks {key}"
+    for key in INTS:
+        assert isinstance(entry[key], int) and entry[key] > 0, (entry["name"], key)
+    assert entry["q_heads"] % entry["kv_heads"] == 0
+    assert entry["source"].startswith("https://") and entry["source"].endswith("config.json")
+
+
+# The dense models' parameter counts, recomputed from their shapes (untied LM head unless noted).
+@pytest.mark.parametrize("name,tied,norms_per_layer", [
+    ("Llama-3-8B", False, 2), ("Llama-3-70B", False, 2), ("Mistral-7B", False, 2),
+    ("Gemma-2-9B", True, 4)])
+def test_params_match_shapes(name, tied, norms_per_layer):
+    m = get_model(name)
+    h, d = m.hidden, m.head_dim
+    attn = h * m.q_heads * d + 2 * h * m.kv_heads * d + m.q_heads * d * h
+    mlp = 3 * h * m.intermediate
+    emb = m.vocab * h * (1 if tied else 2)
+    assert m.params == emb + m.layers * (attn + mlp + norms_per_layer * h) + h
+
+
+def test_known_shapes_and_groups():
+    l8 = get_model("Llama-3-8B")
+    assert (l8.layers, l8.hidden, l8.q_heads, l8.kv_heads, l8.head_dim) == (32, 4096, 32, 8, 128)
+    assert l8.params == pytest.approx(8.03e9, rel=1e-3)
+    assert l8.group == 4
+    assert get_model("Llama-3-70B").group == 8
+    assert get_model("Mistral-7B").group == 4
+    g2 = get_model("Gemma-2-9B")
+    assert (g2.group, g2.head_dim, g2.q_heads * g2.head_dim) == (2, 256, 4096)
+    ds = get_model("DeepSeek-V3")
+    assert ds.group == 128 == ds.extra["mla_equivalent_group"]
+    assert ds.head_dim == ds.extra["kv_lora_rank"] + ds.extra["qk_rope_head_dim"]
+    assert ds.active_params < ds.params
+    assert l8.active_params == l8.params
+
+
+def test_get_model_lookup_and_frozen():
+    m = get_model("Llama-3-8B")
+    assert get_model("llama-3-8b") is m
+    assert get_model("LLAMA_3_8B") is m
+    assert get_model("Meta-Llama-3-8B") is m
+    assert get_model(m) is m
+    assert isinstance(m, Model)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.layers = 1
+
+
+# --- prefill cost: the lecture's numbers -----------------------------------------------------------
+
+def test_llama3_8b_h100_32k_matches_formula_and_lecture():
+    N = 32768
+    c = prefill_cost("Llama-3-8B", "H100-SXM", N)
+    assert isinstance(c, PrefillCost)
+    compute, extra = _by_hand(N, params=get_model("Llama-3-8B").params)
+    assert c.N == N
+    assert c.compute_s == pytest.approx(compute, rel=1e-12)
+    assert c.extra_io_s == pytest.approx(extra, rel=1e-12)
+    assert c.total_ratio == pytest.approx((compute + extra) / compute, rel=1e-12)
+    # the lecture's rounded figures
+    assert c.compute_s == pytest.approx(0.82, abs=0.01)
+    assert c.extra_io_s == pytest.approx(1.32, abs=0.02)
+    assert 2.3 <= c.total_ratio <= 2.8
+    assert c.extra_io_s > c.compute_s
+
+
+def test_s_and_p_sizes_and_fit():
+    c = prefill_cost("Llama-3-8B", "H100-SXM", 32768)
+    assert c.s_bytes_per_layer == 32 * 32768**2 * 2 == 64 * 2**30
+    assert c.s_bytes_per_layer == pytest.approx(68.7e9, rel=1e-3)
+    assert c.sp_bytes_per_layer == 2 * c.s_bytes_per_layer
+    assert c.fits is False
+    assert c.sp_bytes_per_layer > H100_HBM
+    small = prefill_cost("Llama-3-8B", "H100-SXM", 2048)
+    assert small.s_bytes_per_layer == 32 * 2048**2 * 2
+    assert small.fits is True
+
+
+def test_crossover_between_8k_and_32k():
+    at8 = prefill_cost("Llama-3-8B", "H100-SXM", 8192)
+    at16 = prefill_cost("Llama-3-8B", "H100-SXM", 16384)
+    at32 = prefill_cost("Llama-3-8B", "H100-SXM", 32768)
+    assert at8.extra_io_s < at8.compute_s
+    assert at32.extra_io_s > at32.compute_s
+    assert at16.extra_io_s == pytest.approx(at16.compute_s, rel=0.05)   # "extra ~ compute at 16K"
+
+
+@pytest.mark.parametrize("N", [16384, 32768, 65536])
+def test_extra_io_grows_as_n_squared(N):
+    a = prefill_cost("Llama-3-8B", "H100-SXM", N).extra_io_s
+    b = prefill_cost("Llama-3-8B", "H100-SXM", 2 * N).extra_io_s
+    assert 3.9 <= b / a <= 4.1
+
+
+@pytest.mark.parametrize("N", [1, 7, 100, 1000, 4096, 12345])
+def test_formula_at_many_sizes(N):
+    c = prefill_cost("Llama-3-8B", "H100-SXM", N)
+    compute, extra = _by_hand(N, params=get_model("Llama-3-8B").params)
+    assert c.compute_s == pytest.approx(compute, rel=1e-12)
+    assert c.extra_io_s == pytest.approx(extra, rel=1e-12)
+
+
+def test_other_models_gpus_dtypes_and_sram():
+    m, g = get_model("Gemma-2-9B"), get_gpu("B200")
+    N, M = 8192, 50_000
+    c = prefill_cost(m, g, N, sram=M, dtype="fp8")
+    compute, extra = _by_hand(N, params=m.params, layers=m.layers, q_heads=m.q_heads, d=m.head_dim,
+                              bpe=1, peak=g.peak_flops["fp8"], bw=g.hbm_bandwidth, M=M)
+    assert c.compute_s == pytest.approx(compute, rel=1e-12)
+    assert c.extra_io_s == pytest.approx(extra, rel=1e-12)
+    assert c.s_bytes_per_layer == m.q_heads * N * N * 1
+    # a bigger SRAM means fewer FA1 passes, so more "extra" for standard attention
+    more_sram = prefill_cost(m, g, N, sram=4 * M, dtype="fp8")
+    assert more_sram.extra_io_s > c.extra_io_s
+    # the faster chip has less extra time at the same N
+    assert (prefill_cost("Llama-3-8B", "H200", 32768).extra_io_s
+            < prefill_cost("Llama-3-8B", "H100", 32768).extra_io_s)
+
+
+def test_moe_uses_active_params():
+    ds = get_model("DeepSeek-V3")
+    c = prefill_cost(ds, "H100", 4096)
+    compute, _ = _by_hand(4096, params=37e9, layers=61, q_heads=128, d=576)
+    assert c.compute_s == pytest.approx(compute, rel=1e-12)
+
+
+def test_result_is_frozen():
+    c = prefill_cost("Llama-3-8B", "H100", 1024)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.N = 2
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad,exc", [(0, ValueError), (-3, ValueError), (1.5, TypeError),
+                                     ("1024", TypeError)])
+def test_bad_n(bad, exc):
+    with pytest.raises(exc, match=str(bad)):
+        prefill_cost("Llama-3-8B", "H100", bad)
+
+
+def test_unknown_model_gpu_dtype():
+    with pytest.raises(ValueError, match="GPT-9") as e:
+        prefill_cost("GPT-9", "H100", 1024)
+    assert "Llama-3-8B" in str(e.value)
+    with pytest.raises(ValueError, match="H900"):
+        prefill_cost("Llama-3-8B", "H900", 1024)
+    with pytest.raises(ValueError, match="fp4"):
+        prefill_cost("Llama-3-8B", "H100", 1024, dtype="fp4")
+    with pytest.raises(ValueError, match="int4"):
+        prefill_cost("Llama-3-8B", "H100", 1024, dtype="int4")
+    with pytest.raises(TypeError, match="None"):
+        get_model(None)
+
+
+def test_sram_too_small_names_it():
+    with pytest.raises(ValueError, match="sram=100"):
+        prefill_cost("Llama-3-8B", "H100", 1024, sram=100)
