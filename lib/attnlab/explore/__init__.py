@@ -4,8 +4,9 @@
     from attnlab import explore
     explore.io_vs_n()            # sliders: SRAM size, head dim, N range, loop order, causal
 """
-from .flash import online_softmax_explorer, softmax_steps, tile_grid, tile_schedule
-from .io import io_curves, io_vs_n
+from .flash import (accuracy_rows, online_softmax_explorer, softmax_steps, softmax_table, tile_grid,
+                    tile_schedule)
+from .io import counter_vs_formula, io_curves, io_vs_n
 
 EXPLORERS = {
     "online_softmax": online_softmax_explorer,
@@ -13,5 +14,5 @@ EXPLORERS = {
     "io_vs_n": io_vs_n,
 }
 
-__all__ = ["EXPLORERS", "io_curves", "io_vs_n", "online_softmax_explorer", "softmax_steps",
-           "tile_grid", "tile_schedule"]
+__all__ = ["EXPLORERS", "accuracy_rows", "counter_vs_formula", "io_curves", "io_vs_n",
+           "online_softmax_explorer", "softmax_steps", "softmax_table", "tile_grid", "tile_schedule"]

@@ -124,6 +124,13 @@ class Explorer:
         PILImage.fromarray(rgba[..., :3]).save(buf, format="png", compress_level=1)
         return buf.getvalue()
 
+    def snapshot(self):
+        """The figure as a static PNG for a committed notebook output (readable without a kernel)."""
+        from IPython.display import Image
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", dpi=90)
+        return Image(data=buf.getvalue(), format="png")
+
     @property
     def widget(self) -> widgets.Widget:
         rows, row = [], []

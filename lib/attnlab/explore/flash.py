@@ -283,3 +283,14 @@ def accuracy_rows(Ns=(64, 257, 1000), blocks=((16, 16), (32, 64), (None, None)),
                 rows.append({"N": N, "causal": causal, "blocks": "rule" if br is None else f"{br}x{bc}",
                              "fa1": errs["fa1"], "fa2": errs["fa2"]})
     return rows
+
+
+def softmax_table(trace) -> str:
+    """The online pass as a text table: one row per step (chunk, its max and sum, rescale, m, l)."""
+    from .style import table
+    rows = [{"step": i, "chunk": ", ".join(f"{v:g}" for v in s.chunk), "m_chunk": s.m_chunk,
+             "l_chunk": s.l_chunk, "rescale": s.rescale, "m": s.m, "l": s.l}
+            for i, s in enumerate(trace, 1)]
+    return table(rows, {"step": "step", "chunk": "chunk", "m_chunk": "chunk max", "l_chunk": "chunk sum",
+                        "rescale": "rescale old l", "m": "m", "l": "l"},
+                 {"m_chunk": "g", "l_chunk": ".4f", "rescale": ".4f", "m": "g", "l": ".4f"})
