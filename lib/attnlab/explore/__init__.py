@@ -16,3 +16,9 @@ EXPLORERS = {
 
 __all__ = ["EXPLORERS", "accuracy_rows", "counter_vs_formula", "io_curves", "io_vs_n",
            "online_softmax_explorer", "softmax_steps", "softmax_table", "tile_grid", "tile_schedule"]
+
+# --- notebook 01 (roofline) ---------------------------------------------------------------------
+# --- end notebook 01 ----------------------------------------------------------------------------
+
+# --- notebook 02 (standard attention) -----------------------------------------------------------
+# --- end notebook 02 ----------------------------------------------------------------------------
