@@ -32,6 +32,7 @@ from typing import Mapping
 import numpy as np
 
 __all__ = ["GPU", "DTYPE_BYTES", "data_path", "gpus", "get_gpu", "peak", "ridge_point",
+           "sm_share_time", "WaveTime",
            "attainable", "roofline_time"]
 
 #: Bytes per element of each dtype the course uses (fp4 packs two elements per byte).
@@ -200,3 +201,40 @@ def roofline_time(flops, bytes, gpu, dtype: str = "bf16"):  # noqa: A002 - the n
     f = _nonneg("flops", flops)
     b = _nonneg("bytes", bytes)
     return _out(np.maximum(f / p, b / g.hbm_bandwidth))
+
+
+@dataclass(frozen=True)
+class WaveTime:
+    """Result of the shared-bandwidth SM model: `time` in seconds, `utilization` (busy SM-time
+    over SMs x time), `waves` (for equal blocks), `blocks`, `sms`, `block_time` per block."""
+
+    time: float
+    utilization: float
+    waves: int
+    blocks: int
+    sms: int
+    block_time: float
+
+
+def sm_share_time(n_blocks: int, block_bytes: float, gpu, *, sms: int | None = None) -> WaveTime:
+    """The lecture's simplified GPU for memory-bound work blocks.
+
+    The SMs split the HBM bandwidth equally (each gets bandwidth / SMs); a work block that reads
+    `block_bytes` runs on one SM for block_bytes / (bandwidth / SMs) seconds; `n_blocks` equal
+    blocks run in ceil(n_blocks / SMs) waves. utilization = n_blocks / (waves x SMs).
+
+    Example: 8 blocks of 16.8 MB on an H100 SXM (132 SMs, 3.35 TB/s): one wave of 661 us at
+    8/132 = 6 % utilization; the same bytes cut into 128 blocks take 41 us at 97 %.
+    """
+    g = get_gpu(gpu)
+    sms = g.sms if sms is None else int(sms)
+    if isinstance(n_blocks, bool) or not isinstance(n_blocks, numbers.Integral) or n_blocks < 1:
+        raise ValueError(f"n_blocks={n_blocks!r} must be an integer >= 1")
+    if sms < 1:
+        raise ValueError(f"sms={sms} must be >= 1")
+    if not isinstance(block_bytes, numbers.Real) or not np.isfinite(block_bytes) or block_bytes < 0:
+        raise ValueError(f"block_bytes={block_bytes!r} must be a finite number >= 0")
+    block_time = float(block_bytes) / (g.hbm_bandwidth / sms)
+    waves = -(-int(n_blocks) // sms)
+    return WaveTime(time=waves * block_time, utilization=n_blocks / (waves * sms), waves=waves,
+                    blocks=int(n_blocks), sms=sms, block_time=block_time)
