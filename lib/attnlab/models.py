@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+import numpy as np
+
 from ._check import as_int
+from .attention import block_sizes
 from .hardware import DTYPE_BYTES, data_path, get_gpu, peak
 from .iomodel import flash_io, standard_io
 
-__all__ = ["Model", "PrefillCost", "models", "get_model", "prefill_cost"]
+__all__ = ["Model", "PrefillCost", "models", "get_model", "prefill_cost", "prefill_cost_curve"]
 
 
 @dataclass(frozen=True)
@@ -163,3 +166,56 @@ def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16"
                        total_ratio=(compute_s + extra_io_s) / compute_s,
                        s_bytes_per_layer=s_bytes, sp_bytes_per_layer=2 * s_bytes,
                        fits=bool(2 * s_bytes <= g.hbm_bytes))
+
+
+def _lengths(Ns) -> np.ndarray:
+    """`Ns` as a 1-D int64 array of token counts >= 1 (ValueError/TypeError naming bad values)."""
+    arr = np.asarray(Ns)
+    if arr.dtype == bool or arr.dtype.kind not in "iuf":
+        raise TypeError(f"Ns must be integers (token counts), got {Ns!r}")
+    flat = arr.reshape(-1)
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(flat) & (flat == np.round(flat))):
+        raise TypeError(f"Ns must be integers (token counts), got {flat[:5].tolist()}")
+    flat = flat.astype(np.int64)
+    bad = (flat < 1) | (flat > 1 << 24)
+    if flat.size == 0 or np.any(bad):
+        shown = flat[bad][:5].tolist() if flat.size else []
+        raise ValueError(f"Ns={shown or Ns!r} is out of range; valid: 1 <= N <= {1 << 24}, at least one")
+    return flat
+
+
+def prefill_cost_curve(model, gpu, Ns, *, sram: int = 100_000, dtype: str = "bf16") -> dict:
+    """`prefill_cost` over an array of lengths at once (same time model), plus FlashAttention's
+    own HBM time. Returns a dict of arrays, one entry per N ('N' int64, 'fits' bool, the rest float):
+
+        N, compute_s, extra_io_s, total_ratio, s_bytes_per_layer, sp_bytes_per_layer, fits
+        flash_io_s = layers * q_heads * flash_io(N, head_dim, sram, "fa1") * bytes / bandwidth
+                     -- the traffic `prefill_cost` assumes hidden under compute.
+
+    `extra_io_s` is signed, as in `prefill_cost`: it is negative where FA1's accounting moves more
+    than standard attention (d^2 close to M, e.g. head_dim 256 at M = 100,000, Gemma-2-9B).
+
+    FA1 without a mask moves 2 N d + ceil(N / B_c) N (3d + 4) elements per head (iomodel), which is
+    what makes this vectorisable. Equal to `prefill_cost` at every N to float rounding.
+
+    Example: `prefill_cost_curve("Llama-3-8B", "H100", [16384, 32768])["total_ratio"]` is
+    about [1.99, 2.62].
+    """
+    m = get_model(model)
+    g = get_gpu(gpu)
+    N = _lengths(Ns)
+    p = peak(g, dtype)
+    bpe = DTYPE_BYTES[dtype.strip().lower()]
+    d = m.head_dim
+    _, bc = block_sizes(d, sram)
+    heads = float(m.layers * m.q_heads)
+    Nf = N.astype(np.float64)
+    std = 4 * N * d + 4 * N * N                            # standard_io, per head (exact int64)
+    fa1 = 2 * N * d + (-(-N // bc)) * N * (3 * d + 4)      # flash_io(..., "fa1"), per head
+    compute_s = (2.0 * m.active_params * Nf + 2.0 * heads * Nf * Nf * d) / p
+    extra_io_s = heads * (std - fa1).astype(np.float64) * bpe / g.hbm_bandwidth
+    flash_io_s = heads * fa1.astype(np.float64) * bpe / g.hbm_bandwidth
+    s_bytes = m.q_heads * Nf * Nf * bpe
+    return {"N": N, "compute_s": compute_s, "extra_io_s": extra_io_s, "flash_io_s": flash_io_s,
+            "total_ratio": (compute_s + extra_io_s) / compute_s, "s_bytes_per_layer": s_bytes,
+            "sp_bytes_per_layer": 2 * s_bytes, "fits": 2 * s_bytes <= g.hbm_bytes}

@@ -21,4 +21,11 @@ __all__ = ["EXPLORERS", "accuracy_rows", "counter_vs_formula", "io_curves", "io_
 # --- end notebook 01 ----------------------------------------------------------------------------
 
 # --- notebook 02 (standard attention) -----------------------------------------------------------
+from .standard import (algorithm0_traffic, max_fitting_n, prefill_cost_explorer,  # noqa: E402
+                       prefill_curves, prefill_table, standard_traffic, traffic_curves,
+                       traffic_table)
+
+EXPLORERS.update({"standard_traffic": standard_traffic, "prefill_cost": prefill_cost_explorer})
+__all__ += ["algorithm0_traffic", "max_fitting_n", "prefill_cost_explorer", "prefill_curves",
+            "prefill_table", "standard_traffic", "traffic_curves", "traffic_table"]
 # --- end notebook 02 ----------------------------------------------------------------------------

@@ -1,0 +1,29 @@
+"""Optional GPU path: a Triton FlashAttention-2 forward kernel and a benchmark harness.
+
+Nothing in the rest of attnlab imports this package; it imports torch and triton lazily. On a
+machine without a GPU the kernel still runs under Triton's interpreter (set TRITON_INTERPRET=1
+before importing `attnlab.gpu.flash_triton`): slow, for small correctness checks only.
+
+    from attnlab import gpu
+    gpu.available()          # True when torch sees a CUDA device and triton imports
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["available", "interpreting"]
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def available() -> bool:
+    """True when a CUDA GPU is visible to torch and triton is importable."""
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
