@@ -18,6 +18,14 @@ __all__ = ["EXPLORERS", "accuracy_rows", "counter_vs_formula", "io_curves", "io_
            "online_softmax_explorer", "softmax_steps", "softmax_table", "tile_grid", "tile_schedule"]
 
 # --- notebook 01 (roofline) ---------------------------------------------------------------------
+from .roofline import (attention_share, fusion_rows, fusion_table, fusion_traffic,  # noqa: E402
+                       memory_levels, memory_table, operator_table, operators, paper_a100,
+                       ridge_table, roofline, roofline_points, share_table, spec_sources)
+
+EXPLORERS["roofline"] = roofline
+__all__ += ["attention_share", "fusion_rows", "fusion_table", "fusion_traffic", "memory_levels",
+            "memory_table", "operator_table", "operators", "paper_a100", "ridge_table", "roofline",
+            "roofline_points", "share_table", "spec_sources"]
 # --- end notebook 01 ----------------------------------------------------------------------------
 
 # --- notebook 02 (standard attention) -----------------------------------------------------------

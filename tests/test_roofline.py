@@ -1,0 +1,263 @@
+"""Notebook 01's numbers: the roofline against the JSON's own figures, the operators' intensities
+counted again by hand, the fusion byte counts, attention's share of a Llama-3-8B prefill, and
+bad input that names the offending value."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from attnlab.explore.roofline import (GRID, I_MAX, I_MIN, SOFTMAX_FLOPS, attention_share,
+                                      fusion_rows, fusion_traffic, memory_levels, operators,
+                                      roofline, roofline_points, spec_sources)
+from attnlab.hardware import data_path
+
+
+def _spec(name):
+    with open(data_path("gpus.json"), encoding="utf-8") as f:
+        return next(e for e in json.load(f)["gpus"] if e["name"] == name)
+
+
+CHIPS = ["A100-80GB-SXM", "H100-SXM", "H200-SXM", "B200"]
+
+
+# --- the roofline -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", CHIPS)
+def test_ridge_point_is_peak_over_bandwidth_from_the_json(name):
+    raw = _spec(name)
+    for dtype, flops in raw["peak_flops"].items():
+        r = roofline_points(name, dtype, 1.0)
+        assert r["ridge"] == pytest.approx(flops / raw["hbm_bandwidth"], rel=1e-12)
+        assert r["peak"] == flops and r["bandwidth"] == raw["hbm_bandwidth"]
+
+
+def test_lecture_ridge_points():
+    assert roofline_points("H100-SXM", "bf16")["ridge"] == pytest.approx(295.34, abs=0.01)
+    assert roofline_points("A100", "bf16")["ridge"] == pytest.approx(153.02, abs=0.01)
+
+
+@pytest.mark.parametrize("name", CHIPS)
+def test_attainable_at_a_few_intensities(name):
+    raw = _spec(name)
+    p, bw = raw["peak_flops"]["bf16"], raw["hbm_bandwidth"]
+    ridge = p / bw
+    for i in (0.1, 1.0, ridge / 2, ridge, 2 * ridge, 10_000.0):
+        u = roofline_points(name, "bf16", i)["user"]
+        assert u["attainable"] == pytest.approx(min(p, i * bw), rel=1e-12)
+        assert u["fraction"] == pytest.approx(min(p, i * bw) / p, rel=1e-12)
+        assert u["bound"] == ("memory-bound" if i < ridge else "compute-bound")
+
+
+def test_h100_bf16_at_10_flop_per_byte():
+    u = roofline_points("H100", "bf16", 10)["user"]
+    assert u["attainable"] == pytest.approx(33.5e12)
+    assert u["fraction"] == pytest.approx(33.5 / 989.4)
+
+
+def test_roof_curve_spans_the_axis_and_is_the_min_of_two_roofs():
+    r = roofline_points("H200", "fp8", 3.0)
+    assert GRID[0] == pytest.approx(I_MIN) and GRID[-1] == pytest.approx(I_MAX)
+    steps = np.diff(np.log(GRID))
+    assert np.allclose(steps, steps[0])                       # log-spaced
+    expected = np.minimum(1978.9e12, GRID * 4.8e12)
+    assert np.allclose(r["roof"], expected, rtol=1e-12)
+    assert np.all(np.diff(r["roof"]) >= 0)
+
+
+# --- operators counted by hand ------------------------------------------------------------------
+
+def _by_key(ops):
+    return {o["key"]: o for o in ops}
+
+
+@pytest.mark.parametrize("dtype,b", [("bf16", 2), ("fp32", 4), ("fp8", 1)])
+def test_operator_intensities_by_hand(dtype, b):
+    ops = _by_key(operators(dtype))
+    N, d, L, n = 4096, 128, 4096, 4096
+    assert ops["elementwise"]["intensity"] == pytest.approx(1 / (2 * b))
+    assert ops["softmax"]["intensity"] == pytest.approx(5 / (2 * b))
+    assert SOFTMAX_FLOPS == 5
+    assert ops["decode"]["intensity"] == pytest.approx(4 * L * d / ((2 * L * d + 2 * d) * b))
+    assert ops["decode"]["intensity"] == pytest.approx(2 / b, rel=1e-3)   # "about 1" in bf16
+    # standard attention: Q, K read, S written; S read, P written; P, V read, O written
+    std_elements = (N * d + N * d + N * N) + (N * N + N * N) + (N * N + N * d + N * d)
+    assert ops["standard"]["bytes"] == std_elements * b
+    assert ops["standard"]["intensity"] == pytest.approx(4 * N * N * d / (std_elements * b))
+    # FlashAttention, FA2 order, M = 100,000: B_r = min(ceil(M / 4d), d) = 128 -> 32 Q blocks;
+    # Q read once, K and V re-read for every Q block, O written once
+    br = min(math.ceil(100_000 / (4 * d)), d)
+    assert br == 128
+    fa_elements = N * d + (N // br) * 2 * N * d + N * d
+    assert ops["flash"]["bytes"] == fa_elements * b
+    assert ops["flash"]["intensity"] == pytest.approx(4 * N * N * d / (fa_elements * b))
+    assert ops["matmul"]["intensity"] == pytest.approx(2 * n ** 3 / (3 * n * n * b))
+    assert ops["flash_l2"]["intensity"] == pytest.approx(N / b)
+
+
+def test_bf16_operator_numbers_quoted_in_the_notebook():
+    ops = _by_key(operators("bf16"))
+    assert ops["elementwise"]["intensity"] == 0.25
+    assert ops["softmax"]["intensity"] == 1.25
+    assert ops["standard"]["intensity"] == pytest.approx(62.06, abs=0.01)
+    assert ops["flash"]["intensity"] == pytest.approx(124.12, abs=0.01)
+    assert ops["matmul"]["intensity"] == pytest.approx(1365.33, abs=0.01)
+    assert ops["flash_l2"]["intensity"] == 2048
+
+
+def test_operators_on_the_h100_and_the_a100_fp32_roof():
+    r = roofline_points("H100-SXM", "bf16")
+    bound = {o["key"]: o["bound"] for o in r["operators"]}
+    assert [k for k, v in bound.items() if v == "compute-bound"] == ["matmul", "flash_l2"]
+    for o in r["operators"]:
+        assert o["attainable"] == pytest.approx(min(989.4e12, o["intensity"] * 3.35e12))
+        assert o["time_s"] == pytest.approx(max(o["flops"] / 989.4e12, o["bytes"] / 3.35e12))
+    # on the CUDA cores (fp32) the A100's ridge is below 10: even standard attention is compute-bound
+    a = {o["key"]: o["bound"] for o in roofline_points("A100", "fp32")["operators"]}
+    assert a["standard"] == "compute-bound" and a["softmax"] == "memory-bound"
+
+
+def test_operators_are_copies():
+    operators("bf16")[0]["intensity"] = -1
+    assert operators("bf16")[0]["intensity"] == 0.25
+
+
+# --- fusion ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
+def test_fusion_bytes_and_time_by_hand(k):
+    N = 32768
+    f = fusion_traffic(k, N, "H100-SXM", "bf16")
+    assert f["unfused_bytes"] == k * (N * N * 2 + N * N * 2)
+    assert f["fused_bytes"] == N * N * 2 + N * N * 2
+    assert f["unfused_s"] == pytest.approx(f["unfused_bytes"] / 3.35e12)
+    assert f["fused_s"] == pytest.approx(f["fused_bytes"] / 3.35e12)
+    assert f["speedup"] == pytest.approx(k)
+
+
+def test_fusion_lecture_example_and_table():
+    f = fusion_traffic(4, 32768)
+    assert f["unfused_bytes"] == 17_179_869_184 and f["fused_bytes"] == 4_294_967_296
+    assert f["unfused_s"] == pytest.approx(5.128e-3, rel=1e-3)
+    assert f["fused_s"] == pytest.approx(1.282e-3, rel=1e-3)
+    rows = fusion_rows((1, 3), N=1024, gpu="A100", dtype="fp16")
+    assert [r["k"] for r in rows] == [1, 3]
+    assert rows[1]["unfused_bytes"] == 3 * 4 * 1024 * 1024
+
+
+def test_fusion_with_heavy_elementwise_work_becomes_compute_bound():
+    # 1000 FLOPs per element: each unfused kernel at 250 FLOP/byte stays under the H100's ridge,
+    # the fused one (4000 FLOPs per 4 bytes) is above it
+    N, k, fpe = 4096, 4, 1000.0
+    f = fusion_traffic(k, N, "H100", "bf16", flops_per_element=fpe)
+    p, bw = 989.4e12, 3.35e12
+    assert f["unfused_s"] == pytest.approx(k * max(fpe * N * N / p, 4 * N * N / bw))
+    assert f["fused_s"] == pytest.approx(max(k * fpe * N * N / p, 4 * N * N / bw))
+    assert 1 < f["speedup"] < k
+
+
+# --- 1.1 and 1.2 ---------------------------------------------------------------------------------
+
+def test_attention_share_llama3_8b_by_hand():
+    rows = {r["N"]: r for r in attention_share("Llama-3-8B", (1024, 32768))}
+    linear = 2 * (8_030_261_248 - 128_256 * 4096)
+    r = rows[32768]
+    assert r["linear_flops"] == linear
+    assert r["attn_flops"] == pytest.approx(4 * 32 * 32 * 128 * (32768 + 1) / 2)
+    assert r["attn_share"] == pytest.approx(r["attn_flops"] / (r["attn_flops"] + linear))
+    assert r["score_bytes"] == 32768 ** 2 * 2 == 2_147_483_648          # the lecture's "2 GB"
+    assert r["kv_bytes"] == 2 * 32 * 8 * 128 * 32768 * 2 == 4 * 2 ** 30
+    assert rows[1024]["attn_share"] < 0.02 < 0.3 < r["attn_share"] < 0.4
+
+
+def test_memory_levels_from_the_json():
+    rows = {r["gpu"]: r for r in memory_levels()}
+    assert list(rows) == CHIPS
+    for name in CHIPS:
+        raw = _spec(name)
+        r = rows[name]
+        assert r["hbm_bytes"] == raw["hbm_bytes"] and r["hbm_bandwidth"] == raw["hbm_bandwidth"]
+        assert r["sram_total"] == raw["sram_per_sm"] * raw["sms"]
+        assert r["l2_bytes"] == raw["l2_bytes"]
+    assert rows["A100-80GB-SXM"]["sram_bandwidth"] == 19e12
+    assert rows["A100-80GB-SXM"]["sram_total"] == 108 * 192 * 1024
+    assert math.isnan(rows["H100-SXM"]["sram_bandwidth"])
+
+
+@pytest.mark.parametrize("name", CHIPS)
+def test_every_memory_number_has_a_source(name):
+    text = spec_sources(name)
+    assert text.startswith(name)
+    assert "[none]" not in text
+    for field in ("hbm_bytes", "hbm_bandwidth", "sms", "sram_per_sm", "l2_bytes"):
+        assert field + " [" in text
+
+
+def test_a100_sram_bandwidth_cites_the_flashattention_paper():
+    text = spec_sources("A100")
+    assert "sram_bandwidth [4]" in text and "arxiv.org/abs/2205.14135" in text
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+def test_unknown_gpu_names_the_value():
+    with pytest.raises(ValueError, match="H300"):
+        roofline_points("H300", "bf16", 1.0)
+    with pytest.raises(ValueError, match="H300"):
+        fusion_traffic(2, 1024, gpu="H300")
+    with pytest.raises(ValueError, match="H300"):
+        memory_levels(["H300"])
+
+
+def test_dtype_the_gpu_lacks_names_the_value():
+    with pytest.raises(ValueError, match="fp8.*A100"):
+        roofline_points("A100", "fp8", 1.0)
+    with pytest.raises(ValueError, match="fp4"):
+        roofline_points("H100", "fp4", 1.0)
+    with pytest.raises(ValueError, match="int3"):
+        operators("int3")
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -1.0, float("nan"), float("inf")])
+def test_intensity_must_be_positive_and_finite(bad):
+    with pytest.raises(ValueError, match="intensity"):
+        roofline_points("H100", "bf16", bad)
+
+
+def test_other_bad_arguments():
+    with pytest.raises(ValueError, match="k=0"):
+        fusion_traffic(0, 1024)
+    with pytest.raises(TypeError, match="N"):
+        attention_share("Llama-3-8B", (1.5,))
+    with pytest.raises(ValueError, match="GPT-5"):
+        attention_share("GPT-5")
+    with pytest.raises(ValueError, match="gpu='nope'"):
+        roofline(gpu="nope")
+
+
+# --- the explorer's glue -------------------------------------------------------------------------
+
+def test_gpu_change_offers_only_its_dtypes_in_one_redraw():
+    ex = roofline("H100-SXM", "fp8", 10.0)
+    before = ex.renders
+    ex.controls["gpu"].value = "A100-80GB-SXM"          # as a learner picks it in the dropdown
+    assert ex.renders == before + 1
+    assert "fp8" not in ex.controls["dtype"].options
+    assert ex.values["dtype"] == "bf16"                  # fp8 is gone, so bf16
+    ex.set(gpu="B200", dtype="fp4")
+    assert "fp4" in ex.controls["dtype"].options
+    ex.set(gpu="H200-SXM")
+    assert ex.values["dtype"] == "bf16"
+
+
+def test_your_kernel_point_and_summary_follow_the_slider():
+    ex = roofline("H100-SXM", "bf16", 10.0)
+    assert "memory-bound" in ex.summary.value and "33.5 TFLOP/s" in ex.summary.value
+    ex.set(intensity=1000.0)
+    assert "compute-bound" in ex.summary.value and "989 TFLOP/s" in ex.summary.value
+    star = next(l for l in ex.figure.axes[0].lines if l.get_marker() == "*")
+    x, y = star.get_data()
+    assert x[0] == pytest.approx(1000.0) and y[0] == pytest.approx(989.4)
+    assert "H100-SXM" in ex.figure.axes[0].get_title() and "bf16" in ex.figure.axes[0].get_title()
