@@ -17,6 +17,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image as PILImage
 
+from . import style
+
 __all__ = ["Explorer", "slider", "steps", "dropdown", "toggle", "checkbox"]
 
 
@@ -126,10 +128,7 @@ class Explorer:
 
     def snapshot(self):
         """The figure as a static PNG for a committed notebook output (readable without a kernel)."""
-        from IPython.display import Image
-        buf = io.BytesIO()
-        self.figure.savefig(buf, format="png", dpi=90)
-        return Image(data=buf.getvalue(), format="png")
+        return style.show(self.figure)
 
     @property
     def widget(self) -> widgets.Widget:

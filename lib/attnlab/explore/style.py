@@ -81,3 +81,14 @@ def table(rows, columns, formats=None) -> str:
            "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells]
     return "\n".join(out)
+
+
+def show(fig, dpi: int = 90):
+    """A figure as a static PNG output (IPython Image): readable in the committed notebook
+    without a kernel, and independent of the matplotlib backend in use."""
+    import io
+
+    from IPython.display import Image
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return Image(data=buf.getvalue(), format="png")

@@ -1,0 +1,88 @@
+"""Real GPU measurements beside the model's predictions (notebook 03's GPU cell).
+
+`prefill_results()` loads the recorded run in `data/h200_prefill.json` (made by
+`python -m attnlab.gpu.bench` on an H200); `live_prefill()` runs that benchmark when a CUDA GPU is
+present. `prefill_summary` and `prefill_figure` present either the same way.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..hardware import data_path
+from . import style
+
+__all__ = ["prefill_results", "live_prefill", "prefill_summary", "prefill_figure"]
+
+IMPL_LABELS = {"standard": "standard (eager torch, S and P in HBM)",
+               "triton": "FlashAttention-2 in Triton (this course)",
+               "sdpa": "torch SDPA (fastest backend)"}
+IMPL_COLORS = {"standard": style.COLORS["standard"], "triton": style.COLORS["fa2"],
+               "sdpa": style.COLORS["fa1"]}
+
+
+def prefill_results(name: str = "h200_prefill.json") -> dict:
+    """The recorded benchmark (device, versions, measured ceilings, checks, timed rows)."""
+    with open(data_path(name)) as f:
+        return json.load(f)
+
+
+def live_prefill(**kw) -> dict | None:
+    """Run the benchmark here if a CUDA GPU is visible (about 30 s); None otherwise."""
+    from .. import gpu
+    if not gpu.available():
+        return None
+    from ..gpu.bench import run
+    return run(**kw)
+
+
+def prefill_summary(res: dict) -> str:
+    """Provenance, ceilings, the worst correctness error, and the timing table with the model."""
+    c = res["ceilings"]
+    worst = max(x["rel_err"] for x in res["checks"])
+    head = (f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
+            f"measured {res['date']}\n"
+            f"ceilings measured in the same run: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
+            f"bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s\n"
+            f"correctness: {len(res['checks'])} checks against an fp32 reference, "
+            f"worst relative error {worst:.1e} (bf16 inputs), NaN: {any(x['nan'] for x in res['checks'])}\n"
+            f"Llama-3-8B-shaped layer: 32 query heads, 8 KV heads, d = 128, bf16, batch 1\n")
+    rows = [dict(r, ratio=r["ms"] / r["model_ms"]) for r in res["rows"]]
+    return head + style.table(rows, {"impl": "implementation", "N": "N", "causal": "causal",
+                                     "ms": "measured ms", "tflops": "TFLOP/s",
+                                     "model_ms": "model ms", "ratio": "measured/model",
+                                     "model_bound": "model: bound by"},
+                              {"causal": str, "ms": ".3f", "tflops": ".0f", "model_ms": ".3f",
+                               "ratio": ".1f"})
+
+
+def prefill_figure(res: dict, causal: bool = False):
+    """Measured time against N for each implementation (solid) and the model (dashed), log-log."""
+    fig = style.new_figure(2, height=3.6)
+    ax_t, ax_f = fig.axes
+    rows = [r for r in res["rows"] if r["causal"] == causal]
+    for impl in ("standard", "triton", "sdpa"):
+        rs = sorted((r for r in rows if r["impl"] == impl), key=lambda r: r["N"])
+        if not rs:
+            continue
+        N = np.array([r["N"] for r in rs])
+        ax_t.plot(N, [r["ms"] for r in rs], "-o", ms=4, color=IMPL_COLORS[impl], label=IMPL_LABELS[impl])
+        ax_t.plot(N, [r["model_ms"] for r in rs], "--", color=IMPL_COLORS[impl], alpha=0.7)
+        ax_f.plot(N, [r["tflops"] for r in rs], "-o", ms=4, color=IMPL_COLORS[impl], label=IMPL_LABELS[impl])
+    peak = res["ceilings"]["bf16_matmul_flops"] / 1e12
+    ax_f.axhline(peak, color=style.COLORS["bound"], ls=":", label=f"measured bf16 matmul ({peak:.0f})")
+    for ax in (ax_t, ax_f):
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.25)
+        ax.set_xlabel("sequence length N (tokens)")
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("time per layer (ms)")
+    ax_f.set_ylabel("attention FLOP/s achieved (TFLOP/s)")
+    ax_f.set_ylim(0, peak * 1.15)
+    mask = "causal" if causal else "no mask"
+    ax_t.set_title(f"{res['device']}: measured (solid) vs model (dashed), {mask}", fontsize=10)
+    ax_f.set_title(f"Throughput, {mask}, bf16, d=128", fontsize=10)
+    ax_t.legend(fontsize=7, loc="upper left")
+    ax_f.legend(fontsize=7, loc="lower right")
+    return fig
