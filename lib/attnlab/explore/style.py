@@ -65,9 +65,12 @@ def table(rows, columns, formats=None) -> str:
     """Plain-text table for notebook output (reproducible under strict nbval).
 
     rows: list of dicts; columns: {key: header}; formats: {key: format spec or callable}.
+    Text columns are left-aligned, numbers right-aligned.
     """
     formats = formats or {}
-    cells = []
+    cells, left = [], []
+    for k in columns:
+        left.append(all(isinstance(r[k], str) for r in rows))
     for r in rows:
         line = []
         for k in columns:
@@ -76,10 +79,14 @@ def table(rows, columns, formats=None) -> str:
             line.append(f(v) if callable(f) else format(v, f))
         cells.append(line)
     heads = list(columns.values())
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
-    out = ["  ".join(h.rjust(w) for h, w in zip(heads, widths)),
-           "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(heads)]
+
+    def fmt(values):
+        return "  ".join(v.ljust(w) if lft else v.rjust(w)
+                         for v, w, lft in zip(values, widths, left)).rstrip()
+
+    out = [fmt(heads), "  ".join("-" * w for w in widths)]
+    out += [fmt(line) for line in cells]
     return "\n".join(out)
 
 
