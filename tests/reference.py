@@ -182,3 +182,63 @@ def flash_io_ref(n_q: int, d: int, *, n_k: int | None = None, d_v: int | None = 
 def total(io: dict[str, tuple[int, int]]) -> int:
     """Total elements of a {tensor: (reads, writes)} dict."""
     return sum(r + w for r, w in io.values())
+
+
+# --------------------------------------------------------------------------------------------
+# attention states (o, lse) and the decode time model
+# --------------------------------------------------------------------------------------------
+
+def state_ref(q, k, v, *, mask=None, scale=None):
+    """Attention state by definition, float64, one query row at a time.
+
+    q is (d,) or (n, d); k (n_k, d); v (n_k, d_v); `mask` (bool, broadcastable to (n, n_k),
+    True = visible). lse = mx + log(sum_j exp(s_j - mx)) with math.log (natural log); a row that
+    sees no key gets o = 0, lse = -inf. Returns (o, lse) shaped like q's leading dimension.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    single = q.ndim == 1
+    q2 = q[None] if single else q
+    n, d = q2.shape
+    n_k = k.shape[0]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    vis = np.ones((n, n_k), dtype=bool) if mask is None else \
+        np.broadcast_to(np.asarray(mask, dtype=bool), (n, n_k))
+    o = np.zeros((n, v.shape[1]), dtype=np.float64)
+    lse = np.full(n, -np.inf, dtype=np.float64)
+    for i in range(n):
+        cols = np.flatnonzero(vis[i])
+        if cols.size == 0:
+            continue
+        s = np.array([scale * math.fsum(q2[i] * k[j]) for j in cols])
+        mx = float(s.max())
+        e = np.exp(s - mx)
+        tot = math.fsum(e)
+        o[i] = (e / tot) @ v[cols]
+        lse[i] = mx + math.log(tot)
+    return (o[0], lse[0]) if single else (o, lse)
+
+
+def decode_time_ref(batch: int, context: int, kv_heads: int, splits: int, *, sms: int,
+                    bandwidth: float, head_dim: int = 128, group: int = 4,
+                    dtype_bytes: float = 2) -> dict:
+    """The lecture's "SMs share the bandwidth" GPU, written out from decode_time's docstring.
+
+    blocks = batch * kv_heads * splits, each reading K and V of ceil(context / splits) tokens;
+    a block runs on one SM at bandwidth / sms; blocks run in ceil(blocks / sms) waves;
+    merge (splits > 1): 2 * batch * kv_heads * group * splits * (head_dim + 1) * 4 bytes at the
+    full bandwidth.
+    """
+    blocks = batch * kv_heads * splits
+    chunk = (context + splits - 1) // splits          # ceil without floats
+    block_bytes = 2 * chunk * head_dim * dtype_bytes
+    block_time = block_bytes / (bandwidth / sms)
+    waves = math.ceil(blocks / sms)
+    attn = waves * block_time
+    merge_bytes = 0 if splits == 1 else 2 * batch * kv_heads * group * splits * (head_dim + 1) * 4
+    merge_time = merge_bytes / bandwidth
+    return {"blocks": blocks, "waves": waves, "block_time": block_time, "attn_time": attn,
+            "merge_time": merge_time, "time": attn + merge_time,
+            "utilization": blocks / (waves * sms)}
