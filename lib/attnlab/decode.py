@@ -98,7 +98,17 @@ def cascade_attention(queries, prefix_k, prefix_v, unique_kv, *, scale: float | 
     n = queries.shape[0]
     if len(unique_kv) != n:
         raise ValueError(f"unique_kv has {len(unique_kv)} entries; it needs one (k, v) per request (n={n})")
-    prefix = attention_state(queries, prefix_k, prefix_v, scale=scale)
+    d = queries.shape[1]
+    pk, pv = np.asarray(prefix_k), np.asarray(prefix_v)
+    if pk.ndim != 2 or pk.shape[1] != d or pv.ndim != 2 or pv.shape[0] != pk.shape[0]:
+        raise ValueError(f"prefix_k {pk.shape} and prefix_v {pv.shape} must be (P, d) with the queries' "
+                         f"head dim d={d}, and (P, d_v)")
+    for i, (ki, vi) in enumerate(unique_kv):
+        ki, vi = np.asarray(ki), np.asarray(vi)
+        if ki.ndim != 2 or ki.shape[1] != d or vi.ndim != 2 or vi.shape != (ki.shape[0], pv.shape[1]):
+            raise ValueError(f"unique_kv[{i}] has k {ki.shape}, v {vi.shape}; need k (u, d) with the "
+                             f"queries' head dim d={d} and v (u, d_v={pv.shape[1]})")
+    prefix = attention_state(queries, pk, pv, scale=scale)
     uniq = [attention_state(queries[i], ki, vi, scale=scale) for i, (ki, vi) in enumerate(unique_kv)]
     o_u = np.stack([u[0] for u in uniq]).astype(prefix[0].dtype)
     l_u = np.array([u[1] for u in uniq], dtype=prefix[1].dtype)

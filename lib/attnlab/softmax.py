@@ -101,7 +101,7 @@ def attention_state(q, k, v, *, scale: float | None = None, mask=None):
     """The attention state of queries `q` over the keys `k` (values `v`): (o, lse).
 
     o = softmax(scale * q k^T) v and lse = log sum_j exp(scale * q . k_j) (natural log), computed in
-    the inputs' float dtype. `q` is (d,) for one query or (n, d); `k` is (n_k, d), `v` (n_k, d_v).
+    the inputs' float dtype (float16 is computed in float32, as kernels accumulate). `q` is (d,) for one query or (n, d); `k` is (n_k, d), `v` (n_k, d_v).
     `mask` (bool, broadcastable to (n, n_k), True = visible) hides keys. A query that sees no key
     (n_k = 0, or everything masked) has o = 0 and lse = -inf: the identity of `merge`.
 
@@ -158,7 +158,7 @@ def merge(a, b):
     if oa.shape != ob.shape or la.shape != lb.shape:
         raise ValueError(f"states must have the same shapes; got o {oa.shape} vs {ob.shape}, "
                          f"lse {la.shape} vs {lb.shape}")
-    dtype = np.result_type(oa.dtype, ob.dtype, la.dtype, lb.dtype)
+    dtype = np.result_type(oa.dtype, ob.dtype)      # a plain-float lse does not promote fp32 states
     m = np.maximum(la, lb)
     m_safe = np.where(np.isfinite(m), m, 0.0)
     wa = np.exp(la - m_safe).astype(dtype)                 # 0 where lse_a = -inf
@@ -201,8 +201,9 @@ def merge_states(states, order=None):
     elif isinstance(order, str):
         raise ValueError(f"order={order!r} is not allowed; valid: 'forward', 'reverse' or a permutation of range({n})")
     else:
-        idx = [int(i) for i in order]
-        if sorted(idx) != list(range(n)):
+        idx = list(order)
+        if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) for i in idx) \
+                or sorted(idx) != list(range(n)):
             raise ValueError(f"order={list(order)!r} must be a permutation of range({n})")
     acc = _state(states[idx[0]], f"states[{idx[0]}]")
     for i in idx[1:]:
