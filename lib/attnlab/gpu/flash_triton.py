@@ -35,7 +35,7 @@ def _fwd_kernel(Q, K, V, O, LSE, qk_scale,
                 CAUSAL: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // H
+    b = (pid_bh // H).to(tl.int64)                   # 64-bit offsets for large batch x N
     h = pid_bh % H
     hk = h // GROUP
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
