@@ -37,3 +37,18 @@ EXPLORERS.update({"standard_traffic": standard_traffic, "prefill_cost": prefill_
 __all__ += ["algorithm0_traffic", "max_fitting_n", "prefill_cost_explorer", "prefill_curves",
             "prefill_table", "standard_traffic", "traffic_curves", "traffic_table"]
 # --- end notebook 02 ----------------------------------------------------------------------------
+
+# --- notebook 04 (decode attention) -------------------------------------------------------------
+from .decode import (batch_table, cascade_check, cascade_explorer, cascade_numbers,  # noqa: E402
+                     cascade_table, decode_intensity, intensity_explorer, intensity_table,
+                     merge_data, merge_errors, merge_explorer, merge_table, split_kv_explorer,
+                     split_kv_plan, split_rows_table, split_table, split_vs_context,
+                     wave_tail)
+
+EXPLORERS.update({"intensity": intensity_explorer, "split_kv": split_kv_explorer,
+                  "merge": merge_explorer, "cascade": cascade_explorer})
+__all__ += ["batch_table", "cascade_check", "cascade_explorer", "cascade_numbers", "cascade_table",
+            "decode_intensity", "intensity_explorer", "intensity_table", "merge_data", "merge_errors",
+            "merge_explorer", "merge_table", "split_kv_explorer", "split_kv_plan", "split_rows_table",
+            "split_table", "split_vs_context", "wave_tail"]
+# --- end notebook 04 ----------------------------------------------------------------------------
