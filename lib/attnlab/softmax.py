@@ -29,8 +29,10 @@ __all__ = ["SoftmaxStep", "online_softmax_trace", "online_softmax", "softmax",
 @dataclass(frozen=True)
 class SoftmaxStep:
     """State after one chunk. `chunk` holds the values seen in this step, `m_chunk`/`l_chunk`
-    the chunk's own max and sum, `rescale` = e^(m_before - m) applied to the old sum, and
-    `m`/`l` the running statistics after the step."""
+    the chunk's own max and sum (against its own max), `rescale` = e^(m_before - m) applied to
+    the old sum (0 on the first step: there is no old sum), `chunk_scale` = e^(m_chunk - m)
+    applied to the chunk's sum, and `m`/`l` the running statistics after the step:
+    l = rescale * l_before + chunk_scale * l_chunk."""
 
     start: int
     stop: int
@@ -40,6 +42,10 @@ class SoftmaxStep:
     rescale: float
     m: float
     l: float
+
+    @property
+    def chunk_scale(self) -> float:
+        return float(np.exp(self.m_chunk - self.m)) if self.m_chunk > -np.inf else 0.0
 
 
 def _as_vector(x) -> np.ndarray:
@@ -66,7 +72,7 @@ def online_softmax_trace(x, chunk: int = 2) -> list[SoftmaxStep]:
         m_c = float(c.max())
         l_c = float(np.exp(c - m_c).sum()) if m_c > -np.inf else 0.0
         m_new = max(m, m_c)
-        rescale = float(np.exp(m - m_new)) if m_new > -np.inf else 1.0
+        rescale = float(np.exp(m - m_new)) if m > -np.inf else 0.0   # 0: no earlier sum to keep
         l = l * rescale + (l_c * float(np.exp(m_c - m_new)) if m_new > -np.inf else 0.0)
         m = m_new
         steps.append(SoftmaxStep(start, start + c.size, tuple(c.tolist()), m_c, l_c, rescale, m, l))

@@ -72,13 +72,17 @@ def online_softmax_explorer(text: str = LECTURE_X, chunk: int = 2) -> Explorer:
                                  color=style.COLORS["fa1"], label="x (colour = chunk)")
         state["m_line"], = ax_x.step([], [], where="post", color=style.COLORS["standard"], lw=2,
                                      label="running max m")
+        masked = np.flatnonzero(~np.isfinite(x))
+        if masked.size:
+            ax_x.plot(masked, np.zeros(masked.size), "x", color=style.COLORS["bound"], ms=9, mew=2,
+                      label="masked entry (-inf)")
         finite = x[np.isfinite(x)]
         lo, hi = (min(finite.min(), 0), max(finite.max(), 0)) if finite.size else (0, 1)
         ax_x.set_ylim(lo - 0.1 * (hi - lo + 1), hi + 0.15 * (hi - lo + 1))
         ax_x.set_xlim(-0.6, x.size - 0.4)
         ax_x.set_xlabel("position i in x")
         ax_x.set_ylabel("value")
-        ax_x.legend(fontsize=8, loc="upper left")
+        ax_x.legend(fontsize=8, loc="best")
         state["l_line"], = ax_l.plot([], [], "-o", color=style.COLORS["fa1"], label="running sum l")
         state["r_line"], = ax_l.plot([], [], "s:", color=style.COLORS["memory"],
                                      label="rescale e^(m_old - m_new)")
@@ -112,10 +116,12 @@ def online_softmax_explorer(text: str = LECTURE_X, chunk: int = 2) -> Explorer:
         ax_x.set_title(f"x and the running max m ({chunk} number(s) per step)", fontsize=10)
         rows = "".join(
             f"<tr><td>{i}</td><td>{', '.join(f'{v:g}' for v in s.chunk)}</td><td>{s.m_chunk:g}</td>"
-            f"<td>{s.rescale:.4f}</td><td>{s.m:g}</td><td>{s.l:.4f}</td></tr>"
+            f"<td>{s.l_chunk:.4f}</td><td>{s.m:g}</td><td>{s.rescale:.4f}</td>"
+            f"<td>{s.chunk_scale:.4f}</td><td>{s.l:.4f}</td></tr>"
             for i, s in enumerate(trace, 1))
-        return ("<table><tr><th>step</th><th>chunk</th><th>chunk max</th><th>rescale old l</th>"
-                f"<th>m</th><th>l</th></tr>{rows}</table>"
+        return ("<table><tr><th>step</th><th>chunk</th><th>chunk max</th><th>chunk sum</th>"
+                "<th>new m</th><th>× old l</th><th>× chunk sum</th><th>new l</th></tr>"
+                f"{rows}</table>"
                 f"softmax = [{', '.join(f'{v:.4f}' for v in r['p'])}]; "
                 f"largest difference from the one-pass softmax: {r['error']:.1e}")
 
@@ -144,8 +150,8 @@ def tile_schedule(N: int = 64, block_r: int = 16, block_c: int = 16, order: str 
     resident in SRAM and the HBM elements moved so far.
 
     Returns 'blocks' (list of ((r0, r1), (c0, c1))), 'q_tile' and 'kv_tile' per step, 'moved'
-    (cumulative elements at each step), 'total' (whole kernel), 'skipped' (block pairs never
-    computed) and 'steps'.
+    (elements moved by the end of each step: its loads, and the stores that follow its compute),
+    'total' (whole kernel; equals moved[-1]), 'skipped' (block pairs never computed) and 'steps'.
     """
     N = as_int("N", N, 1, 4096)
     block_r = as_int("block_r", block_r, 1, None)
@@ -155,16 +161,24 @@ def tile_schedule(N: int = 64, block_r: int = 16, block_c: int = 16, order: str 
     blocks, q_tile, kv_tile, moved = [], [], [], []
     cur_q = cur_kv = None
     count = 0
+    open_step = False                   # a block was computed; its stores may still follow
     for e in events:
         if e.kind == "compute":
+            if open_step:
+                moved.append(count)
             blocks.append((e.rows, e.cols)); q_tile.append(cur_q); kv_tile.append(cur_kv)
-            moved.append(count)
+            open_step = True
             continue
+        if e.kind == "read" and open_step:  # the next step's loads begin
+            moved.append(count)
+            open_step = False
         count += e.elements
         if e.kind == "read" and e.tensor == "Q":
             cur_q = e.rows
         elif e.kind == "read" and e.tensor == "K":
             cur_kv = e.rows
+    if open_step:
+        moved.append(count)
     tr, tc = -(-N // block_r), -(-N // block_c)
     computed = {(r[0] // block_r, c[0] // block_c) for r, c in blocks}
     skipped = [(i, j) for i in range(tr) for j in range(tc) if (i, j) not in computed]
@@ -173,7 +187,7 @@ def tile_schedule(N: int = 64, block_r: int = 16, block_c: int = 16, order: str 
             "total": total, "skipped": skipped, "steps": len(blocks)}
 
 
-_TILE_CMAP = ListedColormap(["#f2f2f2", "#9ecae1", "#ffbf00", "#d9d9d9", "#ffffff"])
+_TILE_CMAP = ListedColormap(["#e3e8f0", "#6baed6", "#ffbf00", "#bdbdbd", "#ffffff"])
 # 0 not yet computed, 1 computed, 2 current block, 3 skipped block, 4 masked entry
 
 
@@ -186,7 +200,7 @@ def _grid_image(s: dict, step: int) -> np.ndarray:
         img[r0:r1, c0:c1] = 1
     (r0, r1), (c0, c1) = s["blocks"][step]
     img[r0:r1, c0:c1] = 2
-    if s["causal"]:
+    if s["causal"]:                     # masked entries inside blocks the kernel computes
         img[~causal_mask(N, N) & (img != 3)] = 4
     return img
 
@@ -210,12 +224,12 @@ def tile_grid(N: int = 64, block_r: int = 16, block_c: int = 16, order: str = "f
     ax_g.set_ylabel("query index i  (Q tiles: blue strip)")
     moved_line, = ax_t.plot([], [], color=style.COLORS["fa1"], lw=1.5)
     moved_dot, = ax_t.plot([], [], "o", color=style.COLORS["highlight"], ms=8, mec="k")
-    ax_t.set_xlabel("step (blocks computed)")
-    ax_t.set_ylabel("HBM elements moved so far")
+    ax_t.set_xlabel("step (one block computed per step)")
+    ax_t.set_ylabel("HBM elements moved (cumulative)")
     ax_t.grid(True, alpha=0.25)
     key = [Rectangle((0, 0), 1, 1, color=_TILE_CMAP(i), ec="k", lw=0.5) for i in (2, 1, 0, 3, 4)]
     ax_t.legend(key, ["current block (in SRAM)", "computed", "not yet computed",
-                      "skipped: fully masked block", "masked entry in a computed block"],
+                      "skipped: fully masked block", "masked entry (of a block that is computed)"],
                 fontsize=8, loc="lower right", title="left panel", title_fontsize=8)
 
     controls = {
@@ -254,12 +268,13 @@ def tile_grid(N: int = 64, block_r: int = 16, block_c: int = 16, order: str = "f
         ax_g.set_title(f"S = QKᵀ in blocks, {order} order ({loop})\n"
                        f"N={N}, B_r={block_r}, B_c={block_c}" + (", causal" if causal else ""),
                        fontsize=9)
-        ax_t.set_title(f"HBM traffic so far (d=16): step {step} of {last}", fontsize=10)
+        ax_t.set_title(f"HBM traffic by the end of step {step} (steps 0–{last}, d=16)", fontsize=10)
         held = (f"Q rows {r0}–{r1 - 1}" + (" with O, l, m of those rows (read from HBM)" if order == "fa1"
                 else " with their O, l, m accumulators (kept on chip)"))
-        return (f"Step {step}: SRAM holds {held}, and K, V rows {c0}–{c1 - 1}. "
-                f"Blocks computed: {s['steps']}; skipped by the causal mask: {len(s['skipped'])}. "
-                f"HBM elements moved so far: {s['moved'][step]:,} of {s['total']:,}.")
+        return (f"Step {step} of 0–{last}: SRAM holds {held}, and K, V rows {c0}–{c1 - 1}. "
+                f"In all, the kernel computes {s['steps']} blocks; the causal mask skips "
+                f"{len(s['skipped'])}. HBM elements moved by the end of this step: "
+                f"{s['moved'][step]:,} of {s['total']:,}.")
 
     dynamic = [image, q_rect, kv_rect, q_text, kv_text, moved_line, moved_dot, ax_g.title, ax_t.title]
     return Explorer("tile_grid", controls, fig, update, compute=tile_schedule, dynamic=dynamic)
@@ -289,8 +304,10 @@ def softmax_table(trace) -> str:
     """The online pass as a text table: one row per step (chunk, its max and sum, rescale, m, l)."""
     from .style import table
     rows = [{"step": i, "chunk": ", ".join(f"{v:g}" for v in s.chunk), "m_chunk": s.m_chunk,
-             "l_chunk": s.l_chunk, "rescale": s.rescale, "m": s.m, "l": s.l}
-            for i, s in enumerate(trace, 1)]
+             "l_chunk": s.l_chunk, "rescale": s.rescale, "chunk_scale": s.chunk_scale, "m": s.m,
+             "l": s.l} for i, s in enumerate(trace, 1)]
     return table(rows, {"step": "step", "chunk": "chunk", "m_chunk": "chunk max", "l_chunk": "chunk sum",
-                        "rescale": "rescale old l", "m": "m", "l": "l"},
-                 {"m_chunk": "g", "l_chunk": ".4f", "rescale": ".4f", "m": "g", "l": ".4f"})
+                        "m": "new m", "rescale": "x old l", "chunk_scale": "x chunk sum",
+                        "l": "new l"},
+                 {"m_chunk": "g", "l_chunk": ".4f", "rescale": ".4f", "chunk_scale": ".4f",
+                  "m": "g", "l": ".4f"})

@@ -83,6 +83,70 @@ def prefill_figure(res: dict, causal: bool = False):
     mask = "causal" if causal else "no mask"
     ax_t.set_title(f"{res['device']}: measured (solid) vs model (dashed), {mask}", fontsize=10)
     ax_f.set_title(f"Throughput, {mask}, bf16, d=128", fontsize=10)
-    ax_t.legend(fontsize=7, loc="upper left")
+    ax_t.legend(fontsize=7, loc="lower right")
     ax_f.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+# --- decode (notebook 04) -----------------------------------------------------------------------
+
+def decode_results(name: str = "h200_decode.json") -> dict:
+    """The recorded split-KV decode benchmark (`python -m attnlab.gpu.bench_decode`)."""
+    with open(data_path(name)) as f:
+        return json.load(f)
+
+
+def live_decode(**kw) -> dict | None:
+    """Run the decode benchmark here if a CUDA GPU is visible (about 30 s); None otherwise."""
+    from .. import gpu
+    if not gpu.available():
+        return None
+    from ..gpu.bench_decode import run
+    return run(**kw)
+
+
+def decode_summary(res: dict) -> str:
+    """Provenance and, per (batch, context, splits), measured time beside the model's."""
+    head = (f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
+            f"measured {res['date']}; copy bandwidth measured {res['copy_bytes_per_s'] / 1e12:.2f} TB/s\n"
+            f"Llama-3-8B layer (32 query heads, 8 KV heads, d = 128, bf16); time per call from CUDA-graph "
+            f"replay; model = attnlab.decode.decode_time for the {res['model_gpu']}\n")
+    errs = [r["rel_err"] for r in res["rows"] if r["rel_err"] is not None]
+    head += f"correctness: {len(errs)} timed configurations checked, worst relative error {max(errs):.1e}\n"
+    rows = []
+    for r in res["rows"]:
+        base = next(x for x in res["rows"] if x["batch"] == r["batch"] and x["context"] == r["context"]
+                    and x["splits"] == 1)
+        rows.append(dict(r, speedup=base["us"] / r["us"], ratio=r["us"] / r["model_us_measured_bw"],
+                         tbs=r["achieved_bytes_per_s"] / 1e12))
+    return head + style.table(rows, {"batch": "batch", "context": "context", "splits": "splits",
+                                     "blocks": "blocks", "us": "measured us", "model_us": "model us",
+                                     "model_us_measured_bw": "model us (measured bw)",
+                                     "ratio": "measured/model", "speedup": "vs no split",
+                                     "tbs": "KV TB/s"},
+                              {"us": ".1f", "model_us": ".1f", "model_us_measured_bw": ".1f",
+                               "ratio": ".2f", "speedup": ".2f", "tbs": ".2f"})
+
+
+def decode_figure(res: dict, cases=((1, 32768), (2, 16384), (256, 1024), (256, 4096))):
+    """Measured time per split count (solid) against the model (dashed), one line per case."""
+    fig = style.new_figure(1, height=3.8, width=9.5)
+    ax = fig.axes[0]
+    colors = [style.COLORS["fa1"], style.COLORS["fa2"], style.COLORS["standard"], style.COLORS["compute"]]
+    for (batch, ctx), c in zip(cases, colors):
+        rs = sorted((r for r in res["rows"] if r["batch"] == batch and r["context"] == ctx),
+                    key=lambda r: r["splits"])
+        if not rs:
+            continue
+        s = [r["splits"] for r in rs]
+        ax.plot(s, [r["us"] for r in rs], "-o", color=c, ms=4, label=f"batch {batch}, context {ctx:,}")
+        ax.plot(s, [r["model_us_measured_bw"] for r in rs], "--", color=c, alpha=0.7)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.grid(True, alpha=0.25)
+    ax.set_xlabel("KV splits per request")
+    ax.set_ylabel("decode attention time per layer (µs)")
+    ax.set_title(f"{res['device']}: split-KV measured (solid) vs model at measured bandwidth (dashed)",
+                 fontsize=9)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
