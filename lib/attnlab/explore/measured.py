@@ -22,19 +22,29 @@ IMPL_COLORS = {"standard": style.COLORS["standard"], "triton": style.COLORS["fa2
                "sdpa": style.COLORS["fa1"]}
 
 
-def prefill_results(name: str = "h200_prefill.json") -> dict:
-    """The recorded benchmark (device, versions, measured ceilings, checks, timed rows)."""
+def _recorded(name: str) -> dict:
     with open(data_path(name)) as f:
         return json.load(f)
 
 
-def live_prefill(**kw) -> dict | None:
-    """Run the benchmark here if a CUDA GPU is visible (about 30 s); None otherwise."""
+def _live(module: str, **kw) -> dict | None:
+    """Run `attnlab.gpu.<module>.run` here if a CUDA GPU is visible (about 30 s); None otherwise."""
+    import importlib
+
     from .. import gpu
     if not gpu.available():
         return None
-    from ..gpu.bench import run
-    return run(**kw)
+    return importlib.import_module(f"..gpu.{module}", __package__).run(**kw)
+
+
+def prefill_results(name: str = "h200_prefill.json") -> dict:
+    """The recorded benchmark (device, versions, measured ceilings, checks, timed rows)."""
+    return _recorded(name)
+
+
+def live_prefill(**kw) -> dict | None:
+    """Run the prefill benchmark here if a CUDA GPU is visible (about 30 s); None otherwise."""
+    return _live("bench", **kw)
 
 
 def prefill_summary(res: dict) -> str:
@@ -92,17 +102,12 @@ def prefill_figure(res: dict, causal: bool = False):
 
 def decode_results(name: str = "h200_decode.json") -> dict:
     """The recorded split-KV decode benchmark (`python -m attnlab.gpu.bench_decode`)."""
-    with open(data_path(name)) as f:
-        return json.load(f)
+    return _recorded(name)
 
 
 def live_decode(**kw) -> dict | None:
     """Run the decode benchmark here if a CUDA GPU is visible (about 30 s); None otherwise."""
-    from .. import gpu
-    if not gpu.available():
-        return None
-    from ..gpu.bench_decode import run
-    return run(**kw)
+    return _live("bench_decode", **kw)
 
 
 def decode_summary(res: dict) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["available", "interpreting"]
+__all__ = ["available", "interpreting", "bench_cli"]
 
 
 def interpreting() -> bool:
@@ -23,7 +23,23 @@ def available() -> bool:
     """True when a CUDA GPU is visible to torch and triton is importable."""
     try:
         import torch
-        import triton  # noqa: F401
+        import triton  # noqa: F401  (only whether it imports)
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+def bench_cli(run, table, description: str, argv=None) -> int:
+    """The command line shared by the benchmark harnesses: run, optionally save JSON, print the table."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", help="write the full result as JSON here")
+    args = ap.parse_args(argv)
+    res = run()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+    print(table(res))
+    return 0

@@ -16,9 +16,7 @@ that do not divide the blocks, causal and not.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import math
 import platform
 import sys
@@ -146,15 +144,8 @@ def table(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="write the full result as JSON here")
-    args = ap.parse_args(argv)
-    res = run()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
-    print(table(res))
-    return 0
+    from . import bench_cli
+    return bench_cli(run, table, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

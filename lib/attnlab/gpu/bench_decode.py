@@ -10,9 +10,7 @@ configuration that is timed is also checked against a float32 reference on the s
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import math
 import sys
 
@@ -122,15 +120,8 @@ def table(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="write the full result as JSON here")
-    args = ap.parse_args(argv)
-    res = run()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
-    print(table(res))
-    return 0
+    from . import bench_cli
+    return bench_cli(run, table, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

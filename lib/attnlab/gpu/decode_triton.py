@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from . import interpreting
+from .flash_triton import _dot, finish, online_update
 
 __all__ = ["split_kv_decode", "workspace"]
 
@@ -61,28 +62,13 @@ def _split_kernel(Q, K, V, OP, LP, qk_scale,
                      mask=c_ok[None, :] & d_ok[:, None], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
-        if IEEE:
-            s = tl.dot(q, kt, input_precision="ieee")
-        else:
-            s = tl.dot(q, kt)
-        s = tl.where(c_ok[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        s = tl.where(c_ok[None, :], _dot(q, kt, IEEE) * qk_scale, float("-inf"))
         v = tl.load(v_base + cols[:, None] * s_vn + offs_d[None, :],
                     mask=c_ok[:, None] & d_ok[None, :], other=0.0)
         if UPCAST:
             v = v.to(tl.float32)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-    safe_l = tl.where(l_i > 0, l_i, 1.0)
-    o = tl.where(l_i[:, None] > 0, acc / safe_l[:, None], 0.0)
-    lse = tl.where(l_i > 0, (m_i + tl.log2(safe_l)) / 1.4426950408889634, float("-inf"))
+        m_i, l_i, acc = online_update(s, v, m_i, l_i, acc, IEEE)
+    o, lse = finish(acc, m_i, l_i)
     row = (b * KV_HEADS * GROUP + heads) * SPLITS + pid_s          # partial state index
     tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
     tl.store(LP + row, lse, mask=g_ok)

@@ -22,9 +22,40 @@ import triton.language as tl
 
 from . import interpreting
 
-__all__ = ["flash_attention_triton"]
+__all__ = ["flash_attention_triton", "online_update", "finish"]
 
 LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _dot(a, b, IEEE: tl.constexpr):
+    if IEEE:
+        return tl.dot(a, b, input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def online_update(s, v, m_i, l_i, acc, IEEE: tl.constexpr):
+    """Fold one block into the running state: logits `s` (base-2 domain, masked entries -inf)
+    and values `v`. The old sum and accumulator are rescaled by 2^(m_old - m_new); a row that
+    has seen no key yet keeps m = -inf, l = 0 and never produces NaN."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(s - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def finish(acc, m_i, l_i):
+    """Normalise: o = acc / l (0 for a row that saw no key) and its natural-log lse (-inf there)."""
+    safe_l = tl.where(l_i > 0, l_i, 1.0)
+    o = tl.where(l_i[:, None] > 0, acc / safe_l[:, None], 0.0)
+    lse = tl.where(l_i > 0, (m_i + tl.log2(safe_l)) / 1.4426950408889634, float("-inf"))
+    return o, lse
 
 
 @triton.jit
@@ -62,34 +93,17 @@ def _fwd_kernel(Q, K, V, O, LSE, qk_scale,
                      mask=(cols[None, :] < N_K) & d_ok[:, None], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
-        if IEEE:
-            s = tl.dot(q, kt, input_precision="ieee")
-        else:
-            s = tl.dot(q, kt)
-        s = s * qk_scale                        # log2 domain: scale * log2(e)
+        s = _dot(q, kt, IEEE) * qk_scale           # log2 domain: scale * log2(e)
         visible = cols[None, :] < N_K
         if CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + offset)
         s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + cols[:, None] * s_vn + offs_d[None, :],
                     mask=(cols[:, None] < N_K) & d_ok[None, :], other=0.0)
         if UPCAST:
             v = v.to(tl.float32)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-    safe_l = tl.where(l_i > 0, l_i, 1.0)
-    o = acc / safe_l[:, None]
-    o = tl.where(l_i[:, None] > 0, o, 0.0)
-    # natural-log lse; a row that saw no key gets -inf
-    lse = tl.where(l_i > 0, (m_i + tl.log2(safe_l)) / 1.4426950408889634, float("-inf"))
+        m_i, l_i, acc = online_update(s, v, m_i, l_i, acc, IEEE)
+    o, lse = finish(acc, m_i, l_i)
     row_ok = offs_m < N_Q
     tl.store(O + b * s_ob + h * s_oh + offs_m[:, None] * s_on + offs_d[None, :],
              o.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
