@@ -99,6 +99,21 @@ def test_sizes_are_plausible():
         assert 50 < g.sms < 300
 
 
+def test_hbm_capacity_is_what_nvidia_smi_reports():
+    """hbm_bytes is memory.total as nvidia-smi prints it (MiB): never above what a card reports.
+    A100 80GB: 81,920 MiB (exactly 80 GiB); H100 80GB HBM3: 81,559 MiB; H200: 143,771 MiB
+    (measured for this course); B200: 183,359 MiB."""
+    mib = {"A100-80GB-SXM": 81_920, "H100-SXM": 81_559, "H200-SXM": 143_771, "B200": 183_359}
+    for name, m in mib.items():
+        assert get_gpu(name).hbm_bytes == m * 2**20, name
+    assert get_gpu("H100").hbm_bytes / 2**30 == pytest.approx(79.65, abs=0.01)
+    assert get_gpu("H200").hbm_bytes / 2**30 == pytest.approx(140.40, abs=0.01)
+    assert 180e9 < get_gpu("B200").hbm_bytes < 180 * 2**30       # between decimal and binary "180 GB"
+    for name in ("H100-SXM", "H200-SXM", "B200"):
+        notes = get_gpu(name).notes
+        assert "nvidia-smi" in notes and f"{mib[name]:,} MiB" in notes, name
+
+
 def test_flashattention_paper_a100_figures():
     a100 = get_gpu("A100")
     assert a100.sms == 108

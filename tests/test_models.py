@@ -10,7 +10,8 @@ import math
 import pytest
 
 from attnlab.hardware import data_path, get_gpu
-from attnlab.models import Model, PrefillCost, get_model, models, prefill_cost
+from attnlab.models import (Model, PrefillCost, attention_linear_crossover, get_model,
+                            linear_flops_per_token, models, prefill_cost, prefill_cost_curve)
 
 REQUIRED = ("name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "vocab",
             "params", "source")
@@ -19,7 +20,7 @@ INTS = REQUIRED[1:-1]
 # H100 SXM, written out so a wrong JSON value makes these tests fail
 H100_BF16 = 989.4e12
 H100_BW = 3.35e12
-H100_HBM = 80 * 2**30
+H100_HBM = 81_559 * 2**20          # nvidia-smi memory.total of an H100 80GB
 
 
 def _raw():
@@ -117,6 +118,35 @@ def test_llama3_8b_h100_32k_matches_formula_and_lecture():
     assert c.extra_io_s == pytest.approx(1.32, abs=0.02)
     assert 2.3 <= c.total_ratio <= 2.8
     assert c.extra_io_s > c.compute_s
+
+
+def test_linear_flops_per_token_is_two_per_parameter():
+    """One convention for notebooks 01 and 02: 2 x params, the input embedding included."""
+    assert linear_flops_per_token("Llama-3-8B") == 2 * 8_030_261_248 == 16_060_522_496
+    m = get_model("Llama-3-8B")
+    assert m.vocab * m.hidden / m.params == pytest.approx(0.065, abs=0.001)   # the embedding share
+    ds = get_model("DeepSeek-V3")
+    assert linear_flops_per_token(ds) == 2 * ds.active_params < 2 * ds.params
+    for name in models():
+        assert linear_flops_per_token(name) == 2 * get_model(name).active_params
+
+
+@pytest.mark.parametrize("N", [1, 1000, 32768])
+def test_prefill_compute_uses_linear_flops_per_token(N):
+    m = get_model("Llama-3-8B")
+    c = prefill_cost(m, "H100-SXM", N)
+    attn = 2 * m.layers * m.q_heads * N * N * m.head_dim
+    assert c.compute_s == pytest.approx((linear_flops_per_token(m) * N + attn) / H100_BF16, rel=1e-12)
+    curve = prefill_cost_curve(m, "H100-SXM", [N])
+    assert curve["compute_s"][0] == pytest.approx(c.compute_s, rel=1e-12)
+
+
+def test_attention_linear_crossover():
+    n = attention_linear_crossover("Llama-3-8B")
+    assert n == pytest.approx(8_030_261_248 / (32 * 32 * 128)) and round(n) == 61_266
+    m = get_model("Llama-3-8B")
+    # where prefill_cost's N^2 term equals its linear term
+    assert 2 * m.layers * m.q_heads * n * n * m.head_dim == pytest.approx(linear_flops_per_token(m) * n)
 
 
 def test_s_and_p_sizes_and_fit():

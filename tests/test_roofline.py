@@ -8,11 +8,14 @@ import math
 
 import numpy as np
 import pytest
+from matplotlib.text import Text
 
 from attnlab.explore.roofline import (GRID, I_MAX, I_MIN, SOFTMAX_FLOPS, attention_share,
                                       fusion_rows, fusion_traffic, memory_levels, operators,
                                       roofline, roofline_points, spec_sources)
+from attnlab.explore.roofline import _KEY, memory_table
 from attnlab.hardware import data_path
+from attnlab.models import attention_linear_crossover, linear_flops_per_token
 
 
 def _spec(name):
@@ -162,14 +165,35 @@ def test_fusion_with_heavy_elementwise_work_becomes_compute_bound():
 
 def test_attention_share_llama3_8b_by_hand():
     rows = {r["N"]: r for r in attention_share("Llama-3-8B", (1024, 32768))}
-    linear = 2 * (8_030_261_248 - 128_256 * 4096)
+    linear = 2 * 8_030_261_248             # 2 x params, embedding included (notebooks 01 and 02 agree)
     r = rows[32768]
-    assert r["linear_flops"] == linear
+    assert r["linear_flops"] == linear == linear_flops_per_token("Llama-3-8B")
     assert r["attn_flops"] == pytest.approx(4 * 32 * 32 * 128 * (32768 + 1) / 2)
     assert r["attn_share"] == pytest.approx(r["attn_flops"] / (r["attn_flops"] + linear))
     assert r["score_bytes"] == 32768 ** 2 * 2 == 2_147_483_648          # the lecture's "2 GB"
     assert r["kv_bytes"] == 2 * 32 * 8 * 128 * 32768 * 2 == 4 * 2 ** 30
     assert rows[1024]["attn_share"] < 0.02 < 0.3 < r["attn_share"] < 0.4
+
+
+def test_attention_equals_linear_at_the_crossover():
+    """Notebook 01's check-yourself answer and notebook 02's bend of the compute curve are the
+    same number: params / (layers x heads x d) = 61,266 tokens for Llama-3-8B."""
+    n = attention_linear_crossover("Llama-3-8B")
+    assert n == pytest.approx(8_030_261_248 / (32 * 32 * 128))
+    assert round(n) == 61_266
+    below, above = attention_share("Llama-3-8B", (int(n) - 2, int(n) + 1))
+    assert below["attn_share"] < 0.5 < above["attn_share"]
+
+
+def test_memory_table_states_hbm_to_l2_ratios():
+    rows = {r["gpu"]: r for r in memory_levels()}
+    for name in CHIPS:
+        raw = _spec(name)
+        assert rows[name]["hbm_per_l2"] == pytest.approx(raw["hbm_bytes"] / raw["l2_bytes"])
+    ratios = sorted(r["hbm_per_l2"] for r in rows.values())
+    assert 1_400 < ratios[0] < 1_500 and 2_350 < ratios[-1] < 2_450      # B200 .. H200
+    text = memory_table()
+    assert "HBM / L2" in text and "2,048x" in text and "79.6 GiB" in text and "140.4 GiB" in text
 
 
 def test_memory_levels_from_the_json():
@@ -261,3 +285,46 @@ def test_your_kernel_point_and_summary_follow_the_slider():
     x, y = star.get_data()
     assert x[0] == pytest.approx(1000.0) and y[0] == pytest.approx(989.4)
     assert "H100-SXM" in ex.figure.axes[0].get_title() and "bf16" in ex.figure.axes[0].get_title()
+
+
+def _label(ex, key_text):
+    ax = ex.figure.axes[0]
+    return next(t for t in ax.texts if t.get_text().startswith(key_text))
+
+
+@pytest.mark.parametrize("gpu,dtype", [("H100-SXM", "bf16"), ("H200-SXM", "fp8"), ("B200", "fp4"),
+                                       ("A100", "fp32"), ("B200", "tf32")])
+def test_compute_bound_labels_point_at_their_own_markers(gpu, dtype):
+    """matmul's label lies below the roof and ends left of its marker; FA-with-L2's lies above the
+    roof; both have a leader line to their marker, and neither leaves the axes."""
+    ex = roofline(gpu, dtype, 10.0)
+    ops = {o["key"]: o for o in roofline_points(gpu, dtype)["operators"]}
+    fig = ex.figure
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    to_px = ax.transData.transform
+    box = ax.get_window_extent()
+    mm = _label(ex, "matmul")
+    l2 = _label(ex, "FA, L2")
+    renderer = fig.canvas.get_renderer()
+    text_box = lambda lab: Text.get_window_extent(lab, renderer)     # noqa: E731 - without the leader
+    for lab, key in ((mm, "matmul"), (l2, "flash_l2")):
+        assert lab.arrow_patch is not None                    # leader line
+        assert lab.xy == pytest.approx((ops[key]["intensity"], ops[key]["attainable"] / 1e12))
+        bb = text_box(lab)
+        assert box.x0 <= bb.x0 and bb.x1 <= box.x1 + 1 and box.y0 <= bb.y0 and bb.y1 <= box.y1
+    mx, my = to_px((ops["matmul"]["intensity"], ops["matmul"]["attainable"] / 1e12))
+    lx, ly = to_px((ops["flash_l2"]["intensity"], ops["flash_l2"]["attainable"] / 1e12))
+    mb, lb = text_box(mm), text_box(l2)
+    assert mb.y1 < my and mb.x1 < mx                          # below and left of matmul's dot
+    assert lb.y0 > ly                                         # above FA-with-L2's dot
+    if lb.x0 < mx < lb.x1:                                    # when it spans matmul's x (fp8, fp4)
+        assert lb.y0 > my + 15                                # it stands well clear of that dot
+
+
+def test_key_explains_the_hollow_marker():
+    assert "hollow marker" in _KEY and "FA, L2" in _KEY
+    ex = roofline()
+    dot = next(l for l in ex.figure.axes[0].lines
+               if l.get_marker() == "o" and l.get_markerfacecolor() == "white")
+    assert dot.get_xdata()[0] == pytest.approx(2048.0)

@@ -16,7 +16,7 @@ from attnlab.models import get_model, models, prefill_cost, prefill_cost_curve
 
 # Llama-3-8B and H100 SXM, written out so a wrong JSON value or a wrong formula fails here
 L8 = dict(params=8_030_261_248, layers=32, heads=32, d=128)
-H100 = dict(peak=989.4e12, bw=3.35e12, hbm=80 * 2**30)
+H100 = dict(peak=989.4e12, bw=3.35e12, hbm=81_559 * 2**20)     # nvidia-smi: 81,559 MiB
 M = 100_000
 
 
@@ -159,9 +159,11 @@ def test_faster_memory_less_extra_time():
 
 
 def test_max_fitting_n():
+    hbm = 81_559 * 2**20                                   # what nvidia-smi reports on an H100 80GB
     n = st.max_fitting_n("Llama-3-8B", "H100-SXM")
-    assert n == math.isqrt(80 * 2**30 // (2 * 32 * 2)) == 25_905
-    assert 2 * 32 * n**2 * 2 <= 80 * 2**30 < 2 * 32 * (n + 1) ** 2 * 2
+    assert n == math.isqrt(hbm // (2 * 32 * 2)) == 25_848
+    assert 2 * 32 * n**2 * 2 <= hbm < 2 * 32 * (n + 1) ** 2 * 2
+    assert st.max_fitting_n("Llama-3-8B", "A100") == math.isqrt(80 * 2**30 // 128) == 25_905
     assert st.max_fitting_n("Llama-3-8B", "B200") > st.max_fitting_n("Llama-3-8B", "H200") > n
 
 
@@ -205,9 +207,18 @@ def test_summary_line_states_the_point():
     s = ex.summary.value
     assert "N = 32,768" in s and "2.62x" in s and "128 GiB" in s and "does not fit" in s
     assert "8 MiB" in s
+    assert "(hypothetical)" not in ex.figure.axes[0].get_title()
     ex.set(head_dim=256)
-    assert "MORE than standard" in ex.summary.value
-    assert ex.figure.axes[0].get_title().startswith("Prefill time")
+    s = ex.summary.value
+    assert "MORE HBM traffic than standard" in s and "M = 100,000" in s
+    assert "cannot show FlashAttention's benefit" in s and "does not mean FlashAttention gains" in s
+    assert "memory benefit stands" in s and "L2" in s
+    assert "no extra time" not in s
+    title = ex.figure.axes[0].get_title()
+    assert title.startswith("Prefill time") and "reshaped: 16 heads × d=256 (hypothetical)" in title
+    ex.set(model="Gemma-2-9B")                             # its own d = 256: no "hypothetical"
+    assert "hypothetical" not in ex.figure.axes[0].get_title()
+    assert "cannot show FlashAttention's benefit" in ex.summary.value
 
 
 # --- the vectorised companion in models.py --------------------------------------------------------
@@ -266,3 +277,83 @@ def test_bad_input_elsewhere():
         st.max_fitting_n("Llama-3-8B", "H900")
     with pytest.raises(TypeError, match="n must be an integer"):
         st.prefill_curves(n=1024.5)
+
+
+# --- the figures say what the summaries say -------------------------------------------------------
+
+def test_legend_lists_only_drawn_lines():
+    """d = 256: no extra time, so the red line is not drawn and its legend entry is hidden."""
+    ex = st.prefill_cost_explorer()
+    ax = ex.figure.axes[0]
+
+    def shown_labels():
+        legs = [a for a in ax.get_children() if type(a).__name__ == "Legend" and a.get_visible()]
+        assert len(legs) == 1
+        return [t.get_text() for t in legs[0].get_texts()]
+
+    assert any(t.startswith("extra HBM time") for t in shown_labels())
+    ex.set(head_dim=256)
+    assert not any(t.startswith("extra HBM time") for t in shown_labels())
+    red = next(l for l in ax.lines if l.get_label().startswith("extra HBM time"))
+    assert np.all(np.isnan(red.get_ydata()))
+    ex.set(head_dim=64)
+    assert any(t.startswith("extra HBM time") for t in shown_labels())
+
+
+def test_flash_and_extra_lines_are_told_apart():
+    """At d = 128 the two HBM curves nearly coincide: they differ in width, style and markers."""
+    ex = st.prefill_cost_explorer()
+    lines = {l.get_label().split("\n")[0]: l for l in ex.figure.axes[0].lines}
+    red = lines["extra HBM time, standard attn."]
+    blue = lines["FlashAttention's own traffic"]
+    r = st.prefill_curves()
+    np.testing.assert_allclose(blue.get_ydata(), r["flash_s"], rtol=0.2)    # they overlap ...
+    np.testing.assert_allclose(red.get_ydata(), r["extra_s"], rtol=0.2)
+    assert red.get_linewidth() >= 2 * blue.get_linewidth()                  # ... yet look different
+    assert red.get_linestyle() == "-" and blue.get_linestyle() != "-"
+    assert blue.get_marker() not in (None, "None", "")
+
+
+def test_traffic_dot_sits_at_the_share_the_summary_states():
+    for d, n in ((64, 4096), (128, 64), (32, 131072)):
+        ex = st.standard_traffic(d=d, n=n)
+        share = 100 * n / (n + d)
+        dot = next(l for l in ex.figure.axes[0].lines if l.get_marker() == "o")
+        assert dot.get_xdata()[0] == n and dot.get_ydata()[0] == pytest.approx(share)
+        assert f"{share:.1f} %" in ex.summary.value
+        label = next(t for t in ex.figure.axes[0].texts if t.get_text().startswith("S, P:"))
+        assert label.get_text() == f"S, P: {share:.1f} %"
+
+
+def test_flash_traffic_crossover_from_the_library():
+    """Notebook 02 prints where FlashAttention's own traffic (FA1 accounting) reaches the compute
+    time: about 16,900 tokens for Llama-3-8B on the H100, just after the extra time (16,700)."""
+    r = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 32768)
+    assert 16_800 < r["flash_crossover_n"] < 16_950
+    below, above = by_hand(16_800, **L8, **H100), by_hand(16_950, **L8, **H100)
+    assert below["flash_s"] < below["compute_s"] and above["flash_s"] > above["compute_s"]
+    rows = {row["gpu"]: row for row in st.crossover_rows()}
+    assert rows["H100-SXM"]["flash_n"] == pytest.approx(r["flash_crossover_n"])
+    assert rows["H100-SXM"]["extra_n"] == pytest.approx(r["crossover_n"])
+    assert rows["A100-80GB-SXM"]["extra_n"] > rows["H200-SXM"]["extra_n"] > rows["B200"]["extra_n"]
+    assert all(row["extra_n"] is None for row in st.crossover_rows(head_dim=256))
+    assert "16,900" in st.crossover_table()
+
+
+def test_ratio_conventions_by_hand():
+    rows = st.ratio_conventions("Llama-3-8B", "H100-SXM", 32768)
+    N, p = 32768, H100["peak"]
+    base = by_hand(N, **L8, **H100)
+    heads = L8["layers"] * L8["heads"]
+    assert rows[0]["ratio"] == pytest.approx((base["compute_s"] + base["extra_s"]) / base["compute_s"])
+    no_embed = base["compute_s"] - 2 * 128_256 * 4096 * N / p
+    assert rows[1]["compute_s"] == pytest.approx(no_embed)
+    full = base["compute_s"] + 2 * heads * N * N * 128 / p
+    assert rows[2]["compute_s"] == pytest.approx(full)
+    assert rows[3]["extra_s"] > base["extra_s"]            # causal FA1 moves less: more extra
+    bc = math.ceil(M / (4 * 128))                          # causal FA1 by hand: K/V block j is
+    n_blocks = -(-N // bc)                                 # read by the queries i >= j * bc
+    causal_fa1 = 2 * N * 128 + sum((N - j * bc) * (3 * 128 + 4) for j in range(n_blocks))
+    want = heads * (std_hand(N, 128) - causal_fa1) * 2 / H100["bw"]
+    assert rows[3]["extra_s"] == pytest.approx(want, rel=0.01)
+    assert [round(r["ratio"], 2) for r in rows] == [2.62, 2.70, 2.20, 3.42]

@@ -23,7 +23,8 @@ from .attention import block_sizes
 from .hardware import DTYPE_BYTES, data_path, get_gpu, peak
 from .iomodel import flash_io, standard_io
 
-__all__ = ["Model", "PrefillCost", "models", "get_model", "prefill_cost", "prefill_cost_curve"]
+__all__ = ["Model", "PrefillCost", "models", "get_model", "linear_flops_per_token",
+           "attention_linear_crossover", "prefill_cost", "prefill_cost_curve"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,40 @@ def get_model(model) -> Model:
     return table[name]
 
 
+def linear_flops_per_token(model) -> int:
+    """FLOPs per token of everything except attention's QK^T and PV: 2 x parameters.
+
+    The usual approximation: every weight takes part in one multiply-add (2 FLOPs) per token.
+    It counts the input embedding too, although that is a table lookup, not a matmul: for
+    Llama-3-8B that is 128,256 x 4096 = 525M of the 8.03B parameters (about 6.5 %), so the
+    exact matmul count is about 15.0 GFLOP/token against the 16.06 used here. We keep the
+    convention because it is the one the lecture's numbers follow (and the one most papers use);
+    it also makes models with a tied embedding, such as Gemma-2, exact: their one vocab x hidden
+    matrix is both the lookup and the LM head's matmul. Mixture-of-experts models use
+    `active_params` (DeepSeek-V3: 37e9 of 671e9).
+
+    Used by `prefill_cost`, `prefill_cost_curve` and `explore.roofline.attention_share`, so every
+    notebook counts the linear layers the same way.
+
+    Example: `linear_flops_per_token("Llama-3-8B") == 2 * 8_030_261_248 == 16_060_522_496`.
+    """
+    return 2 * get_model(model).active_params
+
+
+def attention_linear_crossover(model) -> float:
+    """The context length N at which causal attention's FLOPs per token equal the linear layers'.
+
+    Per token of a causal prefill, QK^T and PV cost 4 x layers x q_heads x head_dim x N / 2
+    FLOPs (a token attends to about N / 2 keys on average); setting that equal to
+    `linear_flops_per_token` gives N = params / (layers x q_heads x head_dim). It is also where
+    `prefill_cost`'s compute bends from slope 1 (weights) to slope 2 (attention) on log-log axes.
+
+    Example: Llama-3-8B: 8,030,261,248 / (32 x 32 x 128) = 61,266 tokens.
+    """
+    m = get_model(model)
+    return linear_flops_per_token(m) / (2 * m.layers * m.q_heads * m.head_dim)
+
+
 @dataclass(frozen=True)
 class PrefillCost:
     """Result of `prefill_cost`: times in seconds, sizes in bytes."""
@@ -132,9 +167,11 @@ def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16"
 
     Time model (one sequence, causal attention, every query head of every layer):
 
-        compute_s   = (2 * params * N + 2 * layers * q_heads * N**2 * head_dim) / peak(gpu, dtype)
-                      -- the matmul FLOPs of all weights plus causal attention's QK^T and PV
-                         (half of 4 N^2 d because of the causal mask), at dense peak;
+        compute_s   = (linear_flops_per_token * N + 2 * layers * q_heads * N**2 * head_dim)
+                      / peak(gpu, dtype)
+                      -- 2 FLOPs per parameter per token (`linear_flops_per_token`: the usual
+                         2 x params, input embedding included) plus causal attention's QK^T and
+                         PV (half of 4 N^2 d because of the causal mask), at dense peak;
         extra_io_s  = layers * q_heads * (standard_io(N, head_dim) - flash_io(N, head_dim, sram, "fa1"))
                       * bytes_per_element / hbm_bandwidth
                       -- the HBM traffic standard attention adds over FlashAttention (iomodel,
@@ -144,7 +181,11 @@ def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16"
         s_bytes_per_layer  = q_heads * N**2 * bytes_per_element (all heads' S of one layer at once);
         sp_bytes_per_layer = 2 * s_bytes_per_layer (S and P); fits = sp_bytes_per_layer <= hbm_bytes.
 
-    `params` is `model.active_params` (the total for dense models; 37e9 for DeepSeek-V3's experts).
+    A simplification: the compute takes the causal half, but FA1's traffic is counted without
+    causal block skipping (`flash_io(..., "fa1")`, causal=False). A causal FlashAttention kernel
+    skips the blocks above the diagonal and moves about half as much (at N = 32,768, d = 128:
+    1.08e9 instead of 2.14e9 elements per head), so the model understates the extra traffic of
+    standard attention, which cannot skip anything.
     `sram` M is in elements, as in `iomodel`. `model` and `gpu` are names or objects.
 
     Example: `prefill_cost("Llama-3-8B", "H100-SXM", 32768)` gives compute 0.82 s, extra 1.32 s,
@@ -157,7 +198,7 @@ def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16"
     bpe = DTYPE_BYTES[dtype.strip().lower()]
     d = m.head_dim
     heads = m.layers * m.q_heads
-    flops = 2 * m.active_params * N + 2 * heads * N * N * d
+    flops = linear_flops_per_token(m) * N + 2 * heads * N * N * d
     compute_s = flops / p
     extra_elements = heads * (standard_io(N, d) - flash_io(N, d, sram, "fa1"))
     extra_io_s = extra_elements * bpe / g.hbm_bandwidth
@@ -212,7 +253,7 @@ def prefill_cost_curve(model, gpu, Ns, *, sram: int = 100_000, dtype: str = "bf1
     Nf = N.astype(np.float64)
     std = 4 * N * d + 4 * N * N                            # standard_io, per head (exact int64)
     fa1 = 2 * N * d + (-(-N // bc)) * N * (3 * d + 4)      # flash_io(..., "fa1"), per head
-    compute_s = (2.0 * m.active_params * Nf + 2.0 * heads * Nf * Nf * d) / p
+    compute_s = (float(linear_flops_per_token(m)) * Nf + 2.0 * heads * Nf * Nf * d) / p
     extra_io_s = heads * (std - fa1).astype(np.float64) * bpe / g.hbm_bandwidth
     flash_io_s = heads * fa1.astype(np.float64) * bpe / g.hbm_bandwidth
     s_bytes = m.q_heads * Nf * Nf * bpe

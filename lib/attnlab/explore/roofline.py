@@ -34,7 +34,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from .._check import as_float, as_int
 from ..hardware import DTYPE_BYTES, attainable, get_gpu, gpus, peak, ridge_point, roofline_time
 from ..iomodel import flash_io, standard_io
-from ..models import get_model
+from ..models import get_model, linear_flops_per_token
 from . import style
 from ._base import Explorer, dropdown, slider
 
@@ -64,23 +64,24 @@ def attention_share(model="Llama-3-8B", Ns=(1024, 4096, 16384, 32768, 131072),
     """Per N: FLOPs per token of the linear layers and of attention in a causal prefill, and the
     bytes attention must hold or read.
 
-        linear_flops = 2 * (active_params - vocab * hidden)   every weight once per token, except
-                                                              the input embedding (a lookup)
+        linear_flops = models.linear_flops_per_token(model) = 2 * active_params
+                       every weight once per token, the input embedding included (a lookup, ~6.5 %
+                       of Llama-3-8B): the usual convention, the one prefill_cost and the lecture use
         attn_flops   = 4 * layers * q_heads * head_dim * (N + 1) / 2
                        QK^T and PV for one query against (N + 1) / 2 keys: the causal average
         score_bytes  = N^2 * bytes per element       S of ONE head, if it were materialised
         kv_bytes     = 2 * layers * kv_heads * head_dim * N * bytes   K and V that ONE decode step reads
 
     Linear FLOPs grow as N d^2 over the whole prefill, attention's as N^2 d: per token the first
-    is constant and the second grows with N. (Gemma-2 ties its embedding to the LM head, so for it
-    linear_flops misses one vocab x hidden matmul.)
+    is constant and the second grows with N; they are equal near
+    `models.attention_linear_crossover(model)` (61,266 tokens for Llama-3-8B).
 
-    Example: Llama-3-8B at N = 32,768: linear 15.0 GFLOP/token, attention 8.6 GFLOP/token (36 %);
+    Example: Llama-3-8B at N = 32,768: linear 16.06 GFLOP/token, attention 8.6 GFLOP/token (35 %);
     one head's S is 32768^2 x 2 = 2,147,483,648 bytes; a decode step reads 4 GiB of KV.
     """
     m = get_model(model)
     b = DTYPE_BYTES[_dtype(dtype)]
-    linear = 2 * (m.active_params - m.vocab * m.hidden)
+    linear = linear_flops_per_token(m)
     rows = []
     for N in Ns:
         N = as_int("N", N, 1, None)
@@ -96,7 +97,8 @@ def attention_share(model="Llama-3-8B", Ns=(1024, 4096, 16384, 32768, 131072),
 def memory_levels(names=None) -> list[dict]:
     """One row per GPU: HBM capacity and bandwidth, on-chip SRAM (per SM, SMs, total), L2, and
     the SRAM bandwidth where a source gives one (the FlashAttention paper's ~19 TB/s for the A100;
-    NaN elsewhere). Sizes in bytes, bandwidths in bytes/s.
+    NaN elsewhere), and hbm_per_l2, how many times larger HBM is than the L2 cache. Sizes in
+    bytes, bandwidths in bytes/s.
 
     Example: A100-80GB-SXM: 80 GiB at 2.04 TB/s; 192 KiB x 108 SMs = 20.25 MiB of SRAM at ~19 TB/s.
     """
@@ -106,7 +108,7 @@ def memory_levels(names=None) -> list[dict]:
         sram_bw = g.extra.get("sram_bandwidth")
         rows.append({"gpu": g.name, "hbm_bytes": g.hbm_bytes, "hbm_bandwidth": g.hbm_bandwidth,
                      "sram_per_sm": g.sram_per_sm, "sms": g.sms, "sram_total": g.sram_per_sm * g.sms,
-                     "l2_bytes": g.l2_bytes,
+                     "l2_bytes": g.l2_bytes, "hbm_per_l2": g.hbm_bytes / g.l2_bytes,
                      "sram_bandwidth": float(sram_bw) if sram_bw is not None else float("nan")})
     return rows
 
@@ -290,14 +292,16 @@ def share_table(model="Llama-3-8B", Ns=(1024, 4096, 16384, 32768, 131072),
 
 
 def memory_table(names=None) -> str:
-    """`memory_levels` as a text table (binary units for sizes, decimal TB/s for bandwidth)."""
+    """`memory_levels` as a text table (binary units for sizes, decimal TB/s for bandwidth; HBM is
+    the capacity nvidia-smi reports where gpus.json has it, so '80 GB' parts show about 80 GiB)."""
     return style.table(
         memory_levels(names),
         {"gpu": "GPU", "hbm_bytes": "HBM", "hbm_bandwidth": "HBM bandwidth", "sram_per_sm": "SRAM per SM",
-         "sms": "SMs", "sram_total": "SRAM, all SMs", "l2_bytes": "L2", "sram_bandwidth": "SRAM bandwidth"},
-        {"hbm_bytes": lambda x: f"{x / 2 ** 30:.0f} GiB", "hbm_bandwidth": lambda x: f"{x / 1e12:.2f} TB/s",
+         "sms": "SMs", "sram_total": "SRAM, all SMs", "l2_bytes": "L2", "hbm_per_l2": "HBM / L2",
+         "sram_bandwidth": "SRAM bandwidth"},
+        {"hbm_bytes": lambda x: f"{x / 2 ** 30:.1f} GiB", "hbm_bandwidth": lambda x: f"{x / 1e12:.2f} TB/s",
          "sram_per_sm": lambda x: f"{x / 2 ** 10:.0f} KiB", "sram_total": lambda x: f"{x / 2 ** 20:.2f} MiB",
-         "l2_bytes": lambda x: f"{x / 2 ** 20:.0f} MiB",
+         "l2_bytes": lambda x: f"{x / 2 ** 20:.0f} MiB", "hbm_per_l2": lambda x: f"{x:,.0f}x",
          "sram_bandwidth": lambda x: "no source" if math.isnan(x) else f"~{x / 1e12:.0f} TB/s"})
 
 
@@ -367,14 +371,23 @@ _LABEL_POS = {
     "decode": ((-7, 5), "right", "bottom"),
     "standard": ((-7, 5), "right", "bottom"),
     "flash": ((7, -5), "left", "top"),
-    "matmul": ((0, -10), "center", "top"),
-    "flash_l2": ((4, 9), "right", "bottom"),
+    # the two compute-bound points sit close together on the flat roof: matmul's label goes
+    # below and to the left, FA-with-L2's above (to the right where there is room, see
+    # _L2_LABEL), each joined to its marker by a thin leader line
+    "matmul": ((-14, -16), "right", "top"),
+    "flash_l2": ((14, 18), "left", "bottom"),
 }
+_LEADER = {"matmul", "flash_l2"}
+# FA-with-L2's label turns to the left of its marker when less than this many decades of x axis
+# remain to its right (fp8 and fp4 put it at 4,096 and 8,192 FLOP/byte)
+_L2_LABEL_ROOM = 0.6
+_L2_LABEL_LEFT = ((-3, 26), "right", "bottom")
 
 _KEY = ("markers: operator, its FLOP/byte; orange = memory-bound, purple = compute-bound\n"
         "elementwise, softmax: over a 4096 x 4096 matrix\n"
         "std attn, FA: prefill attention, N = 4096, d = 128 (standard; FlashAttention)\n"
-        "FA, L2: FlashAttention if the L2 cache serves its K, V re-reads\n"
+        "FA, L2 (hollow marker): FlashAttention if the L2 cache serves its K, V re-reads,\n"
+        "      so HBM sees Q, K, V, O once (a best case, not an HBM-model count)\n"
         "decode: one query against 4096 keys, MHA;  matmul: 4096 x 4096 x 4096\n"
         "\u2605 your kernel (slider)")
 
@@ -427,8 +440,10 @@ def roofline(gpu: str = "H100-SXM", dtype: str = "bf16", intensity: float = 10.0
     labels = {}
     for k in keys:
         off, ha, va = _LABEL_POS[k]
+        leader = ({"arrowstyle": "-", "lw": 0.7, "color": "#555555", "shrinkA": 1, "shrinkB": 4.5}
+                  if k in _LEADER else None)
         labels[k] = ax.annotate("", (1, 1), xytext=off, textcoords="offset points", fontsize=8,
-                                ha=ha, va=va, zorder=4)
+                                ha=ha, va=va, zorder=4, arrowprops=leader)
     user_line, = ax.plot([], [], ":", color=c["highlight"], lw=1.5, zorder=2)
     user_dot, = ax.plot([], [], "*", ms=16, color=c["highlight"], mec="k", mew=0.8, zorder=5,
                          clip_on=False)           # whole star even at the ends of the slider
@@ -485,6 +500,11 @@ def roofline(gpu: str = "H100-SXM", dtype: str = "bf16", intensity: float = 10.0
                 dots[k].set_markerfacecolor(colour)
             labels[k].xy = (o["intensity"], y)
             labels[k].set_text(f"{o['short']} {_num(o['intensity'])}")
+            if k == "flash_l2":
+                room = math.log10(I_MAX / o["intensity"]) >= _L2_LABEL_ROOM
+                off, ha, va = _LABEL_POS[k] if room else _L2_LABEL_LEFT
+                labels[k].xyann = off
+                labels[k].set_horizontalalignment(ha)
         u = r["user"]
         uy = u["attainable"] / tf
         user_line.set_data([u["intensity"], u["intensity"]], [Y_MIN, uy])
