@@ -22,14 +22,14 @@ real kernels reach 60-80 % of either roof. Every number has its source in the JS
 from __future__ import annotations
 
 import functools
-import json
 import numbers
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
+
+from ._catalog import data_path, find, freeze, load
 
 __all__ = ["GPU", "DTYPE_BYTES", "data_path", "gpus", "get_gpu", "peak", "ridge_point",
            "sm_share_time", "WaveTime",
@@ -38,22 +38,6 @@ __all__ = ["GPU", "DTYPE_BYTES", "data_path", "gpus", "get_gpu", "peak", "ridge_
 #: Bytes per element of each dtype the course uses (fp4 packs two elements per byte).
 DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
     {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp4": 0.5})
-
-_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data"
-
-
-def data_path(name: str) -> Path:
-    """Path of a file in the repository's `data/` folder (lib/attnlab/../../data).
-
-    Example: `data_path("gpus.json").name == "gpus.json"`. FileNotFoundError if it is missing.
-    """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty file name, got {name!r}")
-    path = _DATA_DIR / name
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {name!r} not found at {path}; the data/ folder sits "
-                                f"beside lib/ in the repository (editable install expected)")
-    return path
 
 
 @dataclass(frozen=True)
@@ -79,37 +63,20 @@ class GPU:
         return tuple(self.peak_flops)
 
 
-def _freeze(obj):
-    if isinstance(obj, dict):
-        return MappingProxyType({k: _freeze(v) for k, v in obj.items()})
-    if isinstance(obj, list):
-        return tuple(_freeze(v) for v in obj)
-    return obj
-
-
-def _key(name: str) -> str:
-    return name.strip().lower().replace("_", "-").replace(" ", "-")
-
-
 @functools.lru_cache(maxsize=None)
 def _load() -> tuple[dict[str, GPU], dict[str, str]]:
     """(GPUs by name, lookup key -> name), read once."""
-    with open(data_path("gpus.json"), encoding="utf-8") as f:
-        raw = json.load(f)["gpus"]
     named = ("name", "sms", "hbm_bytes", "hbm_bandwidth", "sram_per_sm", "l2_bytes",
              "peak_flops", "sources", "notes")
-    table, lookup = {}, {}
-    for entry in raw:
-        gpu = GPU(name=entry["name"], sms=int(entry["sms"]), hbm_bytes=int(entry["hbm_bytes"]),
-                  hbm_bandwidth=float(entry["hbm_bandwidth"]),
-                  sram_per_sm=int(entry["sram_per_sm"]), l2_bytes=int(entry["l2_bytes"]),
-                  peak_flops=MappingProxyType({k: float(v) for k, v in entry["peak_flops"].items()}),
-                  sources=_freeze(entry.get("sources", [])), notes=entry.get("notes", ""),
-                  extra=_freeze({k: v for k, v in entry.items() if k not in named}))
-        table[gpu.name] = gpu
-        for alias in (gpu.name, *entry.get("aliases", ())):
-            lookup[_key(alias)] = gpu.name
-    return table, lookup
+
+    def build(entry):
+        return GPU(name=entry["name"], sms=int(entry["sms"]), hbm_bytes=int(entry["hbm_bytes"]),
+                   hbm_bandwidth=float(entry["hbm_bandwidth"]),
+                   sram_per_sm=int(entry["sram_per_sm"]), l2_bytes=int(entry["l2_bytes"]),
+                   peak_flops=MappingProxyType({k: float(v) for k, v in entry["peak_flops"].items()}),
+                   sources=freeze(entry.get("sources", [])), notes=entry.get("notes", ""),
+                   extra=freeze({k: v for k, v in entry.items() if k not in named}))
+    return load("gpus.json", "gpus", build)
 
 
 def gpus() -> list[str]:
@@ -123,15 +90,7 @@ def get_gpu(gpu) -> GPU:
 
     Example: `get_gpu("h100").hbm_bandwidth == 3.35e12`.
     """
-    if isinstance(gpu, GPU):
-        return gpu
-    if not isinstance(gpu, str):
-        raise TypeError(f"gpu must be a GPU or a GPU name, got {gpu!r} ({type(gpu).__name__})")
-    table, lookup = _load()
-    name = lookup.get(_key(gpu))
-    if name is None:
-        raise ValueError(f"gpu={gpu!r} is not known; valid: {', '.join(table)}")
-    return table[name]
+    return find("gpu", gpu, GPU, _load())
 
 
 def peak(gpu, dtype: str = "bf16") -> float:

@@ -11,16 +11,15 @@ card's 80 GB.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
 
+from ._catalog import find, freeze, load
 from ._check import as_int
 from .attention import block_sizes
-from .hardware import DTYPE_BYTES, data_path, get_gpu, peak
+from .hardware import DTYPE_BYTES, get_gpu, peak
 from .iomodel import flash_io, standard_io
 
 __all__ = ["Model", "PrefillCost", "models", "get_model", "linear_flops_per_token",
@@ -62,36 +61,19 @@ class Model:
         return str(self.extra.get("notes", ""))
 
 
-def _key(name: str) -> str:
-    return name.strip().lower().replace("_", "-").replace(" ", "-")
-
-
-def _freeze(obj):
-    if isinstance(obj, dict):
-        return MappingProxyType({k: _freeze(v) for k, v in obj.items()})
-    if isinstance(obj, list):
-        return tuple(_freeze(v) for v in obj)
-    return obj
-
-
 _INT_FIELDS = ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "vocab", "params")
 
 
 @functools.lru_cache(maxsize=None)
 def _load() -> tuple[dict[str, Model], dict[str, str]]:
     """(models by name, lookup key -> name), read once."""
-    with open(data_path("models.json"), encoding="utf-8") as f:
-        raw = json.load(f)["models"]
     named = ("name", "source", *_INT_FIELDS)
-    table, lookup = {}, {}
-    for entry in raw:
-        model = Model(name=entry["name"], source=entry["source"],
-                      **{k: int(entry[k]) for k in _INT_FIELDS},
-                      extra=_freeze({k: v for k, v in entry.items() if k not in named}))
-        table[model.name] = model
-        for alias in (model.name, *entry.get("aliases", ())):
-            lookup[_key(alias)] = model.name
-    return table, lookup
+
+    def build(entry):
+        return Model(name=entry["name"], source=entry["source"],
+                     **{k: int(entry[k]) for k in _INT_FIELDS},
+                     extra=freeze({k: v for k, v in entry.items() if k not in named}))
+    return load("models.json", "models", build)
 
 
 def models() -> list[str]:
@@ -104,15 +86,7 @@ def get_model(model) -> Model:
 
     Example: `get_model("llama-3-8b").group == 4`.
     """
-    if isinstance(model, Model):
-        return model
-    if not isinstance(model, str):
-        raise TypeError(f"model must be a Model or a model name, got {model!r} ({type(model).__name__})")
-    table, lookup = _load()
-    name = lookup.get(_key(model))
-    if name is None:
-        raise ValueError(f"model={model!r} is not known; valid: {', '.join(table)}")
-    return table[name]
+    return find("model", model, Model, _load())
 
 
 def linear_flops_per_token(model) -> int:
