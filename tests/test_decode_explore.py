@@ -12,7 +12,7 @@ import pytest
 from attnlab.explore import decode as dx
 
 H100 = dict(sms=132, bw=3.35e12, peak=989.4e12)
-D, GROUP = 128, 4                                    # Llama-3-8B: head_dim 128, 4 query heads per KV head
+D = 128                                              # Llama-3-8B: head_dim 128
 
 
 def intensity_hand(g, l_qo, l_kv, d=D):
@@ -28,7 +28,8 @@ def decode_time_hand(batch, context, kv_heads, splits, *, sms=H100["sms"], bw=H1
     block_time = 2 * chunk * D * 2 / (bw / sms)      # K and V of one chunk at 1/sms of the bandwidth
     waves = math.ceil(blocks / sms)
     attn = waves * block_time
-    merge = 2 * batch * kv_heads * GROUP * splits * (D + 1) * 4 / bw if splits > 1 else 0.0
+    q_heads = 32                                     # Llama-3-8B: kv_heads x group = 32 query heads
+    merge = 2 * batch * q_heads * splits * (D + 1) * 4 / bw if splits > 1 else 0.0
     return attn + merge, attn, merge, blocks / (waves * sms), blocks, waves
 
 

@@ -264,10 +264,20 @@ def _occupancy(run, sms: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(x), np.array(y, dtype=float)
 
 
+Q_HEADS = 32   # Llama-3-8B's query heads: the explorer varies how many KV heads share them
+
+
+def _us(t: float) -> str:
+    """Compact bar label in µs: '41.5', '661', '8,460'."""
+    us = t * 1e6
+    return f"{us:.3g}" if us < 1000 else f"{us:,.0f}"
+
+
 def split_kv_plan(batch: int = 1, context: int = 32768, kv_heads: int = 8, splits: int = 16,
                   gpu="H100-SXM", *, candidates=SPLITS) -> dict:
-    """One layer of decode attention (Llama-3-8B's head_dim 128 and group 4) on the simplified GPU
-    of `attnlab.decode.decode_time`, for every split count in `candidates` (those <= context).
+    """One layer of decode attention (Llama-3-8B's 32 query heads of head_dim 128, shared by
+    `kv_heads` KV heads: group = 32 / kv_heads) on the simplified GPU of
+    `attnlab.decode.decode_time`, for every split count in `candidates` (those <= context).
 
     Returns runs (DecodeTime per candidate), chosen (the run for `splits`), base (no split),
     best (the fastest run), speedup (base time / chosen time), sms, block_time (s, chosen),
@@ -287,9 +297,10 @@ def split_kv_plan(batch: int = 1, context: int = 32768, kv_heads: int = 8, split
     if splits not in cands:
         raise ValueError(f"splits={splits} is not a candidate; valid: {cands}")
     G = get_gpu(gpu)
-    runs = [decode_time(batch, context, kv_heads, s, G) for s in cands if s <= context]
+    group = max(1, Q_HEADS // kv_heads)          # the merge traffic scales with query heads
+    runs = [decode_time(batch, context, kv_heads, s, G, group=group) for s in cands if s <= context]
     chosen = next(r for r in runs if r.splits == splits)
-    base = decode_time(batch, context, kv_heads, 1, G)
+    base = decode_time(batch, context, kv_heads, 1, G, group=group)
     best = min(runs, key=lambda r: r.time)
     return {"batch": batch, "context": context, "kv_heads": kv_heads, "splits": splits, "gpu": G.name,
             "runs": runs, "chosen": chosen, "base": base, "best": best,
@@ -468,7 +479,7 @@ def split_kv_explorer(batch: int = 1, context: int = 32768, kv_heads: int = 8, s
             attn_bars[i].set_color(c["fa1"] if s == r.splits else c["muted"])
             merge_bars[i].set_y(a); merge_bars[i].set_height(m)
             labels[i].xy = (i, q.time * 1e6)
-            labels[i].set_text(f"{q.time * 1e6:.3g}\n{q.utilization:.0%}")
+            labels[i].set_text(f"{_us(q.time)}\n{q.utilization:.0%}")
             labels[i].set_fontweight("bold" if s == r.splits else "normal")
         bi = SPLITS.index(p["best"].splits)
         best_txt.xy = (bi, p["best"].time * 1e6)
@@ -480,7 +491,9 @@ def split_kv_explorer(batch: int = 1, context: int = 32768, kv_heads: int = 8, s
                 f"time {style.seconds(r.time)} (attention {style.seconds(r.attn_time)}"
                 + (f" + merge {style.seconds(r.merge_time)}" if r.merge_time else "")
                 + f"), <b>{p['speedup']:.1f}x</b> vs no split ({style.seconds(p['base'].time)}). "
-                f"Best split count here: <b>{p['best'].splits}</b> ({style.seconds(p['best'].time)}).")
+                f"Best split count here: <b>{p['best'].splits}</b> ({style.seconds(p['best'].time)})."
+                + (" <i>Below ~5 µs the model is optimistic: it has no launch cost, and a real "
+                   "kernel launch alone takes a few µs.</i>" if r.time < 5e-6 else ""))
 
     dynamic = [busy, merge_r, waves, ghost, sm_line, sm_text, occ_text, *attn_bars, *merge_bars, *labels,
                best_txt, ax_o.title, ax_t.title]
