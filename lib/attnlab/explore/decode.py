@@ -49,6 +49,7 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTEXTS = tuple(1024 << i for i in range(8))           # 1K .. 128K tokens
 KV_HEADS = (1, 2, 4, 8, 16)
 L_KV_MIN, L_KV_MAX = 128, 131072
+L_KV_STEPS = [1 << k for k in range(7, 18)]             # 128 ... 131072: 8192 stays reachable
 I_LIM = (0.5, 5000.0)                                   # FLOP/byte: every slider setting fits
 TFLOPS_LIM = (0.5, 5000.0)                              # TFLOP/s: every GPU's bf16 roof fits
 LINEAR_N = 4096                                         # the contrast: a 4096 x 4096 linear layer
@@ -206,7 +207,7 @@ def intensity_explorer(g: int = 8, l_qo: int = 1, l_kv: int = 8192, batch: int =
     controls = {
         "g": steps("group size g", GROUPS, g),
         "l_qo": slider("queries/step l_qo", l_qo, 1, 16),
-        "l_kv": slider("context l_kv", float(l_kv), L_KV_MIN, L_KV_MAX, 0.05, log=True, readout_format=".0f"),
+        "l_kv": steps("context l_kv", L_KV_STEPS if l_kv in L_KV_STEPS else sorted({*L_KV_STEPS, l_kv}), l_kv),
         "batch": steps("batch", BATCHES, batch),
         "gpu": dropdown("GPU", gpus(), _gpu_name(gpu)),
     }
