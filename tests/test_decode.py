@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab.decode import (SPLITS, best_split, cascade_attention, cascade_intensity, decode_time,
-                            intensity, split_bounds, split_kv_attention)
-from attnlab.hardware import ridge_point, sm_share_time
+from attnlab.decode import (cascade_attention, cascade_intensity, intensity, split_bounds,
+                            split_kv_attention)
+from attnlab.hardware import SPLITS, best_split, decode_time, ridge_point, sm_share_time
 
 try:
     from tests import reference as ref

@@ -6,24 +6,20 @@ reads its whole KV cache. One KV head serves g query heads (GQA), so per KV elem
 kernel does a handful of FLOPs: intensity ~ g, whatever the batch, since no two requests share KV.
 
 What this leaves out on purpose: paged KV layouts and load-balanced scheduling (FlashInfer's part of
-the course), L2 hits, and kernel launch latency; the time model is the lecture's "132 SMs share the
-bandwidth" GPU (`attnlab.hardware.sm_share_time`).
+the course). How long decode attention takes on a GPU is a model of the machine, so it lives one
+layer up: `attnlab.hardware.decode_time` (the lecture's "132 SMs share the bandwidth" GPU).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from ._check import as_int
-from .hardware import DTYPE_BYTES, get_gpu, sm_share_time
 from .softmax import attention_state, merge, merge_states
 
 __all__ = ["intensity", "split_bounds", "split_kv_attention", "cascade_attention", "CascadeResult",
-           "cascade_intensity", "decode_time", "DecodeTime", "best_split", "SPLITS"]
-
-SPLITS = (1, 2, 4, 8, 16, 32, 64)
+           "cascade_intensity"]
 
 
 def intensity(g, l_qo, l_kv):
@@ -130,61 +126,3 @@ def cascade_intensity(n: int, prefix: int, unique: int, g: int = 4) -> dict:
             "naive": intensity(g, 1, prefix + unique),
             "tokens_naive": n * (prefix + unique), "tokens_cascade": prefix + n * unique,
             "saving": 1 - (prefix + n * unique) / (n * (prefix + unique))}
-
-
-@dataclass(frozen=True)
-class DecodeTime:
-    """One layer of decode attention on the simplified GPU: total `time` (s) = attention waves
-    plus merge; `utilization` of the SMs during the attention waves; `blocks`, `waves`."""
-
-    batch: int
-    context: int
-    kv_heads: int
-    splits: int
-    time: float
-    attn_time: float
-    merge_time: float
-    utilization: float
-    blocks: int
-    waves: int
-
-
-def decode_time(batch: int, context: int, kv_heads: int = 8, splits: int = 1, gpu="H100-SXM", *,
-                head_dim: int = 128, group: int = 4, dtype: str = "bf16") -> DecodeTime:
-    """The lecture's simplified GPU for one layer of decode attention.
-
-    - One work block per (request, KV head, split); it reads K and V of its chunk:
-      2 * ceil(context / splits) * head_dim * bytes(dtype).
-    - The SMs share HBM bandwidth equally; blocks run in waves (`hardware.sm_share_time`).
-    - Merge (splits > 1): each of the batch * kv_heads * group query heads leaves `splits` partial
-      states (o: head_dim fp32, lse: 1 fp32), written by the attention kernel and read back by the
-      merge kernel: merge_time = 2 * batch * kv_heads * group * splits * (head_dim + 1) * 4 bytes
-      / bandwidth. It grows linearly with the number of splits.
-
-    Example (Llama-3-8B: 8 KV heads, group 4; H100 SXM): batch 1, context 32K: 8 blocks, 6 %
-    utilization, 661 us; with 16 splits 128 blocks, 97 %, ~41 us: about 16x faster.
-    """
-    batch = as_int("batch", batch, 1, None)
-    context = as_int("context", context, 1, None)
-    kv_heads = as_int("kv_heads", kv_heads, 1, None)
-    splits = as_int("splits", splits, 1, context)
-    head_dim = as_int("head_dim", head_dim, 1, None)
-    group = as_int("group", group, 1, None)
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype={dtype!r} is not allowed; valid: {', '.join(DTYPE_BYTES)}")
-    g = get_gpu(gpu)
-    chunk = -(-context // splits)
-    w = sm_share_time(batch * kv_heads * splits, 2 * chunk * head_dim * DTYPE_BYTES[dtype], g)
-    merge_bytes = 2 * batch * kv_heads * group * splits * (head_dim + 1) * 4 if splits > 1 else 0
-    merge_time = merge_bytes / g.hbm_bandwidth
-    return DecodeTime(batch, context, kv_heads, splits, w.time + merge_time, w.time, merge_time,
-                      w.utilization, w.blocks, w.waves)
-
-
-def best_split(batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM", *,
-               candidates=SPLITS, **kw) -> tuple[int, list[DecodeTime]]:
-    """The split count with the smallest `decode_time` among `candidates` (those <= context)."""
-    runs = [decode_time(batch, context, kv_heads, s, gpu, **kw) for s in candidates if s <= context]
-    if not runs:
-        raise ValueError(f"no candidate split count <= context={context}; candidates={list(candidates)}")
-    return min(runs, key=lambda r: r.time).splits, runs

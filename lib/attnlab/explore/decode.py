@@ -31,7 +31,8 @@ from matplotlib.patches import Patch, Polygon, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
 from .._check import as_int, choice
-from ..decode import SPLITS, cascade_attention, cascade_intensity, decode_time, intensity, split_kv_attention
+from ..decode import cascade_attention, cascade_intensity, intensity, split_kv_attention
+from ..hardware import SPLITS, decode_time
 from ..hardware import DTYPE_BYTES, attainable, get_gpu, gpus, peak
 from ..models import get_model
 from ..softmax import attention_state, merge_states
@@ -278,7 +279,7 @@ def split_kv_plan(batch: int = 1, context: int = 32768, kv_heads: int = 8, split
                   gpu="H100-SXM", *, candidates=SPLITS) -> dict:
     """One layer of decode attention (Llama-3-8B's 32 query heads of head_dim 128, shared by
     `kv_heads` KV heads: group = 32 / kv_heads) on the simplified GPU of
-    `attnlab.decode.decode_time`, for every split count in `candidates` (those <= context).
+    `attnlab.hardware.decode_time`, for every split count in `candidates` (those <= context).
 
     Returns runs (DecodeTime per candidate), chosen (the run for `splits`), base (no split),
     best (the fastest run), speedup (base time / chosen time), sms, block_time (s, chosen),

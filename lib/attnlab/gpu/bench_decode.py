@@ -4,7 +4,7 @@
 
 A Llama-3-8B-shaped layer (32 query heads, 8 KV heads, d = 128, bf16): for each (batch, context)
 case and split count, `split_kv_decode` (split kernel + merge kernel) is timed with CUDA-graph
-graph replay (median, launch overhead excluded; the plain per-call time with launches is kept too), beside `attnlab.decode.decode_time` for this GPU: once with the datasheet
+graph replay (median, launch overhead excluded; the plain per-call time with launches is kept too), beside `attnlab.hardware.decode_time` for this GPU: once with the datasheet
 bandwidth and once with the copy bandwidth measured in the same run. Correctness first: each
 configuration that is timed is also checked against a float32 reference on the same inputs.
 """
@@ -55,7 +55,7 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0) -> dict:
     import torch
     from triton.testing import do_bench
 
-    from ..decode import decode_time
+    from ..hardware import decode_time
     from ..hardware import get_gpu
     from .decode_triton import split_kv_decode, workspace
 

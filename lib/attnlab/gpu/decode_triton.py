@@ -1,7 +1,7 @@
 """Split-KV decode attention (Flash-Decoding) in Triton, with a separate merge kernel.
 
 Stage 1, `_split_kernel`: one program per (request, KV head, split), exactly the work block of the
-lecture's time model (`attnlab.decode.decode_time`). It loads the g query heads that share this KV
+lecture's time model (`attnlab.hardware.decode_time`). It loads the g query heads that share this KV
 head (GQA) once, streams its chunk of ceil(context / splits) keys with the online softmax, and
 writes a partial state per query head: o (fp32) and lse (natural log).
 Stage 2, `_merge_kernel`: one program per (request, query head) folds the `splits` partial states
