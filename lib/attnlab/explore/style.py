@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
-
-matplotlib.use("Agg", force=False)  # explorers draw off-screen; notebooks show PNGs
-
-from matplotlib.figure import Figure  # noqa: E402
+# Figures here are never attached to pyplot (explorers draw through their own Agg canvas), so the
+# learner's own matplotlib backend is left alone.
+from matplotlib.figure import Figure
 
 COLORS = {
     "standard": "#d62728",
