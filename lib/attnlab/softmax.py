@@ -256,6 +256,25 @@ def _state(s, name):
     return o, lse
 
 
+def _order(order, n: int) -> list[int]:
+    """The fold order of `merge_states` for n states as a list of indices (checked by name)."""
+    if order is None or (isinstance(order, str) and order == "forward"):
+        return list(range(n))
+    if isinstance(order, str) and order == "reverse":
+        return list(range(n - 1, -1, -1))
+    if isinstance(order, str):
+        raise ValueError(f"order={order!r} is not allowed; valid: 'forward', 'reverse' or a permutation of range({n})")
+    try:
+        idx = list(order)
+    except TypeError:
+        raise TypeError(f"order must be None, 'forward', 'reverse' or a permutation of range({n}), "
+                        f"got {order!r}") from None
+    if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) for i in idx) \
+            or sorted(idx) != list(range(n)):
+        raise ValueError(f"order={idx!r} must be a permutation of range({n})")
+    return [int(i) for i in idx]
+
+
 def merge_states(states, order=None):
     """Fold `merge` over `states` left to right in the given `order`.
 
@@ -274,25 +293,9 @@ def merge_states(states, order=None):
         raise TypeError(f"states must be a list of (o, lse) pairs, got {states!r}") from None
     if not states:
         raise ValueError("states must hold at least one (o, lse) state, got none")
-    n = len(states)
-    if order is None or (isinstance(order, str) and order == "forward"):
-        idx = list(range(n))
-    elif isinstance(order, str) and order == "reverse":
-        idx = list(range(n - 1, -1, -1))
-    elif isinstance(order, str):
-        raise ValueError(f"order={order!r} is not allowed; valid: 'forward', 'reverse' or a permutation of range({n})")
-    else:
-        try:
-            idx = list(order)
-        except TypeError:
-            raise TypeError(f"order must be None, 'forward', 'reverse' or a permutation of range({n}), "
-                            f"got {order!r}") from None
-        if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) for i in idx) \
-                or sorted(idx) != list(range(n)):
-            raise ValueError(f"order={idx!r} must be a permutation of range({n})")
-        idx = [int(i) for i in idx]
-    acc = _state(states[idx[0]], f"states[{idx[0]}]")
+    idx = _order(order, len(states))
+    states = [_state(st, f"states[{i}]") for i, st in enumerate(states)]   # all checked before any work
+    acc = states[idx[0]]
     for i in idx[1:]:
-        _state(states[i], f"states[{i}]")
         acc = merge(acc, states[i])
     return acc
