@@ -161,17 +161,17 @@ def as_array(name: str, value, *, ndim=None, shape: str | None = None, kinds: st
             what = "NaN or +inf" if neginf else "NaN/inf"
             valid = "finite numbers or -inf (masked)" if neginf else "finite numbers"
             raise ValueError(f"{name} holds {len(bad)} {what} value{'s' if len(bad) > 1 else ''} "
-                             f"(first at index {first}: {a[first]!r}); valid: {valid}")
+                             f"(first at index {first}: {a[first].item()!r}); valid: {valid}")
     return a
 
 
 def as_counts(name: str, value, lo: int | None = None, hi: int | None = None):
     """An integer or an array of integers in [lo, hi]: (Python int, True) for a scalar,
-    (int64 array, False) for an array (lists, tuples, numpy arrays of any rank). Integral floats
+    (int64 array, False) for an array (lists, tuples, ranges, numpy arrays of any rank). Integral floats
     are accepted as in `as_int`; bools, strings and fractions are refused."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value[()]                       # 0-d array -> numpy scalar
-    if not isinstance(value, (list, tuple, np.ndarray)):
+    if not isinstance(value, (list, tuple, range, np.ndarray)):
         return as_int(name, value, lo, hi), True
     a = as_array(name, value, kinds=REAL_KINDS, finite=False)
     if a.dtype.kind == "f":
