@@ -65,7 +65,10 @@ def as_float(name: str, value, lo: float | None = None, hi: float | None = None,
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {_short(value)} ({type(value).__name__})")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:                          # an int beyond float64
+        raise ValueError(f"{name}={_short(value)} is out of range; valid: finite, below 1.8e308") from None
     bad = not np.isfinite(value)
     if lo is not None:
         bad |= value <= lo if lo_open else value < lo

@@ -71,8 +71,8 @@ def decode_cost(g, l_qo, l_kv, d, *, batch=1, dtype_bytes=2) -> DecodeCost:
         raise ValueError(f"g, l_qo, l_kv, d, batch do not broadcast together: shapes {shapes}") from None
     big = float(np.max(4.0 * g * l_qo * l_kv * d * batch, initial=0.0))
     if big > 2.0 ** 62:
-        raise ValueError(f"decode_cost: {big:.3g} FLOPs does not fit in int64; pass Python ints for "
-                         f"exact counts at this size")
+        raise ValueError(f"g, l_qo, l_kv, d, batch give {big:.3g} FLOPs, beyond int64; valid: "
+                         f"4 g l_qo l_kv d batch < 2^62, or pass Python ints for exact counts")
     flops = batch * 4 * g * l_qo * l_kv * d
     elements = batch * (2 * g * l_qo * d + 2 * l_kv * d)
     return DecodeCost(flops, elements * b if isinstance(b, int) else elements.astype(np.float64) * b)

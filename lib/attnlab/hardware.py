@@ -57,6 +57,20 @@ class GPU:
     notes: str = field(default="", repr=False)
     extra: Mapping[str, object] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty string, got {self.name!r}")
+        for f in ("sms", "hbm_bytes"):
+            as_int(f, getattr(self, f), 1, None)
+        for f in ("sram_per_sm", "l2_bytes"):
+            as_int(f, getattr(self, f), 0, None)
+        as_float("hbm_bandwidth", self.hbm_bandwidth, 0.0, None, lo_open=True)
+        if not isinstance(self.peak_flops, Mapping) or not self.peak_flops:
+            raise TypeError(f"peak_flops must be a non-empty mapping dtype -> FLOP/s, got {self.peak_flops!r}")
+        for k, v in self.peak_flops.items():
+            dtype_name(k)
+            as_float(f"peak_flops[{k!r}]", v, 0.0, None, lo_open=True)
+
     @property
     def dtypes(self) -> tuple[str, ...]:
         """The dtypes this chip has a peak for, e.g. ('fp32', 'tf32', 'fp16', 'bf16', 'fp8')."""
@@ -158,7 +172,8 @@ def attainable(intensity, gpu, dtype: str = "bf16"):
     g = get_gpu(gpu)
     p = peak(g, dtype)
     i = _nonneg("intensity", intensity)
-    return _out(np.minimum(p, i * g.hbm_bandwidth))
+    with np.errstate(over="ignore"):               # intensity x bandwidth beyond 1.8e308: the peak
+        return _out(np.minimum(p, i * g.hbm_bandwidth))
 
 
 def roofline_time(flops, bytes, gpu, dtype: str = "bf16"):  # noqa: A002 - the natural name
@@ -175,7 +190,8 @@ def roofline_time(flops, bytes, gpu, dtype: str = "bf16"):  # noqa: A002 - the n
     p = peak(g, dtype)
     f = _nonneg("flops", flops)
     b = _nonneg("bytes", bytes)
-    return _out(np.maximum(f / p, b / g.hbm_bandwidth))
+    with np.errstate(under="ignore"):
+        return _out(np.maximum(f / p, b / g.hbm_bandwidth))
 
 
 @dataclass(frozen=True)
@@ -218,6 +234,7 @@ def sm_share_time(n_blocks: int, block_bytes: float, gpu, *, sms: int | None = N
 # --- decode attention on the simplified GPU -----------------------------------------------------
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
+_EXACT = 1 << 53              # sizes up to 2^53 stay exact in float64 seconds
 
 
 @dataclass(frozen=True)
@@ -256,12 +273,12 @@ def decode_time(batch: int, context: int, kv_heads: int = 8, splits: int = 1, gp
     ...  (decode_time(1, 32768), decode_time(1, 32768, splits=16))]
     [(8, 0.06, 661), (128, 0.97, 41)]
     """
-    batch = as_int("batch", batch, 1, None)
-    context = as_int("context", context, 1, None)
-    kv_heads = as_int("kv_heads", kv_heads, 1, None)
+    batch = as_int("batch", batch, 1, _EXACT)
+    context = as_int("context", context, 1, _EXACT)
+    kv_heads = as_int("kv_heads", kv_heads, 1, _EXACT)
     splits = as_int("splits", splits, 1, context)
-    head_dim = as_int("head_dim", head_dim, 1, None)
-    group = as_int("group", group, 1, None)
+    head_dim = as_int("head_dim", head_dim, 1, _EXACT)
+    group = as_int("group", group, 1, _EXACT)
     dtype = dtype_name(dtype)
     g = get_gpu(gpu)
     chunk = -(-context // splits)
@@ -280,8 +297,8 @@ def best_split(batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM", *,
     >>> best_split(1, 32768)[0]           # batch 1, 32K context, 8 KV heads on the H100
     16
     """
-    batch = as_int("batch", batch, 1, None)
-    context = as_int("context", context, 1, None)
+    batch = as_int("batch", batch, 1, _EXACT)
+    context = as_int("context", context, 1, _EXACT)
     if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__iter__"):
         raise TypeError(f"candidates must be a sequence of split counts, got {candidates!r}")
     candidates = [as_int(f"candidates[{i}]", s, 1, None) for i, s in enumerate(candidates)]

@@ -42,13 +42,14 @@ def _n_k(N, n_k):
     return N if n_k is None else as_int("n_k", n_k, 1, None)
 
 
-def _to_int64(name: str, counts, shape) -> np.ndarray:
-    """Python-int counts as an int64 array of `shape`; ValueError if one does not fit."""
-    big = max(counts, default=0)
-    if big > _INT64_MAX:
-        raise ValueError(f"{name} = {big} elements does not fit in int64 (max {_INT64_MAX}); "
-                         f"pass N as a Python int for an exact count at this size")
-    return np.array(counts, dtype=np.int64).reshape(shape)
+def _to_int64(what: str, N: np.ndarray, counts) -> np.ndarray:
+    """Python-int counts (one per element of N) as an int64 array shaped like N; ValueError naming
+    N if one does not fit."""
+    for n, c in zip(N.ravel().tolist(), counts):
+        if c > _INT64_MAX:
+            raise ValueError(f"N={n} gives {what} = {c} elements, beyond int64 (max {_INT64_MAX}); "
+                             f"valid: counts that fit in int64, or pass N as a Python int for an exact count")
+    return np.array(counts, dtype=np.int64).reshape(N.shape)
 
 
 def standard_io(N, d: int, *, n_k: int | None = None):
@@ -67,7 +68,7 @@ def standard_io(N, d: int, *, n_k: int | None = None):
     if scalar:
         nk = N if nk is None else nk
         return 2 * N * d + 2 * nk * d + 4 * N * nk
-    return _to_int64("standard_io", [standard_io(int(n), d, n_k=nk) for n in N.ravel()], N.shape)
+    return _to_int64("standard_io", N, [standard_io(n, d, n_k=nk) for n in N.ravel().tolist()])
 
 
 def _floor_sum(n: int, m: int, a: int, b: int) -> int:
@@ -155,19 +156,19 @@ def flash_io(N, d: int, sram: int = 100_000, order: str = "fa1", causal: bool = 
         return _flash_count(N, N if nk is None else nk, d, br, bc, order, causal, return_lse)
     counts = [_flash_count(n, n if nk is None else nk, d, br, bc, order, causal, return_lse)
               for n in N.ravel().tolist()]
-    return _to_int64("flash_io", counts, N.shape)
+    return _to_int64("flash_io", N, counts)
 
 
 def lower_bound(N, d: int, sram: int):
     """N^2 d^2 / M: the order of HBM accesses no exact attention can beat for every M
-    (Proposition 3; the constant is not part of the statement). N an int or an array of ints;
-    a float (or float64 array) out, the same float64 arithmetic either way.
+    (Proposition 3; the constant is not part of the statement). N an int or an array of ints
+    (N, d <= 2^53); a float (or float64 array) out, the same float64 arithmetic either way.
 
     >>> lower_bound(4096, 64, 100_000)
     687194.76736
     """
-    N, scalar = as_counts("N", N, 1, None)
-    d = as_int("d", d, 1, None)
+    N, scalar = as_counts("N", N, 1, 1 << 53)
+    d = as_int("d", d, 1, 1 << 53)
     sram = as_int("sram", sram, 1, None)
     out = np.asarray(N, dtype=np.float64) ** 2 * np.float64(d) ** 2 / np.float64(sram)
     return float(out) if scalar else out

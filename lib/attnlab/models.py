@@ -44,6 +44,15 @@ class Model:
     source: str
     extra: Mapping[str, object] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
+    def __post_init__(self):
+        for f in ("name", "source"):
+            if not isinstance(getattr(self, f), str):
+                raise TypeError(f"{f} must be a string, got {getattr(self, f)!r}")
+        for f in _INT_FIELDS:
+            as_int(f, getattr(self, f), 1, None)
+        if self.q_heads % self.kv_heads:
+            raise ValueError(f"q_heads={self.q_heads} must be a multiple of kv_heads={self.kv_heads} (GQA)")
+
     @property
     def group(self) -> int:
         """Query heads per KV head (GQA group size): q_heads // kv_heads. Llama-3-8B: 32 // 8 = 4."""
@@ -193,8 +202,8 @@ def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16"
     skips the blocks above the diagonal and moves about half as much (at N = 32,768, d = 128:
     1.08e9 instead of 2.14e9 elements per head), so the model understates the extra traffic of
     standard attention, which cannot skip anything.
-    `sram` M is in elements, as in `iomodel`. `model` and `gpu` are names or objects; N an int
-    >= 1 (closed forms: 16M tokens take microseconds).
+    `sram` M is in elements, as in `iomodel`. `model` and `gpu` are names or objects; N an int,
+    1 <= N <= 2^53 (closed forms: 16M tokens take microseconds).
 
     Example: `prefill_cost("Llama-3-8B", "H100-SXM", 32768)` gives compute 0.82 s, extra 1.33 s,
     total_ratio 2.6, s_bytes_per_layer 68.7e9 (64 GiB) and fits False.
@@ -208,7 +217,7 @@ def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16"
     """
     m = get_model(model)
     g = get_gpu(gpu)
-    N = as_int("N", N, 1, None)
+    N = as_int("N", N, 1, 1 << 53)
     p = peak(g, dtype)                       # validates dtype for this chip
     return PrefillCost(**_prefill(m, g, N, sram, p, DTYPE_BYTES[dtype.strip().lower()]))
 
