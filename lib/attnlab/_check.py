@@ -48,7 +48,7 @@ def as_int(name: str, value, lo: int | None = None, hi: int | None = None) -> in
             raise TypeError(f"{name} must be an integer, got {_short(value)} ({type(value).__name__})")
     value = int(value)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise ValueError(f"{name}={value} is out of range; valid: {_range(lo, hi)}")
+        raise ValueError(f"{name}={value} is out of range; valid: {_range(lo, hi, name)}")
     return value
 
 
@@ -120,8 +120,9 @@ def as_dtype(name: str, a: np.ndarray, kinds: str = REAL_KINDS) -> np.dtype:
     naming `name`, the dtype and what is valid (object, string, complex and bool arrays are not
     real numbers)."""
     if a.dtype.kind not in kinds:
-        valid = " or ".join(_KIND_NAMES.get(k, k) for k in kinds)
-        raise TypeError(f"{name} must hold {valid} numbers, got dtype {a.dtype} "
+        valid = ("real numbers (integers or floats)" if set(kinds) == set(REAL_KINDS) else
+                 " or ".join(f"{_KIND_NAMES.get(k, k)} values" for k in kinds))
+        raise TypeError(f"{name} must hold {valid}, got dtype {a.dtype} "
                         f"({_KIND_NAMES.get(a.dtype.kind, a.dtype.kind)})")
     return a.dtype
 
@@ -176,6 +177,11 @@ def as_counts(name: str, value, lo: int | None = None, hi: int | None = None):
         value = value[()]                       # 0-d array -> numpy scalar
     if not isinstance(value, (list, tuple, range, np.ndarray)):
         return as_int(name, value, lo, hi), True
+    flat = np.asarray(value, dtype=object).reshape(-1) if not isinstance(value, np.ndarray) else None
+    if flat is not None and flat.size and all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+        big = [v for v in flat if not -_INT64_MAX <= v <= _INT64_MAX]
+        if big:                                   # numpy would make an object array of these
+            raise ValueError(f"{name} holds {_short(big[0])}, beyond int64; valid: |value| <= {_INT64_MAX}")
     a = as_array(name, value, kinds=REAL_KINDS, finite=False)
     if a.dtype.kind == "f":
         flat = a.reshape(-1)
@@ -192,7 +198,7 @@ def as_counts(name: str, value, lo: int | None = None, hi: int | None = None):
             if hi is not None:
                 bad |= flat > hi
             out = flat[bad]
-            raise ValueError(f"{name} holds {out[:5].tolist()} out of range; valid: {_range(lo, hi)}")
+            raise ValueError(f"{name} holds {out[:5].tolist()} out of range; valid: {_range(lo, hi, name)}")
         if high > _INT64_MAX or low < -_INT64_MAX:
             raise ValueError(f"{name} holds {high!r}, beyond int64; valid: |value| <= {_INT64_MAX}")
     return a.astype(np.int64), False
@@ -213,8 +219,10 @@ def as_reals(name: str, value, lo: float | None = None, *, lo_open: bool = False
     if lo is not None:
         bad = (a <= lo) if lo_open else (a < lo)
         if np.any(bad):
-            shown = a[bad].ravel()[:5].tolist()
-            raise ValueError(f"{name} holds {shown}; valid: {'>' if lo_open else '>='} {lo}")
+            valid = f"finite, {'>' if lo_open else '>='} {lo:g}"
+            if scalar:
+                raise ValueError(f"{name}={float(a)!r} is out of range; valid: {valid}")
+            raise ValueError(f"{name} holds {a[bad].ravel()[:5].tolist()} out of range; valid: {valid}")
     return (float(a), True) if scalar else (a, False)
 
 
@@ -236,9 +244,9 @@ def as_dtype_bytes(name: str, value):
     return x
 
 
-def _range(lo, hi) -> str:
+def _range(lo, hi, name: str = "value") -> str:
     if lo is not None and hi is not None:
-        return f"{lo} <= value <= {hi}"
+        return f"{lo} <= {name} <= {hi}"
     if lo is not None:
         return f">= {lo}"
     if hi is not None:

@@ -78,22 +78,23 @@ def _prepare(q, k, v, scale):
     q, k, v = (as_array(name, a, ndim=(2, 4), shape=shape) for name, a in (("q", q), ("k", k), ("v", v)))
     if not (q.ndim == k.ndim == v.ndim):
         raise ValueError(f"q, k, v must have the same rank, got shapes {q.shape}, {k.shape}, {v.shape}")
+    shapes = f"q {q.shape}, k {k.shape}, v {v.shape}"
     single = q.ndim == 2
     if single:
         q, k, v = q[None, None], k[None, None], v[None, None]
     if k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k's head dim {k.shape[-1]} must equal q's head dim {q.shape[-1]}")
+        raise ValueError(f"k's head dim {k.shape[-1]} must equal q's head dim {q.shape[-1]} ({shapes})")
     if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v must match k in (batch, heads, N); got v {v.shape} vs k {k.shape}")
+        raise ValueError(f"v must match k in (batch, heads, N) ({shapes})")
     if q.shape[0] != k.shape[0]:
-        raise ValueError(f"q batch {q.shape[0]} must equal k batch {k.shape[0]}")
+        raise ValueError(f"q batch {q.shape[0]} must equal k batch {k.shape[0]} ({shapes})")
     hq, hkv = q.shape[1], k.shape[1]
     if hkv == 0 or hq % hkv:
-        raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv} (GQA)")
+        raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv} (GQA; {shapes})")
     for name, n in (("batch", q.shape[0]), ("heads", hq), ("N_q", q.shape[2]), ("N_k", k.shape[2]),
                     ("d", q.shape[3]), ("d_v", v.shape[3])):
         if n < 1:
-            raise ValueError(f"{name}={n} is out of range; valid: >= 1 (shapes q {q.shape}, k {k.shape}, v {v.shape})")
+            raise ValueError(f"{name}={n} is out of range; valid: >= 1 ({shapes})")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
     return q, k, v, dtype.type(_scale(scale, q.shape[-1])), single
