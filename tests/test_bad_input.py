@@ -103,6 +103,7 @@ for fn_id, fn, kw in [("standard", standard_attention, {}), ("flash-fa1", flash_
                 ("bool", good[pos] > 0, TypeError),
                 ("ragged", [[1.0, 2.0], [3.0]], TypeError),
                 ("None", None, TypeError),
+                ("masked", np.ma.array(good[pos], mask=good[pos] > 1), TypeError),
                 ("str", "abc", TypeError),
                 ("3-D", good[pos][None], ValueError),
                 ("0-D", np.float64(1.0), ValueError)]:

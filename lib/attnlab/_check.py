@@ -145,6 +145,9 @@ def as_array(name: str, value, *, ndim=None, shape: str | None = None, kinds: st
     """
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be an array of real numbers, got {_short(value)} (str)")
+    if isinstance(value, np.ma.MaskedArray):      # np.asarray would drop the mask without a word
+        raise TypeError(f"{name} must be a plain array, got a masked array; fill it (or pass a "
+                        f"mask= where the function takes one)")
     try:
         a = np.asarray(value)
     except (TypeError, ValueError) as e:          # ragged lists, objects numpy cannot convert

@@ -207,17 +207,13 @@ def attention_state(q, k, v, *, scale: float | None = None, mask=None):
 
 
 def merge(a, b):
-    """(o_a, lse_a) (+) (o_b, lse_b): the state over the union of two disjoint key sets.
+    """(o_a, lse_a) (+) (o_b, lse_b): the state over the union of two disjoint key sets,
+    lse = log(e^lse_a + e^lse_b), o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b. Associative and
+    commutative with identity (0, -inf); two empty states give (0, -inf), never NaN. Elementwise
+    over leading query dims; o finite, lse finite or -inf. The reduction of split-KV and cascade.
 
-    lse = log(e^lse_a + e^lse_b);  o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b.
-    Exact in real arithmetic, associative and commutative; (0, -inf) is its identity, and two
-    empty states give (0, -inf), never NaN. Works elementwise over leading query dimensions.
-    o must be finite; lse finite or -inf (an empty state). This is the reduction that
-    `merge_states`, `decode.split_kv_attention` and `decode.cascade_attention` run.
-
-    >>> o, lse = merge((np.array([1.0]), 0.0), (np.array([3.0]), 0.0))   # two equal-weight halves
-    >>> o, round(float(lse), 6)                                          # lse = log 2
-    (array([2.]), 0.693147)
+    >>> merge((np.array([1.0]), 0.0), (np.array([3.0]), 0.0))   # equal weights: mean, lse + log 2
+    (array([2.]), array(0.69314718))
     """
     (oa, la), (ob, lb) = _state(a, "a"), _state(b, "b")
     if oa.shape != ob.shape or la.shape != lb.shape:
