@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._check import as_array, as_bool, as_float, as_int
+from ._check import as_array, as_float, as_int
 
 __all__ = ["SoftmaxStep", "online_softmax_trace", "online_softmax", "softmax",
            "attention_state", "merge", "merge_states"]
