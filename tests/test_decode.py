@@ -439,3 +439,98 @@ def test_decode_time_bad_input(kw, name):
 def test_best_split_no_candidate():
     with pytest.raises(ValueError, match="context"):
         best_split(1, 1, candidates=(2, 4))
+
+
+# --- decode_cost: FLOPs and bytes by hand; intensity is their ratio -------------------------------
+
+from attnlab.decode import DecodeCost, decode_cost  # noqa: E402
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decode_cost_matches_hand_formulas(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        g, l_qo, l_kv, d, batch = (int(x) for x in (rng.integers(1, 129), rng.integers(1, 9),
+                                                    rng.integers(1, 1 << 20), rng.choice([64, 96, 128, 576]),
+                                                    rng.integers(1, 257)))
+        c = decode_cost(g, l_qo, l_kv, d, batch=batch)
+        assert isinstance(c, DecodeCost) and type(c.flops) is int and type(c.bytes) is int
+        assert c.flops == batch * _flops(g, l_qo, l_kv, d)
+        assert c.bytes == batch * _bytes(g, l_qo, l_kv, d)
+        # intensity = flops / bytes exactly (same rational number, rounded once), any batch
+        assert intensity(g, l_qo, l_kv) == c.flops / c.bytes == c.intensity
+        assert intensity(g, l_qo, l_kv) == _closed_form(g, l_qo, l_kv)
+
+
+@pytest.mark.parametrize("dtype_bytes", [1, 2, 4, 0.5])
+def test_decode_cost_other_dtypes(dtype_bytes):
+    c = decode_cost(8, 1, 8192, 128, dtype_bytes=dtype_bytes)
+    assert c.flops == 4 * 8 * 8192 * 128
+    assert c.bytes == dtype_bytes * (2 * 8 * 128 + 2 * 8192 * 128)
+    assert type(c.bytes) is (int if isinstance(dtype_bytes, int) else float)
+    assert intensity(8, 1, 8192, dtype_bytes=dtype_bytes) == c.flops / c.bytes
+
+
+def test_decode_cost_arrays_broadcast_and_equal_scalars():
+    g = np.array([1, 4, 8, 128])[:, None]
+    l_kv = np.array([1, 17, 8192, 1 << 20])
+    c = decode_cost(g, 2, l_kv, 128, batch=3)
+    assert c.flops.shape == c.bytes.shape == (4, 4)
+    assert c.flops.dtype == np.int64 and c.bytes.dtype == np.int64
+    for i in range(4):
+        for j in range(4):
+            s = decode_cost(int(g[i, 0]), 2, int(l_kv[j]), 128, batch=3)
+            assert (c.flops[i, j], c.bytes[i, j]) == (s.flops, s.bytes)
+    assert np.array_equal(c.intensity, intensity(g, 2, l_kv))
+    half = decode_cost([8, 8], 1, 7, 64, dtype_bytes=0.5)
+    assert half.bytes.dtype == np.float64 and half.bytes.tolist() == [0.5 * (2 * 8 * 64 + 2 * 7 * 64)] * 2
+
+
+def test_decode_cost_lecture_numbers():
+    c = decode_cost(8, 1, 8192, 128)               # Llama-3-70B decode, one KV head, 8K context
+    assert (c.flops, c.bytes) == (33_554_432, 4_198_400)
+    assert round(c.intensity, 2) == 7.99
+    mla = decode_cost(128, 1, 8192, 576)           # DeepSeek-V3's MLA as 128 heads on one KV
+    assert round(mla.intensity) == 126
+
+
+def test_split_bounds_exact_and_large():
+    # ties go to the even edge, in integers: 10 * 1/4 = 2.5 -> 2, 10 * 3/4 = 7.5 -> 8
+    assert split_bounds(10, 4) == [(0, 2), (2, 5), (5, 8), (8, 10)]
+    n = 10 ** 18 + 7                                  # beyond float64's exact integers
+    b = split_bounds(n, 64)
+    sizes = [hi - lo for lo, hi in b]
+    assert b[0][0] == 0 and b[-1][1] == n and sum(sizes) == n and max(sizes) - min(sizes) <= 1
+
+
+# --- the read-the-kernel functions are the code that runs -------------------------------------------
+
+def test_split_kv_runs_attention_state_and_merge(monkeypatch):
+    import attnlab.decode as dec
+    import attnlab.softmax as sm
+    calls = {"state": 0, "merge": 0}
+    real_state, real_merge = dec.attention_state, sm.merge
+
+    def state(*a, **k):
+        calls["state"] += 1
+        return real_state(*a, **k)
+
+    def merge_(*a, **k):
+        calls["merge"] += 1
+        return real_merge(*a, **k)
+    monkeypatch.setattr(dec, "attention_state", state)
+    monkeypatch.setattr(sm, "merge", merge_)
+    rng = np.random.default_rng(3)
+    q, k, v = _rand_qkv(rng, 3, 101, 16, 5)
+    o, lse = dec.split_kv_attention(q, k, v, 7)
+    assert calls == {"state": 7, "merge": 6}
+    want = ref.state_ref(q, k, v)
+    assert np.max(np.abs(o - want[0])) <= 1e-14 and np.max(np.abs(lse - want[1])) <= 1e-13
+
+
+def test_split_kv_and_merge_are_short_enough_to_read():
+    import inspect
+    from attnlab.softmax import merge
+    for fn in (split_kv_attention, merge):
+        n = len(inspect.getsource(fn).splitlines())
+        assert 15 <= n <= 30, (fn.__name__, n)

@@ -357,3 +357,124 @@ def test_io_table_rows_agree():
 def test_closed_forms_bad_input(call, exc, pattern):
     with pytest.raises(exc, match=pattern):
         call()
+
+
+# --- closed forms: random shapes against the block enumeration, arrays, any size ----------------
+
+def _random_configs(seed, n, n_max):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        n_q, n_k = (int(x) for x in rng.integers(1, n_max + 1, size=2))
+        if rng.random() < 0.3:                       # very unequal lengths, both ways
+            n_q, n_k = (n_q, max(1, n_k // 9)) if rng.random() < 0.5 else (max(1, n_q // 9), n_k)
+        br, bc = (int(x) for x in rng.integers(1, 40, size=2))
+        yield (n_q, n_k, int(rng.integers(1, 9)), br, bc, ORDERS[int(rng.integers(2))],
+               bool(rng.integers(2)), bool(rng.integers(2)))
+
+
+@pytest.mark.parametrize("cfg", list(_random_configs(77, 240, 90)), ids=lambda c: "-".join(map(str, c)))
+def test_closed_form_equals_enumeration_random(cfg):
+    n_q, n_k, d, br, bc, order, causal, lse = cfg
+    enum = ref.total(ref.flash_io_ref(n_q, d, n_k=n_k, block_r=br, block_c=bc, order=order,
+                                      causal=causal, return_lse=lse))
+    got = flash_io(n_q, d, order=order, causal=causal, n_k=n_k, block_r=br, block_c=bc, return_lse=lse)
+    assert type(got) is int and got == enum
+
+
+def _grid_count(n_q, n_k, d, br, bc, order, causal, lse):
+    """The earlier T_r x T_c block-grid formula (visited blocks as a boolean array), kept here as a
+    second, independently written count for sizes the enumeration cannot reach."""
+    r0 = np.arange(0, n_q, br)
+    r1 = np.minimum(r0 + br, n_q)
+    c0 = np.arange(0, n_k, bc)
+    c1 = np.minimum(c0 + bc, n_k)
+    active = (c0[None, :] <= (r1 - 1 + n_k - n_q)[:, None]) if causal else np.ones((r0.size, c0.size), bool)
+    rows, keys = (r1 - r0)[:, None], (c1 - c0)[None, :]
+    if order == "fa1":
+        return 2 * d * int(keys.sum()) + int((active * rows).sum()) * (3 * d + 4)
+    q_read = d * int((rows[:, 0] * active.any(axis=1)).sum())
+    return q_read + 2 * d * int((active * keys).sum()) + n_q * d + (n_q if lse else 0)
+
+
+@pytest.mark.parametrize("cfg", [(40_000, 40_000, 64, 64, 391), (50_000, 7_777, 128, 128, 196),
+                                 (3_333, 60_001, 256, 98, 98), (30_000, 30_001, 96, 17, 5),
+                                 (99_999, 12_345, 32, 32, 781), (12_345, 99_999, 8, 3, 1000)])
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_closed_form_equals_block_grid_at_large_sizes(cfg, order, causal):
+    n_q, n_k, d, br, bc = cfg
+    for lse in (False, True):
+        want = _grid_count(n_q, n_k, d, br, bc, order, causal, lse)
+        assert flash_io(n_q, d, order=order, causal=causal, n_k=n_k, block_r=br, block_c=bc,
+                        return_lse=lse) == want
+
+
+def test_floor_sum_against_brute_force():
+    from attnlab.iomodel import _floor_sum
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        n, m, a, b = (int(x) for x in (rng.integers(0, 60), rng.integers(1, 50), rng.integers(0, 120),
+                                       rng.integers(0, 300)))
+        assert _floor_sum(n, m, a, b) == sum((a * i + b) // m for i in range(n)), (n, m, a, b)
+
+
+def test_huge_sizes_cost_no_memory_and_no_time():
+    import time
+    import tracemalloc
+    tracemalloc.start()
+    t = time.perf_counter()
+    counts = [flash_io(1 << 20, 256, 1024), flash_io(1 << 20, 256, 1024, causal=True),
+              flash_io(1 << 40, 64, 100_000, "fa2", True, return_lse=True),
+              flash_io(10 ** 30, 128, 200_000, "fa1", True, n_k=10 ** 29, block_r=1, block_c=1),
+              standard_io(10 ** 30, 128)]
+    elapsed = time.perf_counter() - t
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert elapsed < 0.5 and peak < 1 << 20          # was: a 1 TiB T_r x T_c array
+    assert all(type(c) is int and c > 0 for c in counts)
+    # at 2^20 tokens, d = 256, M = 1024 (B_c = 1, B_r = 1) every block is one pair: exact by hand
+    n = 1 << 20
+    assert counts[0] == 2 * n * 256 + n * n * (3 * 256 + 4)
+    assert counts[1] == 2 * n * 256 + n * (n + 1) // 2 * (3 * 256 + 4)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_k", [None, 1000])
+def test_closed_forms_accept_integer_arrays(order, causal, n_k):
+    rng = np.random.default_rng(11)
+    Ns = rng.integers(1, 200_000, size=(3, 5)).astype(np.int32)
+    Ns[0, 0] = 1
+    for kw in ({}, {"block_r": 7, "block_c": 13}, {"return_lse": True}):
+        arr = flash_io(Ns, 64, 50_000, order, causal, n_k=n_k, **kw)
+        assert arr.dtype == np.int64 and arr.shape == Ns.shape
+        want = [[flash_io(int(x), 64, 50_000, order, causal, n_k=n_k, **kw) for x in row] for row in Ns]
+        assert arr.tolist() == want and all(type(x) is int for row in want for x in row)
+    std = standard_io(list(Ns.ravel()), 64, n_k=n_k)
+    assert std.dtype == np.int64 and std.tolist() == [standard_io(int(x), 64, n_k=n_k) for x in Ns.ravel()]
+    lb = lower_bound(Ns, 64, 50_000)
+    assert lb.dtype == np.float64 and lb.tolist() == [[lower_bound(int(x), 64, 50_000) for x in r] for r in Ns]
+    ratio = io_ratio(Ns[0], 64, 50_000, order, causal)
+    assert ratio.tolist() == [io_ratio(int(x), 64, 50_000, order, causal) for x in Ns[0]]
+    # 0-d arrays and numpy scalars are scalars: Python ints out
+    assert type(flash_io(np.int64(4096), 64)) is int and type(standard_io(np.array(4096), 64)) is int
+
+
+def test_arrays_refuse_counts_beyond_int64_instead_of_wrapping():
+    n = 1 << 31
+    assert standard_io(n, 64) > np.iinfo(np.int64).max          # exact as a Python int
+    with pytest.raises(ValueError, match=r"\bN=2147483648\b.*int64"):
+        standard_io(np.array([1024, n]), 64)
+
+
+def test_hbm_bytes_exact_for_every_dtype_size():
+    from attnlab.hardware import DTYPE_BYTES
+    hbm = HBM()
+    hbm.read("Q", 7)
+    for name, b in DTYPE_BYTES.items():
+        got = hbm.bytes(b)
+        assert got == 7 * b, name
+        assert type(got) is (int if float(7 * b).is_integer() else float), name
+    hbm.write("O", 1)
+    assert hbm.bytes(0.5) == 4 and type(hbm.bytes(0.5)) is int
+    assert hbm.bytes(0.125) == 1 and hbm.bytes(np.int64(3)) == 24

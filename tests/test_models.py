@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 
+import numpy as np
 import pytest
 
 from attnlab.hardware import data_path, get_gpu
@@ -39,9 +41,26 @@ def _fa1(N, d, M=100_000):
 
 def _by_hand(N, *, params=8.03e9, layers=32, q_heads=32, d=128, bpe=2, peak=H100_BF16, bw=H100_BW,
              M=100_000):
+    """(compute seconds, signed standard-minus-FA1 traffic seconds), from the formula."""
     compute = (2 * params * N + 2 * layers * q_heads * N**2 * d) / peak
-    extra = layers * q_heads * (_std(N, d) - _fa1(N, d, M)) * bpe / bw
-    return compute, extra
+    signed = layers * q_heads * (_std(N, d) - _fa1(N, d, M)) * bpe / bw
+    return compute, signed
+
+
+def _check_fields(c, compute, signed, *, layers, q_heads, d, bpe=2, bw=H100_BW, M=100_000):
+    """Every PrefillCost field against the hand formula; no field that is a time is negative."""
+    assert c.compute_s == pytest.approx(compute, rel=1e-12)
+    assert c.standard_minus_flash_io_s == pytest.approx(signed, rel=1e-12)
+    assert c.extra_io_s == pytest.approx(max(0.0, signed), rel=1e-12, abs=0)
+    assert c.flash_moves_more is (signed < 0)
+    assert c.standard_io_s == pytest.approx(layers * q_heads * _std(c.N, d) * bpe / bw, rel=1e-12)
+    assert c.flash_io_s == pytest.approx(layers * q_heads * _fa1(c.N, d, M) * bpe / bw, rel=1e-12)
+    assert c.flash_io_hidden is (c.flash_io_s <= c.compute_s)
+    assert c.total_ratio == pytest.approx((c.compute_s + c.extra_io_s) / c.compute_s, rel=1e-15)
+    assert c.total_ratio >= 1.0
+    for f in dataclasses.fields(c):
+        if f.name.endswith("_s") and f.name != "standard_minus_flash_io_s":
+            assert getattr(c, f.name) >= 0.0, f.name
 
 
 # --- the data file --------------------------------------------------------------------------------
@@ -180,23 +199,72 @@ def test_extra_io_grows_as_n_squared(N):
 @pytest.mark.parametrize("N", [1, 7, 100, 1000, 4096, 12345])
 def test_formula_at_many_sizes(N):
     c = prefill_cost("Llama-3-8B", "H100-SXM", N)
-    compute, extra = _by_hand(N, params=get_model("Llama-3-8B").params)
-    assert c.compute_s == pytest.approx(compute, rel=1e-12)
-    assert c.extra_io_s == pytest.approx(extra, rel=1e-12)
+    compute, signed = _by_hand(N, params=get_model("Llama-3-8B").params)
+    _check_fields(c, compute, signed, layers=32, q_heads=32, d=128)
+    if N <= 7:                    # FA1's 3d + 4 per visit outweighs 4 N^2 at tiny N
+        assert signed < 0 and c.flash_moves_more and c.extra_io_s == 0.0 and c.total_ratio == 1.0
+
+
+def test_gemma_2_9b_32k_flash_moves_more_reported_honestly():
+    """head_dim 256 at M = 100,000: B_c = 98, so FA1 makes 335 passes of 772 elements per query
+    row and moves about twice what standard attention does. The old model reported extra time
+    -1.67 s and total_ratio -0.69; now extra is 0, ratio 1, and the signed difference has its
+    own name."""
+    m = get_model("Gemma-2-9B")
+    N = 32768
+    c = prefill_cost(m, "H100-SXM", N)
+    compute, signed = _by_hand(N, params=m.params, layers=m.layers, q_heads=m.q_heads, d=m.head_dim)
+    assert (m.layers, m.q_heads, m.head_dim) == (42, 16, 256)
+    assert signed == pytest.approx(-1.67, abs=0.005)
+    _check_fields(c, compute, signed, layers=42, q_heads=16, d=256)
+    assert c.flash_moves_more is True
+    assert c.extra_io_s == 0.0 and c.total_ratio == 1.0
+    assert c.standard_minus_flash_io_s == pytest.approx(-1.67, abs=0.005)
+    assert c.flash_io_s == pytest.approx(c.standard_io_s + 1.67, abs=0.005)
+    assert c.flash_io_hidden is False            # 3.4 s of FA1 traffic against ~1 s of compute
+    curve = prefill_cost_curve(m, "H100-SXM", [N])
+    assert curve["flash_moves_more"].tolist() == [True] and curve["extra_io_s"].tolist() == [0.0]
+    assert curve["standard_minus_flash_io_s"][0] == c.standard_minus_flash_io_s
+
+
+@pytest.mark.parametrize("name", ["Llama-3-8B", "Gemma-2-9B", "DeepSeek-V3", "Llama-3-70B"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_curve_equals_scalar_exactly_every_field(name, dtype):
+    rng = np.random.default_rng(len(name))
+    Ns = np.unique(np.concatenate([[1, 2, 7, 1 << 24], rng.integers(1, 1 << 24, size=40)]))
+    r = prefill_cost_curve(name, "H100", Ns, dtype=dtype)
+    assert set(r) == {f.name for f in dataclasses.fields(PrefillCost)}
+    assert r["N"].dtype == np.int64 and r["fits"].dtype == bool and r["flash_moves_more"].dtype == bool
+    for i, n in enumerate(Ns.tolist()):
+        c = prefill_cost(name, "H100", n, dtype=dtype)
+        for f in dataclasses.fields(c):
+            assert getattr(c, f.name) == r[f.name][i], (n, f.name)
+        assert c.extra_io_s >= 0 and c.total_ratio >= 1
+
+
+def test_16m_tokens_is_quick():
+    t = time.perf_counter()
+    c = prefill_cost("Llama-3-8B", "H100-SXM", 1 << 24)
+    r = prefill_cost_curve("Llama-3-8B", "H100-SXM", [1 << 24, 1 << 23])
+    assert time.perf_counter() - t < 1.0
+    compute, signed = _by_hand(1 << 24, params=get_model("Llama-3-8B").params)
+    _check_fields(c, compute, signed, layers=32, q_heads=32, d=128)
+    assert r["compute_s"][0] == c.compute_s
 
 
 def test_other_models_gpus_dtypes_and_sram():
     m, g = get_model("Gemma-2-9B"), get_gpu("B200")
     N, M = 8192, 50_000
     c = prefill_cost(m, g, N, sram=M, dtype="fp8")
-    compute, extra = _by_hand(N, params=m.params, layers=m.layers, q_heads=m.q_heads, d=m.head_dim,
-                              bpe=1, peak=g.peak_flops["fp8"], bw=g.hbm_bandwidth, M=M)
-    assert c.compute_s == pytest.approx(compute, rel=1e-12)
-    assert c.extra_io_s == pytest.approx(extra, rel=1e-12)
+    compute, signed = _by_hand(N, params=m.params, layers=m.layers, q_heads=m.q_heads, d=m.head_dim,
+                               bpe=1, peak=g.peak_flops["fp8"], bw=g.hbm_bandwidth, M=M)
+    _check_fields(c, compute, signed, layers=m.layers, q_heads=m.q_heads, d=m.head_dim, bpe=1,
+                  bw=g.hbm_bandwidth, M=M)
     assert c.s_bytes_per_layer == m.q_heads * N * N * 1
     # a bigger SRAM means fewer FA1 passes, so more "extra" for standard attention
     more_sram = prefill_cost(m, g, N, sram=4 * M, dtype="fp8")
-    assert more_sram.extra_io_s > c.extra_io_s
+    assert more_sram.standard_minus_flash_io_s > c.standard_minus_flash_io_s
+    assert more_sram.extra_io_s >= c.extra_io_s
     # the faster chip has less extra time at the same N
     assert (prefill_cost("Llama-3-8B", "H200", 32768).extra_io_s
             < prefill_cost("Llama-3-8B", "H100", 32768).extra_io_s)

@@ -162,3 +162,27 @@ def test_bad_chunk(fn, chunk, exc, value):
 def test_bad_x(fn, x):
     with pytest.raises((ValueError, TypeError), match=r"\bx\b"):
         fn(x, chunk=1)
+
+
+# --- the online-softmax core the notebook prints is the code online_softmax runs ---------------------
+
+def test_online_softmax_runs_the_trace(monkeypatch):
+    import inspect
+
+    import attnlab.softmax as sm
+    calls = []
+    real = sm.online_softmax_trace
+    monkeypatch.setattr(sm, "online_softmax_trace", lambda x, chunk: calls.append(chunk) or real(x, chunk))
+    x = np.random.default_rng(4).standard_normal(23) * 4
+    assert np.max(np.abs(sm.online_softmax(x, 5) - scipy.special.softmax(x))) <= 1e-15
+    assert calls == [5]
+    assert 15 <= len(inspect.getsource(real).splitlines()) <= 30
+
+
+def test_extreme_but_finite_values():
+    x = np.array([1e308, -1e308, -np.inf, 0.0])
+    for chunk in (1, 2, 4):
+        p = online_softmax(x, chunk)
+        assert p.tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert softmax(x).tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert softmax(np.arange(6).reshape(2, 3), axis=0).dtype == np.float64   # integers in, float64 out

@@ -19,6 +19,8 @@ def data_path(name: str) -> Path:
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty file name, got {name!r}")
+    if Path(name).name != name or name in (".", ".."):
+        raise ValueError(f"name={name!r} must be a plain file name inside data/ (no folders, no '..')")
     path = _DATA_DIR / name
     if not path.is_file():
         raise FileNotFoundError(f"data file {name!r} not found at {path}; the data/ folder sits "
@@ -37,12 +39,15 @@ def freeze(obj):
 
 def key(name: str) -> str:
     """Lookup key: 'H100 SXM', 'h100_sxm' and 'H100-SXM' are the same name."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string, got {name!r} ({type(name).__name__})")
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
 def load(filename: str, section: str, build) -> tuple[dict, dict]:
     """(entries by name, lookup key -> name) from `data/<filename>`'s list `section`;
-    `build(entry)` makes each entry's object (with a `.name`); "aliases" add lookup keys."""
+    `build(entry)` makes each entry's object (with a `.name`); "aliases" add lookup keys.
+    Both mappings are read-only: callers cache them (lru_cache), so nobody may edit them."""
     with open(data_path(filename), encoding="utf-8") as f:
         raw = json.load(f)[section]
     table, lookup = {}, {}
@@ -51,7 +56,7 @@ def load(filename: str, section: str, build) -> tuple[dict, dict]:
         table[item.name] = item
         for alias in (item.name, *entry.get("aliases", ())):
             lookup[key(alias)] = item.name
-    return table, lookup
+    return MappingProxyType(table), MappingProxyType(lookup)
 
 
 def find(param: str, value, cls, loaded: tuple[dict, dict]):

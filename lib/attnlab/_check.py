@@ -1,30 +1,74 @@
-"""Argument checks shared by every layer: each error names the parameter, its value and the valid range."""
+"""Argument checks shared by every layer: each error names the parameter, its value and the valid range.
+
+Wrong type -> TypeError, wrong value -> ValueError. Nothing here converts silently: a string is not a
+number, a bool is neither a number nor a count, and "False" is not a flag.
+"""
 from __future__ import annotations
 
 import numbers
+from fractions import Fraction
 
 import numpy as np
 
+__all__ = ["as_int", "as_float", "as_bool", "choice", "as_dtype", "as_array", "as_counts",
+           "as_reals", "as_dtype_bytes"]
+
+#: dtype kinds of real numbers: signed and unsigned integers, floats.
+REAL_KINDS = "iuf"
+_KIND_NAMES = {"b": "bool", "i": "signed integer", "u": "unsigned integer", "f": "float",
+               "c": "complex", "O": "object", "U": "string", "S": "bytes", "V": "void",
+               "M": "datetime", "m": "timedelta"}
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _short(value, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters (arrays can be long)."""
+    if isinstance(value, np.ndarray) and value.size > 8:
+        return f"array of shape {value.shape}, dtype {value.dtype}"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
 
 def as_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
-    """`value` as an int in [lo, hi]; TypeError for non-integers, ValueError outside the range."""
+    """`value` as an int in [lo, hi]; TypeError for non-integers, ValueError outside the range.
+
+    A float with an integral value (64.0) is accepted as that integer; bools are refused.
+
+    >>> as_int("N", 64.0, 1)
+    64
+    >>> as_int("N", 0, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: N=0 is out of range; valid: >= 1
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, (float, np.floating)) and float(value).is_integer():
             value = int(value)
         else:
-            raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+            raise TypeError(f"{name} must be an integer, got {_short(value)} ({type(value).__name__})")
     value = int(value)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise ValueError(f"{name}={value} is out of range; valid: {_range(lo, hi)}")
+        raise ValueError(f"{name}={value} is out of range; valid: {_range(lo, hi, name)}")
     return value
 
 
 def as_float(name: str, value, lo: float | None = None, hi: float | None = None, *,
              lo_open: bool = False) -> float:
-    """`value` as a finite float in [lo, hi] (or (lo, hi] with lo_open)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    value = float(value)
+    """`value` as a finite float in [lo, hi] (or (lo, hi] with lo_open); bools and strings are refused.
+
+    >>> as_float("scale", 0.125, 0.0, None, lo_open=True)
+    0.125
+    >>> as_float("scale", True)
+    Traceback (most recent call last):
+    ...
+    TypeError: scale must be a real number, got True (bool)
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {_short(value)} ({type(value).__name__})")
+    try:
+        value = float(value)
+    except OverflowError:                          # an int beyond float64
+        raise ValueError(f"{name}={_short(value)} is out of range; valid: finite, below 1.8e308") from None
     bad = not np.isfinite(value)
     if lo is not None:
         bad |= value <= lo if lo_open else value < lo
@@ -32,21 +76,182 @@ def as_float(name: str, value, lo: float | None = None, hi: float | None = None,
         bad |= value > hi
     if bad:
         left = "(" if lo_open else "["
-        raise ValueError(f"{name}={value!r} is out of range; valid: {left}{lo}, {hi if hi is not None else 'inf'}]")
+        low = "-inf" if lo is None else lo
+        high = f"{hi}]" if hi is not None else "inf)"
+        raise ValueError(f"{name}={value!r} is out of range; valid: finite, in {left}{low}, {high}")
     return value
+
+
+def as_bool(name: str, value) -> bool:
+    """`value` as a Python bool; only True/False (Python or numpy) are flags. The string "False",
+    0 and None are refused with TypeError, so a typo cannot turn a flag on.
+
+    >>> as_bool("causal", np.bool_(True))
+    True
+    >>> as_bool("causal", "False")
+    Traceback (most recent call last):
+    ...
+    TypeError: causal must be True or False (a bool), got 'False' (str)
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False (a bool), got {_short(value)} ({type(value).__name__})")
 
 
 def choice(name: str, value, allowed) -> object:
-    """`value` if it is one of `allowed`, else ValueError listing them."""
+    """`value` if it is one of `allowed`, else ValueError listing them (TypeError if `allowed` are
+    strings and `value` is not one)."""
     allowed = tuple(allowed)
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not allowed; valid: {', '.join(map(repr, allowed))}")
+    if allowed and all(isinstance(a, str) for a in allowed) and not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, one of {', '.join(map(repr, allowed))}; "
+                        f"got {_short(value)} ({type(value).__name__})")
+    try:      # a bool is not the integer it equals (True == 1); arrays have no single truth value
+        ok = any(isinstance(value, (bool, np.bool_)) == isinstance(a, (bool, np.bool_)) and bool(value == a)
+                 for a in allowed)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name}={_short(value)} is not allowed; valid: {', '.join(map(repr, allowed))}")
     return value
 
 
-def _range(lo, hi) -> str:
+def as_dtype(name: str, a: np.ndarray, kinds: str = REAL_KINDS) -> np.dtype:
+    """The dtype of array `a` if its kind is one of `kinds` ("iuf": real numbers), else TypeError
+    naming `name`, the dtype and what is valid (object, string, complex and bool arrays are not
+    real numbers)."""
+    if a.dtype.kind not in kinds:
+        valid = ("real numbers (integers or floats)" if set(kinds) == set(REAL_KINDS) else
+                 " or ".join(f"{_KIND_NAMES.get(k, k)} values" for k in kinds))
+        raise TypeError(f"{name} must hold {valid}, got dtype {a.dtype} "
+                        f"({_KIND_NAMES.get(a.dtype.kind, a.dtype.kind)})")
+    return a.dtype
+
+
+def as_array(name: str, value, *, ndim=None, shape: str | None = None, kinds: str = REAL_KINDS,
+             finite: bool = True, neginf: bool = False) -> np.ndarray:
+    """`value` as a numpy array of real numbers, checked by name.
+
+    ndim: None, an int or a tuple of allowed ranks; `shape` describes the valid shapes in the
+    message (e.g. "(N, d) or (batch, heads, N, d)"). finite: NaN and +-inf are refused (ValueError
+    with the count and the first bad index); neginf=True lets -inf through (masked entries).
+    The array is not copied when it already is one.
+
+    >>> as_array("q", [[1, 2]], ndim=2).shape
+    (1, 2)
+    >>> as_array("q", [1.0, float("nan")])
+    Traceback (most recent call last):
+    ...
+    ValueError: q holds 1 NaN/inf value (first at index (1,): nan); valid: finite numbers
+    """
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be an array of real numbers, got {_short(value)} (str)")
+    if isinstance(value, np.ma.MaskedArray):      # np.asarray would drop the mask without a word
+        raise TypeError(f"{name} must be a plain array, got a masked array; fill it (or pass a "
+                        f"mask= where the function takes one)")
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError) as e:          # ragged lists, objects numpy cannot convert
+        raise TypeError(f"{name} must be an array of real numbers, got {_short(value)} ({e})") from None
+    as_dtype(name, a, kinds)
+    if ndim is not None:
+        ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if a.ndim not in ranks:
+            want = shape or " or ".join(f"{r}-D" for r in ranks)
+            raise ValueError(f"{name} must be {want}, got shape {a.shape}")
+    if finite and a.dtype.kind == "f":
+        ok = np.isfinite(a)
+        if neginf:
+            ok |= np.isneginf(a)
+        if not ok.all():
+            bad = np.argwhere(~ok)
+            first = tuple(int(i) for i in bad[0])
+            what = "NaN or +inf" if neginf else "NaN/inf"
+            valid = "finite numbers or -inf (masked)" if neginf else "finite numbers"
+            raise ValueError(f"{name} holds {len(bad)} {what} value{'s' if len(bad) > 1 else ''} "
+                             f"(first at index {first}: {a[first].item()!r}); valid: {valid}")
+    return a
+
+
+def as_counts(name: str, value, lo: int | None = None, hi: int | None = None):
+    """An integer or an array of integers in [lo, hi]: (Python int, True) for a scalar,
+    (int64 array, False) for an array (lists, tuples, ranges, numpy arrays of any rank). Integral floats
+    are accepted as in `as_int`; bools, strings and fractions are refused."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]                       # 0-d array -> numpy scalar
+    if not isinstance(value, (list, tuple, range, np.ndarray)):
+        return as_int(name, value, lo, hi), True
+    flat = np.asarray(value, dtype=object).reshape(-1) if not isinstance(value, np.ndarray) else None
+    if flat is not None and flat.size and all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+        big = [v for v in flat if not -_INT64_MAX <= v <= _INT64_MAX]
+        if big:                                   # numpy would make an object array of these
+            raise ValueError(f"{name} holds {_short(big[0])}, beyond int64; valid: |value| <= {_INT64_MAX}")
+    a = as_array(name, value, kinds=REAL_KINDS, finite=False)
+    if a.dtype.kind == "f":
+        flat = a.reshape(-1)
+        bad = ~(np.isfinite(flat) & (flat == np.floor(flat)))
+        if bad.any():
+            raise TypeError(f"{name} must hold integers, got {flat[bad][:5].tolist()} in {_short(value)}")
+    flat = a.reshape(-1)
+    if flat.size:
+        low, high = (flat.min(), flat.max()) if a.dtype.kind != "f" else (float(flat.min()), float(flat.max()))
+        if (lo is not None and low < lo) or (hi is not None and high > hi):
+            bad = np.zeros(flat.shape, dtype=bool)
+            if lo is not None:
+                bad |= flat < lo
+            if hi is not None:
+                bad |= flat > hi
+            out = flat[bad]
+            raise ValueError(f"{name} holds {out[:5].tolist()} out of range; valid: {_range(lo, hi, name)}")
+        if high > _INT64_MAX or low < -_INT64_MAX:
+            raise ValueError(f"{name} holds {high!r}, beyond int64; valid: |value| <= {_INT64_MAX}")
+    return a.astype(np.int64), False
+
+
+def as_reals(name: str, value, lo: float | None = None, *, lo_open: bool = False):
+    """A real number or an array of them, finite and >= lo (> lo with lo_open), as float64:
+    (float, True) for a scalar, (array, False) otherwise. Bools, strings, complex and object
+    values are refused with TypeError."""
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a real number or an array of them, got {_short(value)} "
+                        f"({type(value).__name__})")
+    scalar = not isinstance(value, (list, tuple, np.ndarray)) or np.ndim(value) == 0
+    if scalar and not isinstance(value, (numbers.Real, np.ndarray)):
+        raise TypeError(f"{name} must be a real number or an array of them, got {_short(value)} "
+                        f"({type(value).__name__})")
+    a = as_array(name, value, kinds=REAL_KINDS, finite=True).astype(np.float64)
+    if lo is not None:
+        bad = (a <= lo) if lo_open else (a < lo)
+        if np.any(bad):
+            valid = f"finite, {'>' if lo_open else '>='} {lo:g}"
+            if scalar:
+                raise ValueError(f"{name}={float(a)!r} is out of range; valid: {valid}")
+            raise ValueError(f"{name} holds {a[bad].ravel()[:5].tolist()} out of range; valid: {valid}")
+    return (float(a), True) if scalar else (a, False)
+
+
+def as_dtype_bytes(name: str, value):
+    """Bytes per element: a positive integer (int), or 1/2, 1/4, 1/8 for packed sub-byte types
+    such as fp4 (returned as a float). Other fractions are refused: byte counts stay exact.
+
+    >>> as_dtype_bytes("dtype_bytes", 2), as_dtype_bytes("dtype_bytes", 0.5)
+    (2, 0.5)
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of bytes per element, got {_short(value)} "
+                        f"({type(value).__name__})")
+    if isinstance(value, numbers.Integral) or (np.isfinite(float(value)) and float(value).is_integer()):
+        return as_int(name, value, 1, None)
+    x = float(value)
+    if not np.isfinite(x) or Fraction(x) not in (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8)):
+        raise ValueError(f"{name}={value!r} is out of range; valid: an integer >= 1, or 0.5, 0.25, 0.125")
+    return x
+
+
+def _range(lo, hi, name: str = "value") -> str:
     if lo is not None and hi is not None:
-        return f"{lo} <= {{}} <= {hi}".format("value")
+        return f"{lo} <= {name} <= {hi}"
     if lo is not None:
         return f">= {lo}"
-    return f"<= {hi}"
+    if hi is not None:
+        return f"<= {hi}"
+    return "any integer"

@@ -17,15 +17,15 @@ real SRAM capacity checks for explicit block sizes: the accounting follows the p
 """
 from __future__ import annotations
 
-import math
+import functools
 
 import numpy as np
 
-from ._check import as_float, as_int, choice
+from ._check import as_array, as_bool, as_int, choice
 from .hbm import HBM
-from .softmax import softmax
+from .softmax import _overflow, _scale, softmax
 
-__all__ = ["standard_attention", "flash_attention", "block_sizes", "causal_mask", "ORDERS"]
+__all__ = ["standard_attention", "flash_attention", "fa2_head", "block_sizes", "causal_mask", "ORDERS"]
 
 ORDERS = ("fa1", "fa2")
 
@@ -33,8 +33,12 @@ ORDERS = ("fa1", "fa2")
 def block_sizes(d: int, sram: int = 100_000) -> tuple[int, int]:
     """(Br, Bc) by the paper's rule: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d).
 
-    Example: d = 64, M = 100,000 gives Bc = ceil(100000 / 256) = 391 and Br = 64.
     The SRAM must hold at least one row each of Q, K, V and O (M >= 4d), else ValueError.
+
+    >>> block_sizes(64, 100_000)          # Bc = ceil(100000 / 256) = 391, Br = min(391, 64)
+    (64, 391)
+    >>> block_sizes(256, 100_000)         # head dim 256: Bc = ceil(100000 / 1024) = 98 = Br
+    (98, 98)
     """
     d = as_int("d", d, 1, None)
     sram = as_int("sram", sram, 1, None)
@@ -47,47 +51,53 @@ def block_sizes(d: int, sram: int = 100_000) -> tuple[int, int]:
 
 
 def causal_mask(n_q: int, n_k: int) -> np.ndarray:
-    """Boolean (n_q, n_k) mask, True where query i may see key j (bottom-right aligned)."""
+    """Boolean (n_q, n_k) mask, True where query i may see key j (bottom-right aligned).
+
+    >>> causal_mask(3, 5).astype(int)
+    array([[1, 1, 1, 0, 0],
+           [1, 1, 1, 1, 0],
+           [1, 1, 1, 1, 1]])
+    """
+    n_q = as_int("n_q", n_q, 0, None)
+    n_k = as_int("n_k", n_k, 0, None)
     i = np.arange(n_q)[:, None]
     j = np.arange(n_k)[None, :]
     return j <= i + (n_k - n_q)
 
 
+def _hbm(hbm):
+    if hbm is not None and not isinstance(hbm, HBM):
+        raise TypeError(f"hbm must be an attnlab.hbm.HBM counter or None, got {type(hbm).__name__}")
+    return hbm
+
+
 def _prepare(q, k, v, scale):
     """Check shapes and dtypes; return (q, k, v) as 4-D float arrays, the scale and whether
     the input was a single 2-D head."""
-    arrays = []
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        a = np.asarray(a)
-        if a.dtype.kind not in "fiu":
-            raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
-        if a.ndim not in (2, 4):
-            raise ValueError(f"{name} must be (N, d) or (batch, heads, N, d), got shape {a.shape}")
-        arrays.append(a)
-    q, k, v = arrays
+    shape = "(N, d) or (batch, heads, N, d)"
+    q, k, v = (as_array(name, a, ndim=(2, 4), shape=shape) for name, a in (("q", q), ("k", k), ("v", v)))
     if not (q.ndim == k.ndim == v.ndim):
         raise ValueError(f"q, k, v must have the same rank, got shapes {q.shape}, {k.shape}, {v.shape}")
+    shapes = f"q {q.shape}, k {k.shape}, v {v.shape}"
     single = q.ndim == 2
     if single:
         q, k, v = q[None, None], k[None, None], v[None, None]
     if k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k's head dim {k.shape[-1]} must equal q's head dim {q.shape[-1]}")
+        raise ValueError(f"k's head dim {k.shape[-1]} must equal q's head dim {q.shape[-1]} ({shapes})")
     if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v must match k in (batch, heads, N); got v {v.shape} vs k {k.shape}")
+        raise ValueError(f"v must match k in (batch, heads, N) ({shapes})")
     if q.shape[0] != k.shape[0]:
-        raise ValueError(f"q batch {q.shape[0]} must equal k batch {k.shape[0]}")
+        raise ValueError(f"q batch {q.shape[0]} must equal k batch {k.shape[0]} ({shapes})")
     hq, hkv = q.shape[1], k.shape[1]
     if hkv == 0 or hq % hkv:
-        raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv} (GQA)")
-    for name, n in (("N_q", q.shape[2]), ("N_k", k.shape[2]), ("d", q.shape[3]), ("d_v", v.shape[3])):
+        raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv} (GQA; {shapes})")
+    for name, n in (("batch", q.shape[0]), ("heads", hq), ("N_q", q.shape[2]), ("N_k", k.shape[2]),
+                    ("d", q.shape[3]), ("d_v", v.shape[3])):
         if n < 1:
-            raise ValueError(f"{name}={n} must be >= 1")
+            raise ValueError(f"{name}={n} is out of range; valid: >= 1 ({shapes})")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    scale = as_float("scale", scale, 0.0, None, lo_open=True)
-    return q, k, v, dtype.type(scale), single
+    return q, k, v, dtype.type(_scale(scale, q.shape[-1])), single
 
 
 def _heads(q, k):
@@ -98,6 +108,21 @@ def _heads(q, k):
             yield b, h, h // group
 
 
+def _finite_output(fn):
+    """Run a kernel with numpy's overflow/underflow warnings off, then refuse a non-finite output:
+    finite inputs whose weighted sums overflow the dtype raise ValueError instead of returning inf."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            out = fn(*args, **kwargs)
+        o = out[0] if isinstance(out, tuple) else out
+        if not np.isfinite(o).all():
+            raise _overflow("v", "the output's weighted sum of v", o.dtype)
+        return out
+    return run
+
+
+@_finite_output
 def standard_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
                        hbm: HBM | None = None):
     """The paper's Algorithm 0: three kernels, with S and P written to HBM and read back.
@@ -108,7 +133,15 @@ def standard_attention(q, k, v, *, causal: bool = False, scale: float | None = N
 
     Per head: 2 N_q d + 2 N_k d + 4 N_q N_k elements when d_v = d; for N >> d the 4 N^2 term
     (write S, read S, write P, read P) dominates. Computed in the inputs' float dtype.
+    q, k, v: finite real numbers; `causal` a bool; `scale` a positive finite real.
+
+    >>> hbm = HBM()
+    >>> _ = standard_attention(np.eye(4), np.eye(4), np.eye(4), hbm=hbm)
+    >>> hbm.total == 2 * 4 * 4 + 2 * 4 * 4 + 4 * 4 * 4     # 2 N d + 2 N d + 4 N^2
+    True
     """
+    causal = as_bool("causal", causal)
+    hbm = _hbm(hbm)
     q, k, v, scale, single = _prepare(q, k, v, scale)
     n_q, n_k = q.shape[2], k.shape[2]
     mask = causal_mask(n_q, n_k) if causal else None
@@ -118,6 +151,8 @@ def standard_attention(q, k, v, *, causal: bool = False, scale: float | None = N
         if hbm is not None:
             hbm.read("Q", qh); hbm.read("K", kh); hbm.write("S", n_q * n_k)
         s = (qh @ kh.T) * scale
+        if not np.isfinite(s).all():
+            raise _overflow("q or k", "scale * q k^T", s.dtype)
         if hbm is not None:
             hbm.read("S", n_q * n_k); hbm.write("P", n_q * n_k)
         if mask is not None:
@@ -135,6 +170,7 @@ def _block_active(r0: int, r1: int, c0: int, offset: int, causal: bool) -> bool:
     return not causal or c0 <= r1 - 1 + offset
 
 
+@_finite_output
 def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
                     sram: int = 100_000, block_r: int | None = None, block_c: int | None = None,
                     order: str = "fa2", hbm: HBM | None = None, return_lse: bool = False):
@@ -143,21 +179,35 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     order="fa1" (the FlashAttention paper's Algorithm 1): the outer loop runs over K/V blocks
     (each read once), the inner loop over Q blocks; every visit reads Q_i, O_i, l_i, m_i and
     writes O_i, l_i, m_i back, so HBM traffic is 2 N_k d + T_c N_q (3d + 4) without masking.
-    order="fa2" (FlashAttention-2): the outer loop runs over Q blocks; O_i, l_i, m_i stay on chip
-    and O_i is written once, but K and V are re-read for every Q block: N_q d + T_r 2 N_k d + N_q d
-    (+ N_q for lse when return_lse).
+    order="fa2" (FlashAttention-2, `fa2_head` for each head): the outer loop runs over Q blocks;
+    O_i, l_i, m_i stay on chip and O_i is written once, but K and V are re-read for every Q
+    block: N_q d + T_r 2 N_k d + N_q d (+ N_q for lse when return_lse).
 
     Causal: a block whose every entry is masked is skipped (no loads, no compute); partial
     blocks are masked element-wise. N need not divide by the block sizes.
     The initialisation of O, l, m in HBM (fa1) is not counted, as in the paper's analysis.
     In fa1, lse = m + log l is derived from the statistics it already stored (no extra traffic).
+    `sram` (elements, an int >= 4d) sets the block sizes that are not given explicitly; it is
+    checked even when both are given. q, k, v: finite real numbers; flags are bools.
 
     Returns O, or (O, lse) with return_lse=True.
 
     Example: at N = 257, d = 64, block_r = block_c = 32, fp32 inputs, the result differs from
-    `standard_attention` by ~1e-7.
+    `standard_attention` by ~1e-7; in float64 by ~1e-16, and one head of it is `fa2_head`:
+
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((50, 8)) for _ in range(3))
+    >>> o = flash_attention(q, k, v, causal=True, block_r=16, block_c=16)
+    >>> bool(np.abs(o - standard_attention(q, k, v, causal=True)).max() < 1e-14)
+    True
+    >>> bool(np.all(o == fa2_head(q, k, v, block_r=16, block_c=16, causal=True)))
+    True
     """
     order = choice("order", order, ORDERS)
+    causal = as_bool("causal", causal)
+    return_lse = as_bool("return_lse", return_lse)
+    hbm = _hbm(hbm)
+    sram = as_int("sram", sram, 1, None)
     q, k, v, scale, single = _prepare(q, k, v, scale)
     n_q, n_k, d = q.shape[2], k.shape[2], q.shape[3]
     if block_r is None or block_c is None:
@@ -166,21 +216,33 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
         block_c = bc if block_c is None else block_c
     block_r = as_int("block_r", block_r, 1, None)
     block_c = as_int("block_c", block_c, 1, None)
-    offset = n_k - n_q
     out = np.zeros(q.shape[:3] + (v.shape[3],), dtype=q.dtype)
     lse = np.full(q.shape[:3], -np.inf, dtype=q.dtype)
-    kernel = _fa1_head if order == "fa1" else _fa2_head
     for b, h, g in _heads(q, k):
-        out[b, h], lse[b, h] = kernel(q[b, h], k[b, g], v[b, g], scale, block_r, block_c,
-                                      offset, causal, hbm, return_lse)
+        if order == "fa1":
+            out[b, h], lse[b, h] = _fa1_head(q[b, h], k[b, g], v[b, g], scale, block_r, block_c,
+                                             n_k - n_q, causal, hbm)
+        else:
+            res = fa2_head(q[b, h], k[b, g], v[b, g], scale=scale, block_r=block_r, block_c=block_c,
+                           causal=causal, hbm=hbm, return_lse=return_lse)
+            if return_lse:
+                out[b, h], lse[b, h] = res
+            else:
+                out[b, h] = res
     if single:
         out, lse = out[0, 0], lse[0, 0]
     return (out, lse) if return_lse else out
 
 
-def _scores(qi, kj, scale, r0, c0, offset, causal):
-    """Scaled logits of one block, masked entries set to -inf."""
-    s = (qi @ kj.T) * scale
+def _scores(qi, kj, scale, r0, c0, offset, causal, hbm=None):
+    """S_ij = scale * Q_i K_j^T of one block, masked entries set to -inf; marks the block as
+    computed on chip in the trace. Logits that overflow the dtype raise ValueError."""
+    if hbm is not None:
+        hbm.compute((r0, r0 + qi.shape[0]), (c0, c0 + kj.shape[0]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = (qi @ kj.T) * scale
+    if not np.isfinite(s).all():
+        raise _overflow("q or k", "scale * q k^T", s.dtype)
     if causal:
         rows = np.arange(r0, r0 + qi.shape[0])[:, None]
         cols = np.arange(c0, c0 + kj.shape[0])[None, :]
@@ -193,7 +255,64 @@ def _safe(m):
     return np.where(np.isfinite(m), m, 0.0)
 
 
-def _fa1_head(q, k, v, scale, br, bc, offset, causal, hbm, _return_lse):
+def _load(hbm, name, a, r0, r1):
+    """Rows r0:r1 of tensor `a`, loaded from HBM into SRAM (counted when `hbm` is given)."""
+    if hbm is not None:
+        hbm.read(name, a[r0:r1], rows=(r0, r1))
+    return a[r0:r1]
+
+
+def _store(hbm, name, a, r0, r1):
+    """Rows r0:r1 of tensor `a` stored from SRAM back to HBM (counted when `hbm` is given)."""
+    if hbm is not None:
+        hbm.write(name, a[r0:r1], rows=(r0, r1))
+
+
+def _head_args(q, k, v, scale, block_r, block_c, causal, hbm, return_lse):
+    """fa2_head's checks: q (N_q, d), k (N_k, d), v (N_k, d_v) as float arrays, the scale, block
+    sizes >= 1, bool flags and an HBM counter or None."""
+    q, k, v, scale, _ = _prepare(as_array("q", q, ndim=2, shape="(N_q, d)"),
+                                 as_array("k", k, ndim=2, shape="(N_k, d)"),
+                                 as_array("v", v, ndim=2, shape="(N_k, d_v)"), scale)
+    return (q[0, 0], k[0, 0], v[0, 0], scale, as_int("block_r", block_r, 1, None),
+            as_int("block_c", block_c, 1, None), as_bool("causal", causal), _hbm(hbm),
+            as_bool("return_lse", return_lse))
+
+
+@_finite_output
+def fa2_head(q, k, v, *, block_r: int, block_c: int, scale: float | None = None, causal: bool = False,
+             hbm: HBM | None = None, return_lse: bool = False):
+    """FlashAttention-2 for one head, the loop flash_attention(order="fa2") runs: q (N_q, d),
+    k (N_k, d), v (N_k, d_v). Returns O, or (O, lse) with return_lse (lse then written too)."""
+    q, k, v, scale, block_r, block_c, causal, hbm, return_lse = _head_args(
+        q, k, v, scale, block_r, block_c, causal, hbm, return_lse)
+    n_q, n_k, offset = len(q), len(k), len(k) - len(q)
+    o, lse = np.zeros((n_q, v.shape[1]), q.dtype), np.full(n_q, -np.inf, q.dtype)  # in HBM
+    for r0 in range(0, n_q, block_r):                 # outer loop: Q block i, held in SRAM
+        r1 = min(r0 + block_r, n_q)
+        cols = [(c0, min(c0 + block_c, n_k)) for c0 in range(0, n_k, block_c)
+                if _block_active(r0, r1, c0, offset, causal)]      # causal: skip fully masked blocks
+        qi = _load(hbm, "Q", q, r0, r1) if cols else q[r0:r1]      # Q_i read once: B_r x d
+        m, l = np.full(r1 - r0, -np.inf, q.dtype), np.zeros(r1 - r0, q.dtype)  # running max, sum
+        acc = np.zeros((r1 - r0, v.shape[1]), q.dtype)             # unnormalised O_i, in SRAM
+        for c0, c1 in cols:                           # inner loop: stream K_j, V_j through SRAM
+            kj, vj = _load(hbm, "K", k, c0, c1), _load(hbm, "V", v, c0, c1)   # B_c x d each
+            s = _scores(qi, kj, scale, r0, c0, offset, causal, hbm)         # S_ij, never in HBM
+            m_new = np.maximum(m, s.max(axis=1))
+            alpha = np.exp(m - _safe(m_new))          # rescales what was summed under the old max
+            p = np.exp(s - _safe(m_new)[:, None])     # P_ij, never in HBM
+            l = alpha * l + p.sum(axis=1)
+            acc = alpha[:, None] * acc + p @ vj
+            m = m_new
+        o[r0:r1] = np.divide(acc, l[:, None], out=np.zeros_like(acc), where=l[:, None] > 0)  # 1/l once
+        lse[r0:r1] = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+        _store(hbm, "O", o, r0, r1)                   # O_i written once: B_r x d_v
+        if return_lse:
+            _store(hbm, "lse", lse, r0, r1)           # lse_i: B_r
+    return (o, lse) if return_lse else o
+
+
+def _fa1_head(q, k, v, scale, br, bc, offset, causal, hbm):
     n_q, n_k, dv = q.shape[0], k.shape[0], v.shape[1]
     o = np.zeros((n_q, dv), dtype=q.dtype)          # O, l, m live in HBM between visits
     l = np.zeros(n_q, dtype=q.dtype)
@@ -228,39 +347,4 @@ def _fa1_head(q, k, v, scale, br, bc, offset, causal, hbm, _return_lse):
                 hbm.write("O", o[r0:r1], rows=(r0, r1))
                 hbm.write("l", r1 - r0, rows=(r0, r1)); hbm.write("m", r1 - r0, rows=(r0, r1))
     lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf).astype(q.dtype)
-    return o, lse
-
-
-def _fa2_head(q, k, v, scale, br, bc, offset, causal, hbm, return_lse):
-    n_q, n_k, dv = q.shape[0], k.shape[0], v.shape[1]
-    o = np.zeros((n_q, dv), dtype=q.dtype)
-    lse = np.full(n_q, -np.inf, dtype=q.dtype)
-    for r0 in range(0, n_q, br):
-        r1 = min(r0 + br, n_q)
-        cols = [c0 for c0 in range(0, n_k, bc) if _block_active(r0, r1, c0, offset, causal)]
-        qi = q[r0:r1]
-        acc = np.zeros((r1 - r0, dv), dtype=q.dtype)  # O_i, l_i, m_i stay in SRAM
-        l = np.zeros(r1 - r0, dtype=q.dtype)
-        m = np.full(r1 - r0, -np.inf, dtype=q.dtype)
-        if hbm is not None and cols:
-            hbm.read("Q", qi, rows=(r0, r1))
-        for c0 in cols:
-            c1 = min(c0 + bc, n_k)
-            if hbm is not None:
-                hbm.read("K", k[c0:c1], rows=(c0, c1))
-                hbm.read("V", v[c0:c1], rows=(c0, c1))
-                hbm.compute((r0, r1), (c0, c1))
-            s = _scores(qi, k[c0:c1], scale, r0, c0, offset, causal)
-            m_new = np.maximum(m, s.max(axis=1))
-            alpha = np.exp(m - _safe(m_new))
-            p = np.exp(s - _safe(m_new)[:, None])
-            l = alpha * l + p.sum(axis=1)
-            acc = alpha[:, None] * acc + p @ v[c0:c1]
-            m = m_new
-        o[r0:r1] = np.divide(acc, l[:, None], out=np.zeros_like(acc), where=l[:, None] > 0)
-        lse[r0:r1] = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
-        if hbm is not None:
-            hbm.write("O", o[r0:r1], rows=(r0, r1))
-            if return_lse:
-                hbm.write("lse", r1 - r0, rows=(r0, r1))
     return o, lse

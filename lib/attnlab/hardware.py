@@ -22,7 +22,6 @@ real kernels reach 60-80 % of either roof. Every number has its source in the JS
 from __future__ import annotations
 
 import functools
-import numbers
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -30,9 +29,9 @@ from typing import Mapping
 import numpy as np
 
 from ._catalog import data_path, find, freeze, load
-from ._check import as_int
+from ._check import as_float, as_int, as_reals
 
-__all__ = ["GPU", "DTYPE_BYTES", "data_path", "gpus", "get_gpu", "peak", "ridge_point",
+__all__ = ["GPU", "DTYPE_BYTES", "data_path", "gpus", "get_gpu", "dtype_name", "peak", "ridge_point",
            "sm_share_time", "WaveTime", "decode_time", "DecodeTime", "best_split", "SPLITS",
            "attainable", "roofline_time"]
 
@@ -57,6 +56,20 @@ class GPU:
     sources: tuple = field(default=(), hash=False, repr=False)
     notes: str = field(default="", repr=False)
     extra: Mapping[str, object] = field(default_factory=dict, hash=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty string, got {self.name!r}")
+        for f in ("sms", "hbm_bytes"):
+            as_int(f, getattr(self, f), 1, None)
+        for f in ("sram_per_sm", "l2_bytes"):
+            as_int(f, getattr(self, f), 0, None)
+        as_float("hbm_bandwidth", self.hbm_bandwidth, 0.0, None, lo_open=True)
+        if not isinstance(self.peak_flops, Mapping) or not self.peak_flops:
+            raise TypeError(f"peak_flops must be a non-empty mapping dtype -> FLOP/s, got {self.peak_flops!r}")
+        for k, v in self.peak_flops.items():
+            dtype_name(k)
+            as_float(f"peak_flops[{k!r}]", v, 0.0, None, lo_open=True)
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -89,19 +102,38 @@ def get_gpu(gpu) -> GPU:
     """The `GPU` called `gpu` (case-insensitive; aliases such as "H100" or "h100 sxm" work);
     a `GPU` is returned as is.
 
-    Example: `get_gpu("h100").hbm_bandwidth == 3.35e12`.
+    >>> get_gpu("h100").name, get_gpu("h100").hbm_bandwidth
+    ('H100-SXM', 3350000000000.0)
     """
     return find("gpu", gpu, GPU, _load())
 
 
+def dtype_name(dtype) -> str:
+    """The canonical name of `dtype` ("BF16 " -> "bf16"): one of DTYPE_BYTES, else ValueError
+    listing them; TypeError for a non-string.
+
+    >>> dtype_name(" FP8"), DTYPE_BYTES[dtype_name("fp4")]
+    ('fp8', 0.5)
+    """
+    if not isinstance(dtype, str):
+        raise TypeError(f"dtype must be a string such as 'bf16', got {dtype!r} ({type(dtype).__name__})")
+    key = dtype.strip().lower()
+    if key not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r} is not known; valid: {', '.join(DTYPE_BYTES)}")
+    return key
+
+
 def peak(gpu, dtype: str = "bf16") -> float:
-    """Dense peak FLOP/s of `gpu` for `dtype`. Example: `peak("H100-SXM", "bf16") == 989.4e12`.
+    """Dense peak FLOP/s of `gpu` for `dtype`.
 
     ValueError if the chip has no such dtype (the A100 has no fp8, only the B200 has fp4).
+
+    >>> peak("H100-SXM", "bf16")
+    989400000000000.0
     """
     g = get_gpu(gpu)
     if not isinstance(dtype, str):
-        raise TypeError(f"dtype must be a string such as 'bf16', got {dtype!r}")
+        raise TypeError(f"dtype must be a string such as 'bf16', got {dtype!r} ({type(dtype).__name__})")
     key = dtype.strip().lower()
     if key not in g.peak_flops:
         raise ValueError(f"dtype={dtype!r} has no peak on {g.name}; valid: {', '.join(g.peak_flops)}")
@@ -111,25 +143,16 @@ def peak(gpu, dtype: str = "bf16") -> float:
 def ridge_point(gpu, dtype: str = "bf16") -> float:
     """Arithmetic intensity (FLOP/byte) where the roofline turns: peak / HBM bandwidth.
 
-    Example: `ridge_point("H100-SXM")` = 989.4e12 / 3.35e12 = 295.3 FLOP/byte.
+    >>> round(ridge_point("H100-SXM"), 1)         # 989.4e12 / 3.35e12
+    295.3
     """
     g = get_gpu(gpu)
     return peak(g, dtype) / g.hbm_bandwidth
 
 
-def _nonneg(name: str, value):
-    if isinstance(value, bool) or (isinstance(value, numbers.Number) and
-                                   not isinstance(value, numbers.Real)):
-        raise TypeError(f"{name} must be a real number or an array of them, got {value!r}")
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number or an array of them, got {value!r}") from None
-    bad = ~np.isfinite(arr) | (arr < 0)
-    if np.any(bad):
-        raise ValueError(f"{name} must be finite and >= 0; got {arr[bad].ravel()[:5].tolist()} "
-                         f"in {name}={value!r}")
-    return arr
+def _nonneg(name: str, value) -> np.ndarray:
+    """`value` (a real number or an array of them) as float64, finite and >= 0, checked by name."""
+    return np.asarray(as_reals(name, value, 0.0)[0], dtype=np.float64)
 
 
 def _out(arr: np.ndarray):
@@ -142,25 +165,33 @@ def attainable(intensity, gpu, dtype: str = "bf16"):
 
     Example: on the H100 SXM, intensity 10 gives 10 x 3.35e12 = 33.5e12 FLOP/s; 1000 gives the
     989.4e12 peak.
+
+    >>> attainable(10, "H100"), attainable([10, 1000], "H100").tolist()
+    (33500000000000.0, [33500000000000.0, 989400000000000.0])
     """
     g = get_gpu(gpu)
     p = peak(g, dtype)
     i = _nonneg("intensity", intensity)
-    return _out(np.minimum(p, i * g.hbm_bandwidth))
+    with np.errstate(over="ignore"):               # intensity x bandwidth beyond 1.8e308: the peak
+        return _out(np.minimum(p, i * g.hbm_bandwidth))
 
 
 def roofline_time(flops, bytes, gpu, dtype: str = "bf16"):  # noqa: A002 - the natural name
     """Lower bound on a kernel's time in seconds: max(flops / peak, bytes / bandwidth).
     Arrays broadcast; scalars give a float.
 
-    Example: a 4096^3 bf16 matmul (1.37e11 FLOPs, 1.0e8 bytes) on the H100 SXM takes
-    max(0.139 ms, 0.030 ms) = 0.139 ms: compute-bound.
+    Example: a 4096^3 bf16 matmul (2 x 4096^3 = 1.37e11 FLOPs; A, B and C of 4096^2 x 2 bytes,
+    1.0e8 bytes) on the H100 SXM takes max(0.139 ms, 0.030 ms) = 0.139 ms: compute-bound.
+
+    >>> round(roofline_time(2 * 4096**3, 3 * 4096**2 * 2, "H100") * 1e3, 3)
+    0.139
     """
     g = get_gpu(gpu)
     p = peak(g, dtype)
     f = _nonneg("flops", flops)
     b = _nonneg("bytes", bytes)
-    return _out(np.maximum(f / p, b / g.hbm_bandwidth))
+    with np.errstate(under="ignore"):
+        return _out(np.maximum(f / p, b / g.hbm_bandwidth))
 
 
 @dataclass(frozen=True)
@@ -185,24 +216,25 @@ def sm_share_time(n_blocks: int, block_bytes: float, gpu, *, sms: int | None = N
 
     Example: 8 blocks of 16.8 MB on an H100 SXM (132 SMs, 3.35 TB/s): one wave of 661 us at
     8/132 = 6 % utilization; the same bytes cut into 128 blocks take 41 us at 97 %.
+
+    >>> w = sm_share_time(8, 16.8e6, "H100")
+    >>> w.waves, round(w.time * 1e6), round(w.utilization, 3)
+    (1, 662, 0.061)
     """
     g = get_gpu(gpu)
-    sms = g.sms if sms is None else int(sms)
-    if isinstance(n_blocks, bool) or not isinstance(n_blocks, numbers.Integral) or n_blocks < 1:
-        raise ValueError(f"n_blocks={n_blocks!r} must be an integer >= 1")
-    if sms < 1:
-        raise ValueError(f"sms={sms} must be >= 1")
-    if not isinstance(block_bytes, numbers.Real) or not np.isfinite(block_bytes) or block_bytes < 0:
-        raise ValueError(f"block_bytes={block_bytes!r} must be a finite number >= 0")
-    block_time = float(block_bytes) / (g.hbm_bandwidth / sms)
+    n_blocks = as_int("n_blocks", n_blocks, 1, None)
+    sms = g.sms if sms is None else as_int("sms", sms, 1, None)
+    block_bytes = as_float("block_bytes", block_bytes, 0.0, None)
+    block_time = block_bytes / (g.hbm_bandwidth / sms)
     waves = -(-int(n_blocks) // sms)
     return WaveTime(time=waves * block_time, utilization=n_blocks / (waves * sms), waves=waves,
-                    blocks=int(n_blocks), sms=sms, block_time=block_time)
+                    blocks=n_blocks, sms=sms, block_time=block_time)
 
 
 # --- decode attention on the simplified GPU -----------------------------------------------------
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
+_EXACT = 1 << 53              # sizes up to 2^53 stay exact in float64 seconds
 
 
 @dataclass(frozen=True)
@@ -236,15 +268,18 @@ def decode_time(batch: int, context: int, kv_heads: int = 8, splits: int = 1, gp
 
     Example (Llama-3-8B: 8 KV heads, group 4; H100 SXM): batch 1, context 32K: 8 blocks, 6 %
     utilization, 661 us; with 16 splits 128 blocks, 97 %, ~41 us: about 16x faster.
+
+    >>> [(r.blocks, round(r.utilization, 2), round(r.time * 1e6)) for r in
+    ...  (decode_time(1, 32768), decode_time(1, 32768, splits=16))]
+    [(8, 0.06, 661), (128, 0.97, 41)]
     """
-    batch = as_int("batch", batch, 1, None)
-    context = as_int("context", context, 1, None)
-    kv_heads = as_int("kv_heads", kv_heads, 1, None)
+    batch = as_int("batch", batch, 1, _EXACT)
+    context = as_int("context", context, 1, _EXACT)
+    kv_heads = as_int("kv_heads", kv_heads, 1, _EXACT)
     splits = as_int("splits", splits, 1, context)
-    head_dim = as_int("head_dim", head_dim, 1, None)
-    group = as_int("group", group, 1, None)
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype={dtype!r} is not allowed; valid: {', '.join(DTYPE_BYTES)}")
+    head_dim = as_int("head_dim", head_dim, 1, _EXACT)
+    group = as_int("group", group, 1, _EXACT)
+    dtype = dtype_name(dtype)
     g = get_gpu(gpu)
     chunk = -(-context // splits)
     w = sm_share_time(batch * kv_heads * splits, 2 * chunk * head_dim * DTYPE_BYTES[dtype], g)
@@ -256,7 +291,17 @@ def decode_time(batch: int, context: int, kv_heads: int = 8, splits: int = 1, gp
 
 def best_split(batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM", *,
                candidates=SPLITS, **kw) -> tuple[int, list[DecodeTime]]:
-    """The split count with the smallest `decode_time` among `candidates` (those <= context)."""
+    """The split count with the smallest `decode_time` among `candidates` (integers >= 1; those
+    <= context are tried) and every run. Ties go to the earlier candidate.
+
+    >>> best_split(1, 32768)[0]           # batch 1, 32K context, 8 KV heads on the H100
+    16
+    """
+    batch = as_int("batch", batch, 1, _EXACT)
+    context = as_int("context", context, 1, _EXACT)
+    if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__iter__"):
+        raise TypeError(f"candidates must be a sequence of split counts, got {candidates!r}")
+    candidates = [as_int(f"candidates[{i}]", s, 1, None) for i, s in enumerate(candidates)]
     runs = [decode_time(batch, context, kv_heads, s, gpu, **kw) for s in candidates if s <= context]
     if not runs:
         raise ValueError(f"no candidate split count <= context={context}; candidates={list(candidates)}")

@@ -18,8 +18,11 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
+
+from ._check import as_bool, as_dtype_bytes, as_int, choice
 
 __all__ = ["HBM", "Event"]
 
@@ -36,6 +39,31 @@ class Event:
     rows: tuple[int, int] | None = None
     cols: tuple[int, int] | None = None
 
+    def __post_init__(self):
+        choice("kind", self.kind, ("read", "write", "compute"))
+        if not isinstance(self.tensor, str):
+            raise TypeError(f"tensor must be a tensor name (str), got {self.tensor!r}")
+        as_int("elements", self.elements, 0, None)
+        _span("rows", self.rows)
+        _span("cols", self.cols)
+
+
+def _span(name: str, span):
+    """None, or a half-open range (start, stop) of ints with 0 <= start <= stop."""
+    if span is None:
+        return None
+    if not isinstance(span, tuple) or len(span) != 2:
+        raise TypeError(f"{name} must be None or a pair (start, stop), got {span!r}")
+    start = as_int(f"{name}[0]", span[0], 0, None)
+    stop = as_int(f"{name}[1]", span[1], start, None)
+    return start, stop
+
+
+def _tensor(name) -> str:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty tensor name such as 'Q', got {name!r}")
+    return name
+
 
 class HBM:
     """Element counter for HBM traffic, with an optional trace of every tile moved.
@@ -48,25 +76,26 @@ class HBM:
         self._reads: Counter[str] = Counter()
         self._writes: Counter[str] = Counter()
         self._order: dict[str, None] = {}    # tensors in first-touched order
-        self.trace = bool(trace)
+        self.trace = as_bool("trace", trace)
         self.events: list[Event] = []
 
     @staticmethod
     def _n(n) -> int:
         size = n.size if isinstance(n, np.ndarray) else n   # a numpy scalar is a count, not an array
-        if isinstance(size, bool):
-            raise TypeError("n must be an element count or an array, got bool")
+        bad = TypeError(f"n must be an element count (int) or an array, got {n!r} ({type(n).__name__})")
+        if isinstance(size, (bool, np.bool_)):
+            raise bad
         try:
             size = operator.index(size)
         except TypeError:
-            raise TypeError(f"n must be an element count or an array, got {type(n).__name__}") from None
+            raise bad from None
         if size < 0:
-            raise ValueError(f"n={size} must be >= 0 elements")
+            raise ValueError(f"n={size} is out of range; valid: >= 0 elements")
         return size
 
     def read(self, name: str, n, *, rows: tuple[int, int] | None = None) -> None:
         """Count a load of `n` elements (or of an array's elements) of tensor `name` into SRAM."""
-        k = self._n(n)
+        name, k, rows = _tensor(name), self._n(n), _span("rows", rows)
         self._order.setdefault(name)
         self._reads[name] += k
         if self.trace:
@@ -74,7 +103,7 @@ class HBM:
 
     def write(self, name: str, n, *, rows: tuple[int, int] | None = None) -> None:
         """Count a store of `n` elements of tensor `name` from SRAM back to HBM."""
-        k = self._n(n)
+        name, k, rows = _tensor(name), self._n(n), _span("rows", rows)
         self._order.setdefault(name)
         self._writes[name] += k
         if self.trace:
@@ -82,6 +111,9 @@ class HBM:
 
     def compute(self, rows: tuple[int, int], cols: tuple[int, int]) -> None:
         """Mark a block (query rows x key columns) computed on chip; traced only, never counted."""
+        rows, cols = _span("rows", rows), _span("cols", cols)
+        if rows is None or cols is None:
+            raise TypeError(f"rows and cols must be pairs (start, stop), got rows={rows!r}, cols={cols!r}")
         if self.trace:
             self.events.append(Event("compute", "S", 0, rows, cols))
 
@@ -101,9 +133,19 @@ class HBM:
         """{tensor: (reads, writes)} in elements, tensors in first-touched order."""
         return {n: (self._reads[n], self._writes[n]) for n in self._order}
 
-    def bytes(self, dtype_bytes: int = 2) -> int:
-        """Total traffic in bytes for elements of `dtype_bytes` each (2 for fp16/bf16)."""
-        return self.total * int(dtype_bytes)
+    def bytes(self, dtype_bytes: int | float = 2) -> int | float:
+        """Total traffic in bytes for elements of `dtype_bytes` each (2 for fp16/bf16, 0.5 for fp4).
+
+        Exact: an int for whole bytes; a float only where packed elements leave half a byte
+        (3 fp4 elements are 1.5 bytes). Sizes other than whole bytes and 1/2, 1/4, 1/8 are refused.
+
+        >>> hbm = HBM(); hbm.read("K", 3)
+        >>> hbm.bytes(2), hbm.bytes(0.5), hbm.bytes(1)
+        (6, 1.5, 3)
+        """
+        b = as_dtype_bytes("dtype_bytes", dtype_bytes)
+        exact = self.total * Fraction(b)
+        return int(exact) if exact.denominator == 1 else float(exact)
 
     def reset(self) -> None:
         self._reads.clear()

@@ -4,12 +4,13 @@
 prefill take if attention writes S and P to HBM (Algorithm 0) instead of keeping them on chip?
 
 Example: Llama-3-8B on an H100 SXM at N = 32,768 tokens: the matmuls take 0.82 s at bf16 peak,
-the extra S/P traffic of standard attention 1.32 s, so the prefill is 2.6x slower; and the S
+the extra S/P traffic of standard attention 1.33 s, so the prefill is 2.6x slower; and the S
 matrices of one layer alone are 32 x 32768^2 x 2 bytes = 64 GiB (128 GiB with P), more than the
 card's 80 GB.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -17,8 +18,7 @@ from typing import Mapping
 import numpy as np
 
 from ._catalog import find, freeze, load
-from ._check import as_int
-from .attention import block_sizes
+from ._check import as_counts, as_int
 from .hardware import DTYPE_BYTES, get_gpu, peak
 from .iomodel import flash_io, standard_io
 
@@ -43,6 +43,15 @@ class Model:
     params: int
     source: str
     extra: Mapping[str, object] = field(default_factory=dict, hash=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        for f in ("name", "source"):
+            if not isinstance(getattr(self, f), str):
+                raise TypeError(f"{f} must be a string, got {getattr(self, f)!r}")
+        for f in _INT_FIELDS:
+            as_int(f, getattr(self, f), 1, None)
+        if self.q_heads % self.kv_heads:
+            raise ValueError(f"q_heads={self.q_heads} must be a multiple of kv_heads={self.kv_heads} (GQA)")
 
     @property
     def group(self) -> int:
@@ -125,7 +134,28 @@ def attention_linear_crossover(model) -> float:
 
 @dataclass(frozen=True)
 class PrefillCost:
-    """Result of `prefill_cost`: times in seconds, sizes in bytes."""
+    """Result of `prefill_cost`: times in seconds (never negative), sizes in bytes.
+
+    N                   prompt length (tokens)
+    compute_s           linear layers + causal QK^T and PV at dense peak
+    extra_io_s          the time standard attention's HBM traffic adds over FlashAttention's:
+                        max(0, standard_minus_flash_io_s); 0 where FA1 moves more (flash_moves_more)
+    total_ratio         (compute_s + extra_io_s) / compute_s, >= 1: standard over FlashAttention
+    s_bytes_per_layer   all heads' S of one layer at once
+    sp_bytes_per_layer  S and P: 2 x s_bytes_per_layer
+    fits                sp_bytes_per_layer <= the GPU's HBM
+    standard_io_s       all of standard attention's HBM traffic (all layers and heads) / bandwidth
+    flash_io_s          all of FA1's HBM traffic / bandwidth, the traffic the model assumes hidden
+    standard_minus_flash_io_s  standard_io_s - flash_io_s: a signed difference, not a time; it is
+                        negative exactly when flash_moves_more
+    flash_moves_more    FA1's accounting moves more elements than standard attention at this
+                        head dim and SRAM (d^2 close to M: head_dim 256 at M = 100,000, Gemma-2)
+    flash_io_hidden     flash_io_s <= compute_s: whether the model's premise (FlashAttention's own
+                        traffic hides under compute) holds. Where it does not, FlashAttention takes
+                        at least flash_io_s, not compute_s, and total_ratio overstates standard
+                        attention's penalty (Llama-3-8B on the H100 already at N = 32,768 with FA1's
+                        unmasked accounting: 1.31 s of traffic against 0.82 s of compute)
+    """
 
     N: int
     compute_s: float
@@ -134,24 +164,36 @@ class PrefillCost:
     s_bytes_per_layer: float
     sp_bytes_per_layer: float
     fits: bool
+    standard_io_s: float
+    flash_io_s: float
+    standard_minus_flash_io_s: float
+    flash_moves_more: bool
+    flash_io_hidden: bool
 
 
 def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16") -> PrefillCost:
     """Cost of one N-token prefill with standard attention, relative to FlashAttention.
 
-    Time model (one sequence, causal attention, every query head of every layer):
+    Time model (one sequence, causal attention, every query head of every layer; `PrefillCost`
+    documents every field):
 
         compute_s   = (linear_flops_per_token * N + 2 * layers * q_heads * N**2 * head_dim)
                       / peak(gpu, dtype)
                       -- 2 FLOPs per parameter per token (`linear_flops_per_token`: the usual
                          2 x params, input embedding included) plus causal attention's QK^T and
                          PV (half of 4 N^2 d because of the causal mask), at dense peak;
-        extra_io_s  = layers * q_heads * (standard_io(N, head_dim) - flash_io(N, head_dim, sram, "fa1"))
-                      * bytes_per_element / hbm_bandwidth
-                      -- the HBM traffic standard attention adds over FlashAttention (iomodel,
-                         in elements; bytes_per_element = DTYPE_BYTES[dtype]);
+        standard_io_s = layers * q_heads * standard_io(N, head_dim) * bytes_per_element / bandwidth
+        flash_io_s    = layers * q_heads * flash_io(N, head_dim, sram, "fa1") * bytes_per_element
+                        / bandwidth
+                      -- iomodel's counts in elements; bytes_per_element = DTYPE_BYTES[dtype];
+        extra_io_s  = max(0, standard_io_s - flash_io_s)
+                      -- the traffic standard attention adds over FlashAttention; where FA1's
+                         accounting moves more (flash_moves_more: d^2 close to M, e.g. Gemma-2's
+                         head_dim 256 at M = 100,000) standard adds nothing and extra_io_s = 0;
+                         the signed value is standard_minus_flash_io_s;
         total_ratio = (compute_s + extra_io_s) / compute_s
-                      -- FlashAttention's own traffic is assumed hidden under compute;
+                      -- FlashAttention's own traffic is assumed hidden under compute
+                         (flash_io_hidden says whether it is);
         s_bytes_per_layer  = q_heads * N**2 * bytes_per_element (all heads' S of one layer at once);
         sp_bytes_per_layer = 2 * s_bytes_per_layer (S and P); fits = sp_bytes_per_layer <= hbm_bytes.
 
@@ -160,77 +202,100 @@ def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16"
     skips the blocks above the diagonal and moves about half as much (at N = 32,768, d = 128:
     1.08e9 instead of 2.14e9 elements per head), so the model understates the extra traffic of
     standard attention, which cannot skip anything.
-    `sram` M is in elements, as in `iomodel`. `model` and `gpu` are names or objects.
+    `sram` M is in elements, as in `iomodel`. `model` and `gpu` are names or objects; N an int,
+    1 <= N <= 2^53 (closed forms: 16M tokens take microseconds).
 
-    Example: `prefill_cost("Llama-3-8B", "H100-SXM", 32768)` gives compute 0.82 s, extra 1.32 s,
+    Example: `prefill_cost("Llama-3-8B", "H100-SXM", 32768)` gives compute 0.82 s, extra 1.33 s,
     total_ratio 2.6, s_bytes_per_layer 68.7e9 (64 GiB) and fits False.
+
+    >>> c = prefill_cost("Llama-3-8B", "H100-SXM", 32768)
+    >>> round(c.compute_s, 3), round(c.extra_io_s, 3), round(c.total_ratio, 2), c.fits
+    (0.816, 1.325, 2.62, False)
+    >>> g = prefill_cost("Gemma-2-9B", "H100-SXM", 32768)    # head_dim 256: FA1 moves more
+    >>> g.flash_moves_more, g.extra_io_s, g.total_ratio, round(g.standard_minus_flash_io_s, 2)
+    (True, 0.0, 1.0, -1.67)
     """
     m = get_model(model)
     g = get_gpu(gpu)
-    N = as_int("N", N, 1, None)
+    N = as_int("N", N, 1, 1 << 53)
     p = peak(g, dtype)                       # validates dtype for this chip
-    bpe = DTYPE_BYTES[dtype.strip().lower()]
+    return PrefillCost(**_prefill(m, g, N, sram, p, DTYPE_BYTES[dtype.strip().lower()]))
+
+
+def _float(x):
+    """An exact count (a Python int, or an object array of them) as float64, rounded once."""
+    return float(x) if not isinstance(x, np.ndarray) else x.astype(np.float64)
+
+
+def _prefill(m: Model, g, N, sram, p: float, bpe) -> dict:
+    """prefill_cost's fields for a checked model, GPU, peak and bytes per element. N is an int or
+    an object array of Python ints: the counts are exact integers either way, each time is rounded
+    once, so a curve equals the scalar results exactly."""
     d = m.head_dim
     heads = m.layers * m.q_heads
-    flops = linear_flops_per_token(m) * N + 2 * heads * N * N * d
-    compute_s = flops / p
-    extra_elements = heads * (standard_io(N, d) - flash_io(N, d, sram, "fa1"))
-    extra_io_s = extra_elements * bpe / g.hbm_bandwidth
+    scalar = not isinstance(N, np.ndarray)
+    std = heads * (standard_io(N, d) if scalar else standard_io(N.astype(np.int64), d).astype(object))
+    fa1 = heads * (flash_io(N, d, sram, "fa1") if scalar else
+                   flash_io(N.astype(np.int64), d, sram, "fa1").astype(object))
+    compute_s = _float(linear_flops_per_token(m) * N + 2 * heads * N * N * d) / p
+    standard_io_s = _float(std * bpe) / g.hbm_bandwidth
+    flash_io_s = _float(fa1 * bpe) / g.hbm_bandwidth
+    signed_s = _float((std - fa1) * bpe) / g.hbm_bandwidth
+    extra_io_s = np.maximum(0.0, signed_s)
     s_bytes = m.q_heads * N * N * bpe
-    return PrefillCost(N=N, compute_s=compute_s, extra_io_s=extra_io_s,
-                       total_ratio=(compute_s + extra_io_s) / compute_s,
-                       s_bytes_per_layer=s_bytes, sp_bytes_per_layer=2 * s_bytes,
-                       fits=bool(2 * s_bytes <= g.hbm_bytes))
+    out = dict(N=N, compute_s=compute_s, extra_io_s=extra_io_s,
+               total_ratio=(compute_s + extra_io_s) / compute_s,
+               s_bytes_per_layer=s_bytes, sp_bytes_per_layer=2 * s_bytes,
+               fits=2 * s_bytes <= g.hbm_bytes, standard_io_s=standard_io_s, flash_io_s=flash_io_s,
+               standard_minus_flash_io_s=signed_s, flash_moves_more=fa1 > std,
+               flash_io_hidden=flash_io_s <= compute_s)
+    if scalar:
+        return {k: (bool(v) if isinstance(v, (bool, np.bool_)) else
+                    float(v) if isinstance(v, np.floating) else v) for k, v in out.items()}
+    return out
+
+
+_MAX_N = 1 << 24
 
 
 def _lengths(Ns) -> np.ndarray:
-    """`Ns` as a 1-D int64 array of token counts >= 1 (ValueError/TypeError naming bad values)."""
-    arr = np.asarray(Ns)
-    if arr.dtype == bool or arr.dtype.kind not in "iuf":
+    """`Ns` as a 1-D int64 array of token counts in [1, 2^24], at least one (ValueError/TypeError
+    naming bad values)."""
+    if isinstance(Ns, (bool, np.bool_)):
         raise TypeError(f"Ns must be integers (token counts), got {Ns!r}")
-    flat = arr.reshape(-1)
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(flat) & (flat == np.round(flat))):
-        raise TypeError(f"Ns must be integers (token counts), got {flat[:5].tolist()}")
-    flat = flat.astype(np.int64)
-    bad = (flat < 1) | (flat > 1 << 24)
-    if flat.size == 0 or np.any(bad):
-        shown = flat[bad][:5].tolist() if flat.size else []
-        raise ValueError(f"Ns={shown or Ns!r} is out of range; valid: 1 <= N <= {1 << 24}, at least one")
+    arr, scalar = as_counts("Ns", Ns, 1, _MAX_N)
+    flat = np.atleast_1d(np.asarray(arr, dtype=np.int64)).reshape(-1)
+    if flat.size == 0:
+        raise ValueError(f"Ns={Ns!r} is empty; valid: at least one N, 1 <= N <= {_MAX_N}")
     return flat
 
 
 def prefill_cost_curve(model, gpu, Ns, *, sram: int = 100_000, dtype: str = "bf16") -> dict:
-    """`prefill_cost` over an array of lengths at once (same time model), plus FlashAttention's
-    own HBM time. Returns a dict of arrays, one entry per N ('N' int64, 'fits' bool, the rest float):
+    """`prefill_cost` over an array of lengths at once. Returns a dict with one entry per
+    `PrefillCost` field, each an array with one value per N ('N' int64; 'fits',
+    'flash_moves_more' and 'flash_io_hidden' bool; the rest float64):
 
-        N, compute_s, extra_io_s, total_ratio, s_bytes_per_layer, sp_bytes_per_layer, fits
-        flash_io_s = layers * q_heads * flash_io(N, head_dim, sram, "fa1") * bytes / bandwidth
-                     -- the traffic `prefill_cost` assumes hidden under compute.
+        N, compute_s, extra_io_s, total_ratio, s_bytes_per_layer, sp_bytes_per_layer, fits,
+        standard_io_s, flash_io_s, standard_minus_flash_io_s, flash_moves_more, flash_io_hidden
 
-    `extra_io_s` is signed, as in `prefill_cost`: it is negative where FA1's accounting moves more
-    than standard attention (d^2 close to M, e.g. head_dim 256 at M = 100,000, Gemma-2-9B).
-
-    FA1 without a mask moves 2 N d + ceil(N / B_c) N (3d + 4) elements per head (iomodel), which is
-    what makes this vectorisable. Equal to `prefill_cost` at every N to float rounding.
+    Each entry equals the `prefill_cost` field at that N exactly (same integer counts, same
+    rounding). `extra_io_s` is never negative: where FA1's accounting moves more than standard
+    attention (d^2 close to M, e.g. head_dim 256 at M = 100,000, Gemma-2-9B) it is 0 and
+    `standard_minus_flash_io_s` keeps the signed difference. 1 <= N <= 2^24.
 
     Example: `prefill_cost_curve("Llama-3-8B", "H100", [16384, 32768])["total_ratio"]` is
     about [1.99, 2.62].
+
+    >>> prefill_cost_curve("Llama-3-8B", "H100", [16384, 32768])["total_ratio"].round(2)
+    array([1.99, 2.62])
     """
     m = get_model(model)
     g = get_gpu(gpu)
     N = _lengths(Ns)
     p = peak(g, dtype)
     bpe = DTYPE_BYTES[dtype.strip().lower()]
-    d = m.head_dim
-    _, bc = block_sizes(d, sram)
-    heads = float(m.layers * m.q_heads)
-    Nf = N.astype(np.float64)
-    std = 4 * N * d + 4 * N * N                            # standard_io, per head (exact int64)
-    fa1 = 2 * N * d + (-(-N // bc)) * N * (3 * d + 4)      # flash_io(..., "fa1"), per head
-    compute_s = (float(linear_flops_per_token(m)) * Nf + 2.0 * heads * Nf * Nf * d) / p
-    extra_io_s = heads * (std - fa1).astype(np.float64) * bpe / g.hbm_bandwidth
-    flash_io_s = heads * fa1.astype(np.float64) * bpe / g.hbm_bandwidth
-    s_bytes = m.q_heads * Nf * Nf * bpe
-    return {"N": N, "compute_s": compute_s, "extra_io_s": extra_io_s, "flash_io_s": flash_io_s,
-            "total_ratio": (compute_s + extra_io_s) / compute_s, "s_bytes_per_layer": s_bytes,
-            "sp_bytes_per_layer": 2 * s_bytes, "fits": 2 * s_bytes <= g.hbm_bytes}
+    out = _prefill(m, g, N.astype(object), sram, p, bpe)
+    for f in dataclasses.fields(PrefillCost):
+        kind = {"N": np.int64, "fits": bool, "flash_moves_more": bool, "flash_io_hidden": bool}
+        out[f.name] = np.asarray(out[f.name], dtype=kind.get(f.name, np.float64))
+    return out

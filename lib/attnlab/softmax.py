@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._check import as_int
+from ._check import as_array, as_float, as_int
 
 __all__ = ["SoftmaxStep", "online_softmax_trace", "online_softmax", "softmax",
            "attention_state", "merge", "merge_states"]
@@ -49,143 +49,226 @@ class SoftmaxStep:
 
 
 def _as_vector(x) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 1 or x.size == 0:
+    """x as a non-empty 1-D float64 vector of finite numbers or -inf (masked entries)."""
+    x = as_array("x", x, ndim=1, shape="a 1-D vector", neginf=True)
+    if x.size == 0:
         raise ValueError(f"x must be a non-empty 1-D vector, got shape {x.shape}")
-    if not np.all(np.isfinite(x) | (x == -np.inf)):
-        raise ValueError("x must hold finite numbers (or -inf for masked entries); got NaN or +inf")
-    return x
+    return x.astype(np.float64)
 
 
 def online_softmax_trace(x, chunk: int = 2) -> list[SoftmaxStep]:
-    """Running (m, l) after each chunk of `chunk` numbers of `x` (float64).
+    """Running (m, l) after each chunk of `chunk` numbers of `x` (float64): the online softmax.
 
-    The last chunk may be shorter. A chunk of only -inf (fully masked) leaves the state unchanged
-    and never produces NaN: the state starts at m = -inf, l = 0, which is the identity.
+    This is the code `online_softmax` runs. The last chunk may be shorter. A chunk of only -inf
+    (fully masked) leaves the state unchanged and never produces NaN: the state starts at
+    m = -inf, l = 0, which is the identity. Rejects NaN and +inf in x (-inf means "masked").
+
+    >>> [(s.m, round(s.l, 4)) for s in online_softmax_trace([2, 1, 4], chunk=1)]
+    [(2.0, 1.0), (2.0, 1.3679), (4.0, 1.1851)]
     """
-    x = _as_vector(x)
-    chunk = as_int("chunk", chunk, 1, None)
-    m, l = -np.inf, 0.0
+    x, chunk = _as_vector(x), as_int("chunk", chunk, 1, None)
+    m, l = -np.inf, 0.0                 # the only state kept between chunks: running max and sum
     steps = []
-    for start in range(0, x.size, chunk):
-        c = x[start:start + chunk]
-        m_c = float(c.max())
-        l_c = float(np.exp(c - m_c).sum()) if m_c > -np.inf else 0.0
-        m_new = max(m, m_c)
-        rescale = float(np.exp(m - m_new)) if m > -np.inf else 0.0   # 0: no earlier sum to keep
-        l = l * rescale + (l_c * float(np.exp(m_c - m_new)) if m_new > -np.inf else 0.0)
-        m = m_new
-        steps.append(SoftmaxStep(start, start + c.size, tuple(c.tolist()), m_c, l_c, rescale, m, l))
+    with np.errstate(over="ignore", under="ignore"):   # exponents are <= 0: e^-huge is just 0
+        for start in range(0, x.size, chunk):
+            c = x[start:start + chunk]                 # load one chunk; nothing else of x is kept
+            m_c = float(c.max())
+            l_c = float(np.exp(c - m_c).sum()) if m_c > -np.inf else 0.0    # chunk's own sum
+            m_new = max(m, m_c)
+            rescale = float(np.exp(m - m_new)) if m > -np.inf else 0.0      # old sum, new max
+            l = rescale * l + (float(np.exp(m_c - m_new)) * l_c if m_c > -np.inf else 0.0)
+            m = m_new
+            steps.append(SoftmaxStep(start, start + c.size, tuple(c.tolist()), m_c, l_c, rescale, m, l))
     return steps
 
 
 def online_softmax(x, chunk: int = 2) -> np.ndarray:
-    """softmax(x) computed from the final (m, l) of the chunked pass; equals `softmax(x)`.
-    A row of only -inf returns zeros."""
+    """softmax(x) computed from the final (m, l) of the chunked pass (`online_softmax_trace`);
+    equals `softmax(x)`. A row of only -inf returns zeros.
+
+    >>> online_softmax([1, 3, 2, 5, 4], chunk=2).round(4)
+    array([0.0117, 0.0861, 0.0317, 0.6364, 0.2341])
+    """
     x = _as_vector(x)
     last = online_softmax_trace(x, chunk)[-1]
     if last.l == 0.0:
         return np.zeros_like(x)
-    return np.exp(x - last.m) / last.l
+    with np.errstate(over="ignore", under="ignore"):
+        return np.exp(x - last.m) / last.l
 
 
 def softmax(x, axis: int = -1) -> np.ndarray:
-    """One-pass, max-subtracted softmax along `axis`; rows of only -inf give zeros, not NaN."""
-    x = np.asarray(x)
-    m = np.max(x, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    e = np.exp(x - m)
-    s = e.sum(axis=axis, keepdims=True)
-    return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
+    """One-pass, max-subtracted softmax along `axis`; rows of only -inf give zeros, not NaN.
+
+    x: real numbers, finite or -inf (masked); NaN and +inf are refused. The result is float64
+    for integer input, else x's float dtype.
+
+    >>> softmax([[0.0, -np.inf], [-np.inf, -np.inf]])
+    array([[1., 0.],
+           [0., 0.]])
+    """
+    x = as_array("x", x, neginf=True)
+    if x.ndim == 0:
+        raise ValueError(f"x must have at least one dimension, got a 0-d value {x!r}")
+    if isinstance(axis, (bool, np.bool_)):
+        raise TypeError(f"axis must be an integer, got {axis!r}")
+    axis = as_int("axis", axis, -x.ndim, x.ndim - 1)
+    if x.shape[axis] == 0:
+        raise ValueError(f"x has no entries along axis={axis} (shape {x.shape}); valid: at least one")
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    with np.errstate(over="ignore", under="ignore"):
+        m = np.max(x, axis=axis, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        e = np.exp(x - m)
+        s = e.sum(axis=axis, keepdims=True)
+        return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
 
 
 # ------------------------------------------------------------------------------------------------
 # Attention states and the merge operator
 
 
+def _scale(scale, d: int) -> float:
+    """The softmax scale: 1 / sqrt(d) by default, else a positive finite real (not a bool)."""
+    if scale is None:
+        return 1.0 / float(np.sqrt(d))
+    return as_float("scale", scale, 0.0, None, lo_open=True)
+
+
+def _overflow(name: str, what: str, dtype) -> ValueError:
+    return ValueError(f"{what} overflowed {np.dtype(dtype).name} (beyond +-{np.finfo(dtype).max:.3g}) "
+                      f"although every input is finite; {name} holds values too large for this "
+                      f"dtype: scale them down or compute in float64")
+
+
 def attention_state(q, k, v, *, scale: float | None = None, mask=None):
     """The attention state of queries `q` over the keys `k` (values `v`): (o, lse).
 
     o = softmax(scale * q k^T) v and lse = log sum_j exp(scale * q . k_j) (natural log), computed in
-    the inputs' float dtype (float16 is computed in float32, as kernels accumulate). `q` is (d,) for one query or (n, d); `k` is (n_k, d), `v` (n_k, d_v).
+    the inputs' float dtype (float16 and small integers in float32, as kernels accumulate; other
+    integers in float64). `q` is (d,) for one query or (n, d); `k` is (n_k, d), `v` (n_k, d_v),
+    finite real numbers; `scale` a positive finite real (default 1 / sqrt(d)).
     `mask` (bool, broadcastable to (n, n_k), True = visible) hides keys. A query that sees no key
     (n_k = 0, or everything masked) has o = 0 and lse = -inf: the identity of `merge`.
 
     Example: splitting keys [0..9] into [0..4] and [5..9] and merging the two states gives the
-    one-pass state to ~1e-16 in float64.
+    one-pass state to ~1e-16 in float64:
+
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal(4), rng.standard_normal((10, 4)), rng.standard_normal((10, 3))
+    >>> o, lse = merge(attention_state(q, k[:5], v[:5]), attention_state(q, k[5:], v[5:]))
+    >>> bool(np.abs(o - attention_state(q, k, v)[0]).max() < 1e-15)
+    True
     """
-    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if a.dtype.kind not in "fiu":
-            raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
+    q = as_array("q", q, ndim=(1, 2), shape="(d,) or (n, d)")
+    k = as_array("k", k, ndim=2, shape="(n_k, d)")
+    v = as_array("v", v, ndim=2, shape="(n_k, d_v)")
     single = q.ndim == 1
     if single:
         q = q[None]
-    if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
-        raise ValueError(f"q must be (d,) or (n, d) and k, v (n_k, d); got q {q.shape}, k {k.shape}, v {v.shape}")
+    if q.shape[0] < 1 or q.shape[1] < 1:
+        raise ValueError(f"q has shape {q.shape[1:] if single else q.shape}; valid: at least one "
+                         f"query and head dim d >= 1")
     if k.shape[1] != q.shape[1]:
         raise ValueError(f"k's head dim {k.shape[1]} must equal q's head dim {q.shape[1]}")
     if v.shape[0] != k.shape[0]:
         raise ValueError(f"v has {v.shape[0]} rows but k has {k.shape[0]}; they must match")
+    if v.shape[1] < 1:
+        raise ValueError(f"v has shape {v.shape}; valid: value dim d_v >= 1")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
-    if scale is None:
-        scale = 1.0 / np.sqrt(q.shape[1])
-    s = (q @ k.T) * dtype.type(scale)
+    scale = _scale(scale, q.shape[1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = (q @ k.T) * dtype.type(scale)
+    if not np.isfinite(s).all():
+        raise _overflow("q or k", "scale * q k^T", dtype)
     if mask is not None:
-        mask = np.asarray(mask, dtype=bool)
+        mask = as_array("mask", mask, kinds="b")
         try:
             s = np.where(np.broadcast_to(mask, s.shape), s, -np.inf)
         except ValueError:
             raise ValueError(f"mask of shape {mask.shape} does not broadcast to (n, n_k) = {s.shape}") from None
-    if s.shape[1] == 0:
+    if s.shape[1] == 0:                              # no keys: the identity state
         o = np.zeros((q.shape[0], v.shape[1]), dtype=dtype)
         lse = np.full(q.shape[0], -np.inf, dtype=dtype)
     else:
-        m = s.max(axis=1)
-        m_safe = np.where(np.isfinite(m), m, 0.0).astype(dtype)
-        p = np.exp(s - m_safe[:, None])
-        l = p.sum(axis=1)
-        o = np.divide(p @ v, l[:, None], out=np.zeros((q.shape[0], v.shape[1]), dtype=dtype),
-                      where=l[:, None] > 0)
-        with np.errstate(divide="ignore"):
-            lse = np.where(l > 0, m_safe + np.log(l), -np.inf).astype(dtype)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            m = s.max(axis=1)
+            m_safe = np.where(m > -np.inf, m, 0.0).astype(dtype)   # fully masked row: shift by 0
+            p = np.exp(s - m_safe[:, None])          # <= 1; 0 where masked
+            l = p.sum(axis=1)                        # >= 1 unless the row sees no key
+            o = np.divide(p @ v, l[:, None], out=np.zeros((q.shape[0], v.shape[1]), dtype=dtype),
+                          where=l[:, None] > 0)
+            lse = np.where(l > 0, m_safe + np.log(np.where(l > 0, l, 1)), -np.inf).astype(dtype)
+        if not np.isfinite(o).all():
+            raise _overflow("v", "the weighted sum of v", dtype)
     return (o[0], lse[0]) if single else (o, lse)
 
 
 def merge(a, b):
-    """(o_a, lse_a) (+) (o_b, lse_b): the state over the union of two disjoint key sets.
+    """(o_a, lse_a) (+) (o_b, lse_b): the state over the union of two disjoint key sets,
+    lse = log(e^lse_a + e^lse_b), o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b. Associative and
+    commutative with identity (0, -inf); two empty states give (0, -inf), never NaN. Elementwise
+    over leading query dims; o finite, lse finite or -inf. The reduction of split-KV and cascade.
 
-    lse = log(e^lse_a + e^lse_b);  o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b.
-    Exact in real arithmetic, associative and commutative; (0, -inf) is its identity, and two
-    empty states give (0, -inf), never NaN. Works elementwise over leading query dimensions.
+    >>> merge((np.array([1.0]), 0.0), (np.array([3.0]), 0.0))   # equal weights: mean, lse + log 2
+    (array([2.]), array(0.69314718))
     """
     (oa, la), (ob, lb) = _state(a, "a"), _state(b, "b")
     if oa.shape != ob.shape or la.shape != lb.shape:
         raise ValueError(f"states must have the same shapes; got o {oa.shape} vs {ob.shape}, "
                          f"lse {la.shape} vs {lb.shape}")
     dtype = np.result_type(oa.dtype, ob.dtype)      # a plain-float lse does not promote fp32 states
-    m = np.maximum(la, lb)
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    wa = np.exp(la - m_safe).astype(dtype)                 # 0 where lse_a = -inf
-    wb = np.exp(lb - m_safe).astype(dtype)
-    total = wa + wb
-    with np.errstate(divide="ignore"):
-        lse = np.where(total > 0, m_safe + np.log(np.where(total > 0, total, 1)), -np.inf).astype(dtype)
-    safe_total = np.where(total > 0, total, 1)
-    o = (oa * (wa / safe_total)[..., None] + ob * (wb / safe_total)[..., None]).astype(dtype)
+    dtype = dtype if dtype.kind == "f" else np.dtype(np.float64)
+    with np.errstate(over="ignore", under="ignore"):
+        m = np.maximum(la, lb)                       # shift by the larger lse: exponents <= 0
+        m_safe = np.where(m > -np.inf, m, 0.0)       # both empty: m = -inf, shift by 0 instead
+        wa = np.exp(la - m_safe).astype(dtype)       # e^(lse_a - m); 0 for an empty state
+        wb = np.exp(lb - m_safe).astype(dtype)
+        total = wa + wb                              # e^(lse - m), in [1, 2] unless both empty
+        seen = total > 0
+        safe_total = np.where(seen, total, 1)
+        lse = np.where(seen, m_safe + np.log(safe_total), -np.inf).astype(dtype)
+        o = (oa * (wa / safe_total)[..., None] + ob * (wb / safe_total)[..., None]).astype(dtype)
+    if not np.isfinite(o).all():
+        raise _overflow("o", "the merged o", dtype)
     return o, lse
 
 
 def _state(s, name):
-    try:
-        o, lse = s
-    except (TypeError, ValueError):
-        raise TypeError(f"state {name} must be a pair (o, lse)") from None
-    o, lse = np.asarray(o), np.asarray(lse)
+    """Check one state (o, lse): o real and finite with >= 1 dimension, lse finite or -inf,
+    lse.shape == o.shape[:-1]."""
+    if isinstance(s, (str, bytes, np.ndarray)) or not hasattr(s, "__len__") or len(s) != 2:
+        raise TypeError(f"state {name} must be a pair (o, lse), got {type(s).__name__}"
+                        + (f" of length {len(s)}" if hasattr(s, "__len__") else ""))
+    o, lse = s
+    o = as_array(f"state {name}'s o", o)
+    lse = as_array(f"state {name}'s lse", lse, neginf=True)
+    if o.ndim == 0:
+        raise ValueError(f"state {name}: o must have a value dimension (shape (..., d_v)), got a 0-d value")
     if o.shape[:-1] != lse.shape:
         raise ValueError(f"state {name}: o of shape {o.shape} needs lse of shape {o.shape[:-1]}, got {lse.shape}")
     return o, lse
+
+
+def _order(order, n: int) -> list[int]:
+    """The fold order of `merge_states` for n states as a list of indices (checked by name)."""
+    if order is None or (isinstance(order, str) and order == "forward"):
+        return list(range(n))
+    if isinstance(order, str) and order == "reverse":
+        return list(range(n - 1, -1, -1))
+    if isinstance(order, str):
+        raise ValueError(f"order={order!r} is not allowed; valid: 'forward', 'reverse' or a permutation of range({n})")
+    try:
+        idx = list(order)
+    except TypeError:
+        raise TypeError(f"order must be None, 'forward', 'reverse' or a permutation of range({n}), "
+                        f"got {order!r}") from None
+    if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) for i in idx) \
+            or sorted(idx) != list(range(n)):
+        raise ValueError(f"order={idx!r} must be a permutation of range({n})")
+    return [int(i) for i in idx]
 
 
 def merge_states(states, order=None):
@@ -196,22 +279,19 @@ def merge_states(states, order=None):
     every order agrees to ~1e-16; in float32 different orders differ in the last bits, because
     floating-point addition is not associative.
     """
-    states = list(states)
+    if isinstance(states, (str, bytes, np.ndarray)) or (
+            isinstance(states, (tuple, list)) and len(states) == 2 and isinstance(states[0], np.ndarray)):
+        raise TypeError(f"states must be a list of (o, lse) pairs, got {type(states).__name__}; "
+                        f"pass [state] for a single state")
+    try:
+        states = list(states)
+    except TypeError:
+        raise TypeError(f"states must be a list of (o, lse) pairs, got {states!r}") from None
     if not states:
-        raise ValueError("states must hold at least one (o, lse) state")
-    n = len(states)
-    if order is None or (isinstance(order, str) and order == "forward"):
-        idx = list(range(n))
-    elif isinstance(order, str) and order == "reverse":
-        idx = list(range(n - 1, -1, -1))
-    elif isinstance(order, str):
-        raise ValueError(f"order={order!r} is not allowed; valid: 'forward', 'reverse' or a permutation of range({n})")
-    else:
-        idx = list(order)
-        if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) for i in idx) \
-                or sorted(idx) != list(range(n)):
-            raise ValueError(f"order={list(order)!r} must be a permutation of range({n})")
-    acc = _state(states[idx[0]], f"states[{idx[0]}]")
+        raise ValueError("states must hold at least one (o, lse) state, got none")
+    idx = _order(order, len(states))
+    states = [_state(st, f"states[{i}]") for i, st in enumerate(states)]   # all checked before any work
+    acc = states[idx[0]]
     for i in idx[1:]:
         acc = merge(acc, states[i])
     return acc
