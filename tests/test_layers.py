@@ -1,4 +1,4 @@
-"""The architecture's rule, checked: imports point down only (DESIGN.md's three layers), and
+"""The architecture's rule, checked: imports point down only (docs/architecture.md's three layers), and
 nothing outside attnlab.gpu imports torch or triton."""
 from __future__ import annotations
 
@@ -65,3 +65,14 @@ def test_no_torch_outside_gpu(path):
     for kind, name, line in _imports(path):
         assert not (kind == "ext" and name in ("torch", "triton")), \
             f"{path.relative_to(PKG)}:{line} imports {name}; only attnlab.gpu may"
+
+
+def test_library_files_stay_short_or_say_why():
+    """One idea per file: a module over 300 lines says in its docstring why it is long."""
+    import ast
+    for path in sorted(PKG.rglob("*.py")):
+        text = path.read_text()
+        n = text.count("\n")
+        if n > 300:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            assert "long because" in doc, f"{path.relative_to(PKG)} has {n} lines and no reason"

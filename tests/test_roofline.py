@@ -12,8 +12,9 @@ from matplotlib.text import Text
 
 from attnlab.explore.roofline import (GRID, I_MAX, I_MIN, SOFTMAX_FLOPS, attention_share,
                                       fusion_rows, fusion_traffic, memory_levels, operators,
-                                      roofline, roofline_points, spec_sources)
-from attnlab.explore.roofline import _KEY, memory_table
+                                      RooflineExplorer, roofline_points, spec_sources)
+from attnlab.explore.roofline import memory_table
+from attnlab.explore.roofline.explorer import KEY as _KEY
 from attnlab.hardware import data_path
 from attnlab.models import attention_linear_crossover, linear_flops_per_token
 
@@ -33,13 +34,13 @@ def test_ridge_point_is_peak_over_bandwidth_from_the_json(name):
     raw = _spec(name)
     for dtype, flops in raw["peak_flops"].items():
         r = roofline_points(name, dtype, 1.0)
-        assert r["ridge"] == pytest.approx(flops / raw["hbm_bandwidth"], rel=1e-12)
-        assert r["peak"] == flops and r["bandwidth"] == raw["hbm_bandwidth"]
+        assert r.ridge == pytest.approx(flops / raw["hbm_bandwidth"], rel=1e-12)
+        assert r.peak == flops and r.bandwidth == raw["hbm_bandwidth"]
 
 
 def test_lecture_ridge_points():
-    assert roofline_points("H100-SXM", "bf16")["ridge"] == pytest.approx(295.34, abs=0.01)
-    assert roofline_points("A100", "bf16")["ridge"] == pytest.approx(153.02, abs=0.01)
+    assert roofline_points("H100-SXM", "bf16").ridge == pytest.approx(295.34, abs=0.01)
+    assert roofline_points("A100", "bf16").ridge == pytest.approx(153.02, abs=0.01)
 
 
 @pytest.mark.parametrize("name", CHIPS)
@@ -48,16 +49,16 @@ def test_attainable_at_a_few_intensities(name):
     p, bw = raw["peak_flops"]["bf16"], raw["hbm_bandwidth"]
     ridge = p / bw
     for i in (0.1, 1.0, ridge / 2, ridge, 2 * ridge, 10_000.0):
-        u = roofline_points(name, "bf16", i)["user"]
-        assert u["attainable"] == pytest.approx(min(p, i * bw), rel=1e-12)
-        assert u["fraction"] == pytest.approx(min(p, i * bw) / p, rel=1e-12)
-        assert u["bound"] == ("memory-bound" if i < ridge else "compute-bound")
+        u = roofline_points(name, "bf16", i).user
+        assert u.attainable == pytest.approx(min(p, i * bw), rel=1e-12)
+        assert u.fraction == pytest.approx(min(p, i * bw) / p, rel=1e-12)
+        assert u.bound == ("memory-bound" if i < ridge else "compute-bound")
 
 
 def test_h100_bf16_at_10_flop_per_byte():
-    u = roofline_points("H100", "bf16", 10)["user"]
-    assert u["attainable"] == pytest.approx(33.5e12)
-    assert u["fraction"] == pytest.approx(33.5 / 989.4)
+    u = roofline_points("H100", "bf16", 10).user
+    assert u.attainable == pytest.approx(33.5e12)
+    assert u.fraction == pytest.approx(33.5 / 989.4)
 
 
 def test_roof_curve_spans_the_axis_and_is_the_min_of_two_roofs():
@@ -66,65 +67,69 @@ def test_roof_curve_spans_the_axis_and_is_the_min_of_two_roofs():
     steps = np.diff(np.log(GRID))
     assert np.allclose(steps, steps[0])                       # log-spaced
     expected = np.minimum(1978.9e12, GRID * 4.8e12)
-    assert np.allclose(r["roof"], expected, rtol=1e-12)
-    assert np.all(np.diff(r["roof"]) >= 0)
+    assert np.allclose(r.roof, expected, rtol=1e-12)
+    assert np.all(np.diff(r.roof) >= 0)
 
 
 # --- operators counted by hand ------------------------------------------------------------------
 
 def _by_key(ops):
-    return {o["key"]: o for o in ops}
+    return {o.key: o for o in ops}
 
 
 @pytest.mark.parametrize("dtype,b", [("bf16", 2), ("fp32", 4), ("fp8", 1)])
 def test_operator_intensities_by_hand(dtype, b):
     ops = _by_key(operators(dtype))
     N, d, L, n = 4096, 128, 4096, 4096
-    assert ops["elementwise"]["intensity"] == pytest.approx(1 / (2 * b))
-    assert ops["softmax"]["intensity"] == pytest.approx(5 / (2 * b))
+    assert ops["elementwise"].intensity == pytest.approx(1 / (2 * b))
+    assert ops["softmax"].intensity == pytest.approx(5 / (2 * b))
     assert SOFTMAX_FLOPS == 5
-    assert ops["decode"]["intensity"] == pytest.approx(4 * L * d / ((2 * L * d + 2 * d) * b))
-    assert ops["decode"]["intensity"] == pytest.approx(2 / b, rel=1e-3)   # "about 1" in bf16
+    assert ops["decode"].intensity == pytest.approx(4 * L * d / ((2 * L * d + 2 * d) * b))
+    assert ops["decode"].intensity == pytest.approx(2 / b, rel=1e-3)   # "about 1" in bf16
     # standard attention: Q, K read, S written; S read, P written; P, V read, O written
     std_elements = (N * d + N * d + N * N) + (N * N + N * N) + (N * N + N * d + N * d)
-    assert ops["standard"]["bytes"] == std_elements * b
-    assert ops["standard"]["intensity"] == pytest.approx(4 * N * N * d / (std_elements * b))
+    assert ops["standard"].bytes == std_elements * b
+    assert ops["standard"].intensity == pytest.approx(4 * N * N * d / (std_elements * b))
     # FlashAttention, FA2 order, M = 100,000: B_r = min(ceil(M / 4d), d) = 128 -> 32 Q blocks;
     # Q read once, K and V re-read for every Q block, O written once
     br = min(math.ceil(100_000 / (4 * d)), d)
     assert br == 128
     fa_elements = N * d + (N // br) * 2 * N * d + N * d
-    assert ops["flash"]["bytes"] == fa_elements * b
-    assert ops["flash"]["intensity"] == pytest.approx(4 * N * N * d / (fa_elements * b))
-    assert ops["matmul"]["intensity"] == pytest.approx(2 * n ** 3 / (3 * n * n * b))
-    assert ops["flash_l2"]["intensity"] == pytest.approx(N / b)
+    assert ops["flash"].bytes == fa_elements * b
+    assert ops["flash"].intensity == pytest.approx(4 * N * N * d / (fa_elements * b))
+    assert ops["matmul"].intensity == pytest.approx(2 * n ** 3 / (3 * n * n * b))
+    assert ops["flash_l2"].intensity == pytest.approx(N / b)
 
 
 def test_bf16_operator_numbers_quoted_in_the_notebook():
     ops = _by_key(operators("bf16"))
-    assert ops["elementwise"]["intensity"] == 0.25
-    assert ops["softmax"]["intensity"] == 1.25
-    assert ops["standard"]["intensity"] == pytest.approx(62.06, abs=0.01)
-    assert ops["flash"]["intensity"] == pytest.approx(124.12, abs=0.01)
-    assert ops["matmul"]["intensity"] == pytest.approx(1365.33, abs=0.01)
-    assert ops["flash_l2"]["intensity"] == 2048
+    assert ops["elementwise"].intensity == 0.25
+    assert ops["softmax"].intensity == 1.25
+    assert ops["standard"].intensity == pytest.approx(62.06, abs=0.01)
+    assert ops["flash"].intensity == pytest.approx(124.12, abs=0.01)
+    assert ops["matmul"].intensity == pytest.approx(1365.33, abs=0.01)
+    assert ops["flash_l2"].intensity == 2048
 
 
 def test_operators_on_the_h100_and_the_a100_fp32_roof():
     r = roofline_points("H100-SXM", "bf16")
-    bound = {o["key"]: o["bound"] for o in r["operators"]}
+    bound = {o.key: o.bound for o in r.operators}
     assert [k for k, v in bound.items() if v == "compute-bound"] == ["matmul", "flash_l2"]
-    for o in r["operators"]:
-        assert o["attainable"] == pytest.approx(min(989.4e12, o["intensity"] * 3.35e12))
-        assert o["time_s"] == pytest.approx(max(o["flops"] / 989.4e12, o["bytes"] / 3.35e12))
+    for o in r.operators:
+        assert o.attainable == pytest.approx(min(989.4e12, o.intensity * 3.35e12))
+        assert o.time_s == pytest.approx(max(o.flops / 989.4e12, o.bytes / 3.35e12))
     # on the CUDA cores (fp32) the A100's ridge is below 10: even standard attention is compute-bound
-    a = {o["key"]: o["bound"] for o in roofline_points("A100", "fp32")["operators"]}
+    a = {o.key: o.bound for o in roofline_points("A100", "fp32").operators}
     assert a["standard"] == "compute-bound" and a["softmax"] == "memory-bound"
 
 
-def test_operators_are_copies():
-    operators("bf16")[0]["intensity"] = -1
-    assert operators("bf16")[0]["intensity"] == 0.25
+def test_operators_are_frozen():
+    import dataclasses
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        operators("bf16")[0].intensity = -1
+    assert operators("bf16")[0].intensity == 0.25
+    with pytest.raises(ValueError, match="read-only"):
+        roofline_points().roof[0] = 0.0
 
 
 # --- fusion ------------------------------------------------------------------------------------
@@ -258,26 +263,26 @@ def test_other_bad_arguments():
     with pytest.raises(ValueError, match="GPT-5"):
         attention_share("GPT-5")
     with pytest.raises(ValueError, match="gpu='nope'"):
-        roofline(gpu="nope")
+        RooflineExplorer(gpu="nope")
 
 
 # --- the explorer's glue -------------------------------------------------------------------------
 
 def test_gpu_change_offers_only_its_dtypes_in_one_redraw():
-    ex = roofline("H100-SXM", "fp8", 10.0)
+    ex = RooflineExplorer("H100-SXM", "fp8", 10.0)
     before = ex.renders
-    ex.controls["gpu"].value = "A100-80GB-SXM"          # as a learner picks it in the dropdown
+    ex.widgets["gpu"].value = "A100-80GB-SXM"          # as a learner picks it in the dropdown
     assert ex.renders == before + 1
-    assert "fp8" not in ex.controls["dtype"].options
+    assert "fp8" not in ex.widgets["dtype"].options
     assert ex.values["dtype"] == "bf16"                  # fp8 is gone, so bf16
     ex.set(gpu="B200", dtype="fp4")
-    assert "fp4" in ex.controls["dtype"].options
+    assert "fp4" in ex.widgets["dtype"].options
     ex.set(gpu="H200-SXM")
     assert ex.values["dtype"] == "bf16"
 
 
 def test_your_kernel_point_and_summary_follow_the_slider():
-    ex = roofline("H100-SXM", "bf16", 10.0)
+    ex = RooflineExplorer("H100-SXM", "bf16", 10.0)
     assert "memory-bound" in ex.summary.value and "33.5 TFLOP/s" in ex.summary.value
     ex.set(intensity=1000.0)
     assert "compute-bound" in ex.summary.value and "989 TFLOP/s" in ex.summary.value
@@ -297,8 +302,8 @@ def _label(ex, key_text):
 def test_compute_bound_labels_point_at_their_own_markers(gpu, dtype):
     """matmul's label lies below the roof and ends left of its marker; FA-with-L2's lies above the
     roof; both have a leader line to their marker, and neither leaves the axes."""
-    ex = roofline(gpu, dtype, 10.0)
-    ops = {o["key"]: o for o in roofline_points(gpu, dtype)["operators"]}
+    ex = RooflineExplorer(gpu, dtype, 10.0)
+    ops = {o.key: o for o in roofline_points(gpu, dtype).operators}
     fig = ex.figure
     fig.canvas.draw()
     ax = fig.axes[0]
@@ -310,11 +315,11 @@ def test_compute_bound_labels_point_at_their_own_markers(gpu, dtype):
     text_box = lambda lab: Text.get_window_extent(lab, renderer)     # noqa: E731 - without the leader
     for lab, key in ((mm, "matmul"), (l2, "flash_l2")):
         assert lab.arrow_patch is not None                    # leader line
-        assert lab.xy == pytest.approx((ops[key]["intensity"], ops[key]["attainable"] / 1e12))
+        assert lab.xy == pytest.approx((ops[key].intensity, ops[key].attainable / 1e12))
         bb = text_box(lab)
         assert box.x0 <= bb.x0 and bb.x1 <= box.x1 + 1 and box.y0 <= bb.y0 and bb.y1 <= box.y1
-    mx, my = to_px((ops["matmul"]["intensity"], ops["matmul"]["attainable"] / 1e12))
-    lx, ly = to_px((ops["flash_l2"]["intensity"], ops["flash_l2"]["attainable"] / 1e12))
+    mx, my = to_px((ops["matmul"].intensity, ops["matmul"].attainable / 1e12))
+    lx, ly = to_px((ops["flash_l2"].intensity, ops["flash_l2"].attainable / 1e12))
     mb, lb = text_box(mm), text_box(l2)
     assert mb.y1 < my and mb.x1 < mx                          # below and left of matmul's dot
     assert lb.y0 > ly                                         # above FA-with-L2's dot
@@ -323,8 +328,8 @@ def test_compute_bound_labels_point_at_their_own_markers(gpu, dtype):
 
 
 def test_key_explains_the_hollow_marker():
-    assert "hollow marker" in _KEY and "FA, L2" in _KEY
-    ex = roofline()
+    assert "hollow" in _KEY and "FA, L2" in _KEY
+    ex = RooflineExplorer()
     dot = next(l for l in ex.figure.axes[0].lines
                if l.get_marker() == "o" and l.get_markerfacecolor() == "white")
     assert dot.get_xdata()[0] == pytest.approx(2048.0)

@@ -43,18 +43,18 @@ def by_hand(N, *, params, layers, heads, d, peak, bw, hbm, bpe=2):
 @pytest.mark.parametrize("N,d", [(1000, 64), (257, 32), (1, 8)])
 def test_counter_by_tensor_matches_algorithm0(N, d):
     r = st.algorithm0_traffic(N, d, seed=3)
-    got = {row["tensor"]: (row["reads"], row["writes"]) for row in r["rows"]}
+    got = {row["tensor"]: (row["reads"], row["writes"]) for row in r.rows}
     assert list(got) == ["Q", "K", "S", "P", "V", "O"]        # kernel 1, 2, 3 order
     assert got == {"Q": (N * d, 0), "K": (N * d, 0), "S": (N * N, N * N), "P": (N * N, N * N),
                    "V": (N * d, 0), "O": (0, N * d)}
-    assert r["total"] == r["formula"] == 4 * N * d + 4 * N * N
-    assert r["sp"] == 4 * N * N
-    assert r["share"] == pytest.approx(N / (N + d), rel=1e-15)
+    assert r.total == r.formula == 4 * N * d + 4 * N * N
+    assert r.sp == 4 * N * N
+    assert r.share == pytest.approx(N / (N + d), rel=1e-15)
 
 
 def test_lecture_case_table():
     r = st.algorithm0_traffic(1000, 64, seed=0)
-    assert r["total"] == 4_256_000 and r["sp"] == 4_000_000
+    assert r.total == 4_256_000 and r.sp == 4_000_000
     text = st.traffic_table(r)
     assert "4,256,000" in text and "2,192,000" in text and "2,064,000" in text
     assert text.splitlines()[-1].split()[0] == "all"
@@ -62,17 +62,17 @@ def test_lecture_case_table():
 
 def test_traffic_curves_shares_and_crossing_at_d():
     r = st.traffic_curves(d=64, n=64)
-    N = r["N"].astype(float)
+    N = r.N.astype(float)
     for t in ("Q", "K", "V", "O"):
-        np.testing.assert_array_equal(r[t], N * 64)
+        np.testing.assert_array_equal(r.parts[t], N * 64)
     for t in ("S", "P"):
-        np.testing.assert_array_equal(r[t], 2 * N * N)
-    np.testing.assert_allclose(r["share"], N / (N + 64), rtol=1e-15)
-    assert r["point"]["share"] == 0.5                            # N = d: equal parts
-    assert st.traffic_curves(d=64, n=4096)["point"]["share"] == pytest.approx(4096 / 4160)
+        np.testing.assert_array_equal(r.parts[t], 2 * N * N)
+    np.testing.assert_allclose(r.share, N / (N + 64), rtol=1e-15)
+    assert r.at_n["share"] == 0.5                            # N = d: equal parts
+    assert st.traffic_curves(d=64, n=4096).at_n["share"] == pytest.approx(4096 / 4160)
     # for N >> d the N^2 part dominates: above 98 % from N = 64 d
     big = N >= 64 * 64
-    assert np.all(r["share"][big] > 0.98)
+    assert np.all(r.share[big] > 0.98)
 
 
 # --- prefill curves against the hand-written time model ------------------------------------------
@@ -80,7 +80,7 @@ def test_traffic_curves_shares_and_crossing_at_d():
 def test_prefill_point_llama3_8b_h100_32k():
     r = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 32768)
     want = by_hand(32768, **L8, **H100)
-    p = r["point"]
+    p = r.at_n
     for k in ("compute_s", "extra_s", "extra_raw_s", "flash_s", "sp_bytes", "ml_bytes"):
         assert p[k] == pytest.approx(want[k], rel=1e-12), k
     assert p["fits"] is False
@@ -91,7 +91,7 @@ def test_prefill_point_llama3_8b_h100_32k():
     assert round(p["total_ratio"], 1) == 2.6
     assert p["sp_bytes"] == 2 * 32 * 32768**2 * 2 == 128 * 2**30
     assert p["ml_bytes"] == 32 * 32768 * 2 * 4 == 8 * 2**20        # exercise 2: 8 MiB
-    assert (r["heads"], r["layers"], r["head_dim"]) == (32, 32, 128)
+    assert (r.heads, r.layers, r.head_dim) == (32, 32, 128)
 
 
 @pytest.mark.parametrize("N", [1024, 5000, 16384, 131072])
@@ -99,12 +99,12 @@ def test_prefill_grid_and_point_match_hand(N):
     r = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, N)
     want = by_hand(N, **L8, **H100)
     for k in ("compute_s", "extra_s", "flash_s", "sp_bytes"):
-        assert r["point"][k] == pytest.approx(want[k], rel=1e-12)
-    for i, n in enumerate(r["N"]):
+        assert r.at_n[k] == pytest.approx(want[k], rel=1e-12)
+    for i, n in enumerate(r.N):
         w = by_hand(int(n), **L8, **H100)
-        assert r["compute_s"][i] == pytest.approx(w["compute_s"], rel=1e-12)
-        assert r["extra_s"][i] == pytest.approx(w["extra_s"], rel=1e-12)
-        assert r["flash_s"][i] == pytest.approx(w["flash_s"], rel=1e-12)
+        assert r.compute_s[i] == pytest.approx(w["compute_s"], rel=1e-12)
+        assert r.extra_s[i] == pytest.approx(w["extra_s"], rel=1e-12)
+        assert r.flash_s[i] == pytest.approx(w["flash_s"], rel=1e-12)
 
 
 def test_head_dim_keeps_heads_times_d():
@@ -112,11 +112,11 @@ def test_head_dim_keeps_heads_times_d():
     r64 = st.prefill_curves("Llama-3-8B", "H100-SXM", 64, 32768)
     r128 = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 32768)
     want = by_hand(32768, **{**L8, "heads": 64, "d": 64}, **H100)
-    assert r64["heads"] == 64 and r64["own_head_dim"] == 128
+    assert r64.heads == 64 and r64.own_head_dim == 128
     for k in ("compute_s", "extra_s", "flash_s", "sp_bytes", "ml_bytes"):
-        assert r64["point"][k] == pytest.approx(want[k], rel=1e-12), k
-    np.testing.assert_allclose(r64["compute_s"], r128["compute_s"], rtol=1e-15)
-    assert r64["point"]["sp_bytes"] == 2 * r128["point"]["sp_bytes"]
+        assert r64.at_n[k] == pytest.approx(want[k], rel=1e-12), k
+    np.testing.assert_allclose(r64.compute_s, r128.compute_s, rtol=1e-15)
+    assert r64.at_n["sp_bytes"] == 2 * r128.at_n["sp_bytes"]
     m = st.with_head_dim("Llama-3-8B", 256)
     assert (m.q_heads, m.kv_heads, m.head_dim) == (16, 4, 256)
     assert st.with_head_dim("Llama-3-8B", 128) is get_model("Llama-3-8B")
@@ -129,17 +129,17 @@ def test_head_dim_256_extra_time_clamped_at_zero():
     gemma = dict(params=9_241_705_984, layers=42, heads=16, d=256)
     want = by_hand(32768, **gemma, **H100)
     assert want["extra_raw_s"] < 0
-    assert r["point"]["extra_raw_s"] == pytest.approx(want["extra_raw_s"], rel=1e-12)
-    assert r["point"]["extra_s"] == 0.0 and r["point"]["total_ratio"] == 1.0
-    assert np.all(r["extra_s"] == 0.0)
-    assert r["crossover_n"] is None
-    assert r["block_c"] == math.ceil(M / (4 * 256)) == 98
+    assert r.at_n["extra_raw_s"] == pytest.approx(want["extra_raw_s"], rel=1e-12)
+    assert r.at_n["extra_s"] == 0.0 and r.at_n["total_ratio"] == 1.0
+    assert np.all(r.extra_s == 0.0)
+    assert r.crossover_n is None
+    assert r.block_c == math.ceil(M / (4 * 256)) == 98
 
 
 @pytest.mark.parametrize("N", [16384, 32768, 65536])
 def test_extra_time_and_memory_grow_as_n_squared(N):
-    a = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, N)["point"]
-    b = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 2 * N)["point"]
+    a = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, N).at_n
+    b = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 2 * N).at_n
     assert 3.9 <= b["extra_s"] / a["extra_s"] <= 4.1
     assert b["sp_bytes"] == 4 * a["sp_bytes"]
     assert b["ml_bytes"] == 2 * a["ml_bytes"]                    # FlashAttention: linear
@@ -147,14 +147,14 @@ def test_extra_time_and_memory_grow_as_n_squared(N):
 
 def test_crossover_near_16k_for_llama3_8b_on_h100():
     r = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 32768)
-    assert 15_000 < r["crossover_n"] < 17_500
+    assert 15_000 < r.crossover_n < 17_500
     below, above = by_hand(8192, **L8, **H100), by_hand(32768, **L8, **H100)
     assert below["extra_s"] < below["compute_s"] and above["extra_s"] > above["compute_s"]
 
 
 def test_faster_memory_less_extra_time():
-    h100 = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 32768)["point"]["extra_s"]
-    h200 = st.prefill_curves("Llama-3-8B", "H200-SXM", 128, 32768)["point"]["extra_s"]
+    h100 = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 32768).at_n["extra_s"]
+    h200 = st.prefill_curves("Llama-3-8B", "H200-SXM", 128, 32768).at_n["extra_s"]
     assert h200 == pytest.approx(h100 * 3.35 / 4.8, rel=1e-12)
 
 
@@ -180,12 +180,12 @@ def test_every_setting_fits_the_fixed_axes():
     for model, gpu, d in itertools.product(st.dense_models(), gpus(), st.HEAD_DIMS):
         r = st.prefill_curves(model, gpu, d, st.N_STEPS[0])
         for k in ("compute_s", "flash_s"):
-            assert lo_t <= r[k].min() and r[k].max() <= hi_t, (model, gpu, d, k)
-        pos = r["extra_s"][r["extra_s"] > 0]
+            assert lo_t <= getattr(r, k).min() and getattr(r, k).max() <= hi_t, (model, gpu, d, k)
+        pos = r.extra_s[r.extra_s > 0]
         assert pos.size == 0 or (lo_t <= pos.min() and pos.max() <= hi_t)
         for k in ("sp_bytes", "ml_bytes"):
-            assert lo_m <= r[k].min() and r[k].max() <= hi_m, (model, gpu, d, k)
-        assert lo_m <= r["hbm_bytes"] <= hi_m
+            assert lo_m <= getattr(r, k).min() and getattr(r, k).max() <= hi_m, (model, gpu, d, k)
+        assert lo_m <= r.hbm_bytes <= hi_m
 
 
 def test_prefill_table_has_the_lecture_rows():
@@ -203,7 +203,7 @@ def test_binary_bytes():
 
 
 def test_summary_line_states_the_point():
-    ex = st.prefill_cost_explorer()
+    ex = st.PrefillCostExplorer()
     s = ex.summary.value
     assert "N = 32,768" in s and "2.62x" in s and "128 GiB" in s and "does not fit" in s
     assert "8 MiB" in s
@@ -213,9 +213,9 @@ def test_summary_line_states_the_point():
     assert "MORE HBM traffic than standard" in s and "M = 100,000" in s
     assert "cannot show FlashAttention's benefit" in s and "does not mean FlashAttention gains" in s
     assert "memory benefit stands" in s and "L2" in s
-    assert "no extra time" not in s
+    assert "no extra time is charged" in s
     title = ex.figure.axes[0].get_title()
-    assert title.startswith("Prefill time") and "reshaped: 16 heads × d=256 (hypothetical)" in title
+    assert title.startswith("Time of one prefill") and "reshaped: 16 heads × d=256 (hypothetical)" in title
     ex.set(model="Gemma-2-9B")                             # its own d = 256: no "hypothetical"
     assert "hypothetical" not in ex.figure.axes[0].get_title()
     assert "cannot show FlashAttention's benefit" in ex.summary.value
@@ -283,7 +283,7 @@ def test_bad_input_elsewhere():
 
 def test_legend_lists_only_drawn_lines():
     """d = 256: no extra time, so the red line is not drawn and its legend entry is hidden."""
-    ex = st.prefill_cost_explorer()
+    ex = st.PrefillCostExplorer()
     ax = ex.figure.axes[0]
 
     def shown_labels():
@@ -302,13 +302,13 @@ def test_legend_lists_only_drawn_lines():
 
 def test_flash_and_extra_lines_are_told_apart():
     """At d = 128 the two HBM curves nearly coincide: they differ in width, style and markers."""
-    ex = st.prefill_cost_explorer()
+    ex = st.PrefillCostExplorer()
     lines = {l.get_label().split("\n")[0]: l for l in ex.figure.axes[0].lines}
-    red = lines["extra HBM time, standard attn."]
-    blue = lines["FlashAttention's own traffic"]
+    red = lines["extra HBM time of standard attention"]
+    blue = lines["FlashAttention's own traffic (FA1 accounting, assumed hidden)"]
     r = st.prefill_curves()
-    np.testing.assert_allclose(blue.get_ydata(), r["flash_s"], rtol=0.2)    # they overlap ...
-    np.testing.assert_allclose(red.get_ydata(), r["extra_s"], rtol=0.2)
+    np.testing.assert_allclose(blue.get_ydata(), r.flash_s, rtol=0.2)    # they overlap ...
+    np.testing.assert_allclose(red.get_ydata(), r.extra_s, rtol=0.2)
     assert red.get_linewidth() >= 2 * blue.get_linewidth()                  # ... yet look different
     assert red.get_linestyle() == "-" and blue.get_linestyle() != "-"
     assert blue.get_marker() not in (None, "None", "")
@@ -316,7 +316,7 @@ def test_flash_and_extra_lines_are_told_apart():
 
 def test_traffic_dot_sits_at_the_share_the_summary_states():
     for d, n in ((64, 4096), (128, 64), (32, 131072)):
-        ex = st.standard_traffic(d=d, n=n)
+        ex = st.StandardTrafficExplorer(d=d, n=n)
         share = 100 * n / (n + d)
         dot = next(l for l in ex.figure.axes[0].lines if l.get_marker() == "o")
         assert dot.get_xdata()[0] == n and dot.get_ydata()[0] == pytest.approx(share)
@@ -329,12 +329,12 @@ def test_flash_traffic_crossover_from_the_library():
     """Notebook 02 prints where FlashAttention's own traffic (FA1 accounting) reaches the compute
     time: about 16,900 tokens for Llama-3-8B on the H100, just after the extra time (16,700)."""
     r = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 32768)
-    assert 16_800 < r["flash_crossover_n"] < 16_950
+    assert 16_800 < r.flash_crossover_n < 16_950
     below, above = by_hand(16_800, **L8, **H100), by_hand(16_950, **L8, **H100)
     assert below["flash_s"] < below["compute_s"] and above["flash_s"] > above["compute_s"]
     rows = {row["gpu"]: row for row in st.crossover_rows()}
-    assert rows["H100-SXM"]["flash_n"] == pytest.approx(r["flash_crossover_n"])
-    assert rows["H100-SXM"]["extra_n"] == pytest.approx(r["crossover_n"])
+    assert rows["H100-SXM"]["flash_n"] == pytest.approx(r.flash_crossover_n)
+    assert rows["H100-SXM"]["extra_n"] == pytest.approx(r.crossover_n)
     assert rows["A100-80GB-SXM"]["extra_n"] > rows["H200-SXM"]["extra_n"] > rows["B200"]["extra_n"]
     assert all(row["extra_n"] is None for row in st.crossover_rows(head_dim=256))
     assert "16,900" in st.crossover_table()

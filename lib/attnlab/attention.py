@@ -14,6 +14,9 @@ Conventions (tests rely on them):
 
 What this leaves out on purpose: dropout, the backward pass (recomputation from m and l), and
 real SRAM capacity checks for explicit block sizes: the accounting follows the paper's dataflow.
+
+This file is long because Algorithm 0 and both FlashAttention loop orders share one set of tile
+helpers (load, store, scores), so the HBM counter sees one dataflow; splitting it would fork them.
 """
 from __future__ import annotations
 

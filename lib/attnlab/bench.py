@@ -12,33 +12,31 @@ import sys
 import time
 
 from .explore import EXPLORERS
-from .explore._drive import candidate_values, compute_kwargs
+from .explore._drive import candidate_values
 
 TARGET_MS = 100.0
 NUMBERS_TARGET_MS = 20.0
 
 
-def bench_explorer(factory, repeats: int = 2) -> tuple[float, float, int]:
+def bench_explorer(cls, repeats: int = 2) -> tuple[float, float, int]:
     """(median ms per slider change, median ms for the numbers alone, changes timed)."""
-    ex = factory()
+    ex = cls()
     defaults = ex.values
     times = []
     for _ in range(repeats):
-        for name, w in ex.controls.items():
+        for name, w in ex.widgets.items():
             for value in candidate_values(w):
-                if value == ex.controls[name].value:
+                if value == ex.widgets[name].value:
                     continue
                 t0 = time.perf_counter()
                 ex.set(**{name: value})
                 times.append(time.perf_counter() - t0)
             ex.set(**{name: defaults[name]})
     numbers = []
-    if ex.compute is not None:
-        kw = compute_kwargs(ex)
-        for _ in range(5):
-            t0 = time.perf_counter()
-            ex.compute(**kw)
-            numbers.append(time.perf_counter() - t0)
+    for _ in range(5):
+        t0 = time.perf_counter()
+        ex.compute(**ex.values)
+        numbers.append(time.perf_counter() - t0)
     med = statistics.median(times) * 1e3 if times else float("nan")
     num = statistics.median(numbers) * 1e3 if numbers else float("nan")
     return med, num, len(times)

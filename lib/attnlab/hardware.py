@@ -18,6 +18,9 @@ region.
 
 What this leaves out on purpose: clocks below boost, power limits, L2 hits, and the fact that
 real kernels reach 60-80 % of either roof. Every number has its source in the JSON file.
+
+This file is long because the GPU catalogue, the roofline and the SM-sharing decode time model
+read the same GPU record; each part is short.
 """
 from __future__ import annotations
 

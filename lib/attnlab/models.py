@@ -7,6 +7,9 @@ Example: Llama-3-8B on an H100 SXM at N = 32,768 tokens: the matmuls take 0.82 s
 the extra S/P traffic of standard attention 1.33 s, so the prefill is 2.6x slower; and the S
 matrices of one layer alone are 32 x 32768^2 x 2 bytes = 64 GiB (128 GiB with P), more than the
 card's 80 GB.
+
+This file is long because the model catalogue and the prefill cost model (scalar and vectorised,
+equal field by field) belong together; each part is short.
 """
 from __future__ import annotations
 

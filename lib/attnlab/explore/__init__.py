@@ -1,54 +1,29 @@
-"""Presentation layer: one module per notebook topic. Each explorer is a pure function
-(parameters -> numbers), a figure whose artists it updates in place, and thin widget glue.
+"""Presentation layer: one explorer (or one small topic) per file, grouped by notebook.
+
+    roofline/   notebook 01   numbers, tables, RooflineExplorer
+    standard/   notebook 02   Algorithm 0's traffic, prefill cost; StandardTrafficExplorer, PrefillCostExplorer
+    flash/      notebook 03   OnlineSoftmaxExplorer, TileGridExplorer, IOExplorer
+    decode/     notebook 04   IntensityExplorer, SplitKVExplorer, MergeExplorer, CascadeExplorer
+    measured.py               recorded GPU runs beside the model
+
+Every explorer subclasses `Explorer` (`_base.py`, which states the contract) and registers
+itself under its `name`: `EXPLORERS[name]()` builds it at the lecture's defaults.
 
     from attnlab import explore
-    explore.io_vs_n()            # sliders: SRAM size, head dim, N range, loop order, causal
+    explore.IOExplorer()        # controls: SRAM size, head dim, N range, loop order, causal
 """
-from .flash import (accuracy_rows, online_softmax_explorer, softmax_steps, softmax_table, tile_grid,
-                    tile_schedule)
-from .io import counter_vs_formula, io_curves, io_vs_n
+# Imported in notebook order: the registry (and `make bench`) list explorers in that order.
+from ._base import REGISTRY, Explorer  # isort: skip
+from .roofline import *  # noqa: F401,F403  isort: skip
+from .standard import *  # noqa: F401,F403  isort: skip
+from .flash import *  # noqa: F401,F403  isort: skip
+from .decode import *  # noqa: F401,F403  isort: skip
+from .decode import __all__ as _decode
+from .flash import __all__ as _flash
+from .roofline import __all__ as _roofline
+from .standard import __all__ as _standard
 
-EXPLORERS = {
-    "online_softmax": online_softmax_explorer,
-    "tile_grid": tile_grid,
-    "io_vs_n": io_vs_n,
-}
+#: name -> explorer class, in notebook order.
+EXPLORERS: dict[str, type[Explorer]] = dict(REGISTRY)
 
-__all__ = ["EXPLORERS", "accuracy_rows", "counter_vs_formula", "io_curves", "io_vs_n",
-           "online_softmax_explorer", "softmax_steps", "softmax_table", "tile_grid", "tile_schedule"]
-
-# --- notebook 01 (roofline) ---------------------------------------------------------------------
-from .roofline import (attention_share, fusion_rows, fusion_table, fusion_traffic,  # noqa: E402
-                       memory_levels, memory_table, operator_table, operators, paper_a100,
-                       ridge_table, roofline, roofline_points, share_table, spec_sources)
-
-EXPLORERS["roofline"] = roofline
-__all__ += ["attention_share", "fusion_rows", "fusion_table", "fusion_traffic", "memory_levels",
-            "memory_table", "operator_table", "operators", "paper_a100", "ridge_table", "roofline",
-            "roofline_points", "share_table", "spec_sources"]
-# --- end notebook 01 ----------------------------------------------------------------------------
-
-# --- notebook 02 (standard attention) -----------------------------------------------------------
-from .standard import (algorithm0_traffic, max_fitting_n, prefill_cost_explorer,  # noqa: E402
-                       prefill_curves, prefill_table, standard_traffic, traffic_curves,
-                       traffic_table)
-
-EXPLORERS.update({"standard_traffic": standard_traffic, "prefill_cost": prefill_cost_explorer})
-__all__ += ["algorithm0_traffic", "max_fitting_n", "prefill_cost_explorer", "prefill_curves",
-            "prefill_table", "standard_traffic", "traffic_curves", "traffic_table"]
-# --- end notebook 02 ----------------------------------------------------------------------------
-
-# --- notebook 04 (decode attention) -------------------------------------------------------------
-from .decode import (batch_table, cascade_check, cascade_explorer, cascade_numbers,  # noqa: E402
-                     cascade_table, decode_intensity, intensity_explorer, intensity_table,
-                     merge_data, merge_errors, merge_explorer, merge_table, split_kv_explorer,
-                     split_kv_plan, split_rows_table, split_table, split_vs_context,
-                     wave_tail)
-
-EXPLORERS.update({"intensity": intensity_explorer, "split_kv": split_kv_explorer,
-                  "merge": merge_explorer, "cascade": cascade_explorer})
-__all__ += ["batch_table", "cascade_check", "cascade_explorer", "cascade_numbers", "cascade_table",
-            "decode_intensity", "intensity_explorer", "intensity_table", "merge_data", "merge_errors",
-            "merge_explorer", "merge_table", "split_kv_explorer", "split_kv_plan", "split_rows_table",
-            "split_table", "split_vs_context", "wave_tail"]
-# --- end notebook 04 ----------------------------------------------------------------------------
+__all__ = ["EXPLORERS", "Explorer", *_roofline, *_standard, *_flash, *_decode]

@@ -1,126 +1,255 @@
-"""Thin widget glue shared by every explorer: controls -> pure numbers -> artists updated in place.
+"""The one explorer contract: controls -> pure numbers -> artists moved in place -> a PNG.
 
-An explorer keeps ONE matplotlib figure alive for its whole life. A slider move calls
-`update(**values)`, which changes data on existing artists (never rebuilds axes), then the figure
-is drawn once and sent to an `ipywidgets.Image` as a PNG. The same object shows its figure as a
-static PNG (`explorer.figure`) for the committed notebook output, and pytest drives it by setting
-control values (`explorer.set(N=1024)`) exactly as a learner's slider does.
+A subclass says four things and nothing else:
+
+    class IOExplorer(Explorer):
+        name = "io_vs_n"                          # key in attnlab.explore.EXPLORERS
+        def controls(self) -> dict:               # name -> ipywidget, at the lecture's defaults
+        def compute(self, **values) -> Result:    # pure: control values -> a frozen dataclass
+        def build(self, figure) -> list:          # make axes and artists once; return the moving ones
+        def draw(self, result) -> str:            # move those artists; return the summary (HTML)
+
+and may override `linked(name, value)` to adjust other controls when one changes (a new GPU offers
+other dtypes; a new grid size moves the last step), always inside the base's `hold()`.
+
+The base does the rest, once for every explorer:
+- `compute` runs exactly once per change (`set(a=1, b=2)` or `with ex.hold():` is one change);
+- the figure is made once; what `build` returns is drawn over a cached background (axes, ticks,
+  labels, legends), redrawn in full only when an axis limit or scale changed: blitting;
+- a `ValueError` from `compute` (a learner's typed value the model refuses) is shown inside the
+  figure in one style, over the last good picture, and in the summary line;
+- `set()` refuses unknown controls and values a control cannot take with a `ValueError` that
+  names the control and what it accepts (never a raw traitlets error).
+
+Nothing here re-derives a formula: numbers come from layers 1 and 2 through `compute`.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import time
-from typing import Callable
+from collections import OrderedDict
+from typing import ClassVar
 
 import ipywidgets as widgets
 import numpy as np
+import traitlets
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.transforms import IdentityTransform
 from PIL import Image as PILImage
 
 from . import style
+from ._controls import accepted, check_value
 
-__all__ = ["Explorer", "slider", "steps", "dropdown", "toggle", "checkbox"]
+__all__ = ["Explorer", "REGISTRY", "readonly"]
+
+#: Backgrounds kept per explorer (one per recent axis state; ~2 MB each at 100 dpi).
+BACKGROUNDS = 12
+#: Every concrete explorer class, by name, in the order their modules were imported.
+REGISTRY: dict[str, type["Explorer"]] = {}
+
+
+def readonly(*arrays):
+    """Read-only float/int arrays for a result (a caller writing into one would corrupt every
+    later call that shares a cache). One array in, one out; several in, a tuple out."""
+    out = []
+    for a in arrays:
+        a = np.array(a, copy=True)
+        a.setflags(write=False)
+        out.append(a)
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 class Explorer:
-    """Controls plus one persistent figure.
+    """Controls plus one persistent figure; see the module docstring for the contract."""
 
-    controls: name -> ipywidget with a `.value`; the names are `update`'s keyword arguments.
-    update:   called with every control's value; moves artists, returns an HTML summary line.
-    compute:  the pure function behind the figure (params -> numbers), kept for tests and bench.
-    """
+    name: ClassVar[str] = ""
+    #: figure size in inches (width, height); the DPI is style.DPI for every explorer
+    size: ClassVar[tuple[float, float]] = (style.WIDTH, 3.9)
 
-    def __init__(self, name: str, controls: dict, figure, update: Callable[..., str],
-                 compute: Callable | None = None, dynamic=()):
-        self.name = name
-        self.controls = dict(controls)
-        self.figure = figure
-        self.canvas = FigureCanvasAgg(figure)
-        self._update = update
-        self.compute = compute
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.name:
+            if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
+                raise TypeError(f"two explorers are named {cls.name!r}")
+            REGISTRY[cls.name] = cls
+
+    # --- what a subclass provides ---------------------------------------------------------
+    def controls(self) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} must define controls()")
+
+    def compute(self, **values):
+        raise NotImplementedError(f"{type(self).__name__} must define compute(**values)")
+
+    def build(self, figure) -> list:
+        raise NotImplementedError(f"{type(self).__name__} must define build(figure)")
+
+    def draw(self, result) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must define draw(result)")
+
+    def linked(self, name: str, value) -> None:
+        """Called (inside `hold()`) when control `name` changed to `value`, before the refresh:
+        adjust other controls here. Default: nothing is linked."""
+
+    # --- the machinery --------------------------------------------------------------------
+    def __init__(self, **values):
+        self.widgets: dict[str, widgets.Widget] = dict(self.controls())
+        self.renders = 0          # refreshes done (one per change)
+        self.computes = 0         # calls of compute (equal to renders, by contract)
+        self.full_draws = 0       # refreshes that redrew the whole background
+        self.partial_draws = 0    # refreshes that redrew the background of some panels
+        self.last_render_s = 0.0
+        self.error: str | None = None
+        self._holds = 0
+        self._dirty = False
+        self._background = None
+        self._backgrounds: OrderedDict = OrderedDict()    # axis state -> rendered background
+        self._limits = None
         self.image = widgets.Image(format="png", layout=widgets.Layout(width="auto"))
         self.summary = widgets.HTML()
-        self.renders = 0
-        self.full_draws = 0
-        self.last_render_s = 0.0
-        self._hold = False
-        self._refreshing = False
-        # Blitting: artists that sliders move are drawn over a cached background (axes, ticks,
-        # labels, legends); the background is redrawn only when some axis limit changed.
-        self.dynamic = list(dynamic)
-        self._background = None
-        self._limits = None
-        for w in self.controls.values():
+        with style.context():
+            self.figure = Figure(figsize=self.size, dpi=style.DPI, layout="constrained")
+            # a margin for tick labels that move to the edge after the layout is frozen
+            self.figure.get_layout_engine().set(rect=style.MARGIN)
+            self.canvas = FigureCanvasAgg(self.figure)
+            self.dynamic = list(self.build(self.figure) or [])
+            self._error_text = self.figure.text(0.5, 0.5, "", ha="center", va="center",
+                                                visible=False, zorder=100, **style.ERROR)
+        self.dynamic.append(self._error_text)
+        # white, in display coordinates: clears one panel's region before it is redrawn
+        self._wipe = Rectangle((0, 0), 1, 1, transform=IdentityTransform(), fc=self.figure.get_facecolor(),
+                               ec="none", lw=0)
+        self._wipe.set_figure(self.figure)
+        self._assign(values, link=True)           # before observing: no refresh per value
+        result = self.compute(**self.values)      # a bad starting value fails here, by name
+        for w in self.widgets.values():
             w.observe(self._on_change, names="value")
-        self.refresh()
+        self._render(result)
         # Lay the figure out once, then freeze it: constrained layout costs more than the draw.
-        if self.figure.get_layout_engine() is not None:
-            self.figure.set_layout_engine("none")
-            self._background = None
+        self.figure.set_layout_engine("none")
+        self._background = None
+        self._backgrounds.clear()
 
-    # --- state -----------------------------------------------------------------------------
     @property
     def values(self) -> dict:
-        return {k: w.value for k, w in self.controls.items()}
+        return {k: w.value for k, w in self.widgets.items()}
+
+    def _assign(self, values: dict, link: bool = False) -> None:
+        unknown = sorted(set(values) - set(self.widgets))
+        if unknown:
+            raise ValueError(f"unknown control(s) {unknown} for explorer {self.name!r}; "
+                             f"valid: {sorted(self.widgets)}")
+        for k, v in values.items():
+            w = self.widgets[k]
+            check_value(k, w, v)
+            try:
+                w.value = v
+            except (traitlets.TraitError, KeyError, TypeError) as e:
+                raise ValueError(f"{k}={v!r} is not a value of control {w.description!r}; "
+                                 f"valid: {accepted(w)}") from e
+            if link:                               # not observed yet: apply the links by hand
+                self.linked(k, w.value)
+
+    @contextlib.contextmanager
+    def hold(self):
+        """Change several controls as one: `with ex.hold(): ...` refreshes once, at the end."""
+        self._holds += 1
+        try:
+            yield self
+        finally:
+            self._holds -= 1
+            if self._holds == 0 and self._dirty:
+                self.refresh()
 
     def set(self, **values) -> "Explorer":
-        """Set several controls at once (one redraw), as a learner moving sliders would."""
-        unknown = set(values) - set(self.controls)
-        if unknown:
-            raise ValueError(f"unknown control(s) {sorted(unknown)}; valid: {sorted(self.controls)}")
-        self._hold = True
-        try:
-            for k, v in values.items():
-                self.controls[k].value = v
-        finally:
-            self._hold = False
-        self.refresh()
+        """Set several controls at once (one refresh), as a learner moving sliders would."""
+        with self.hold():
+            self._assign(values)
+            self._dirty = True
         return self
 
-    def _on_change(self, _change) -> None:
-        # An update may itself adjust a control (clamp a step slider to a new maximum): that
-        # change is already part of the refresh in progress.
-        if not self._hold and not self._refreshing:
-            self.refresh()
+    def _on_change(self, change) -> None:
+        with self.hold():
+            self._dirty = True
+            self.linked(self._name_of(change["owner"]), change["new"])
 
-    # --- drawing ---------------------------------------------------------------------------
+    def _name_of(self, widget) -> str:
+        return next(k for k, w in self.widgets.items() if w is widget)
+
     def refresh(self) -> None:
-        t0 = time.perf_counter()
-        self._refreshing = True
+        """Compute once from the controls' values, move the artists, send a new PNG."""
+        self._dirty = False
         try:
-            self.summary.value = self._update(**self.values) or ""
-            self.image.value = self.png()
-        finally:
-            self._refreshing = False
-            for a in self.dynamic:                  # keep savefig/static display complete
-                a.set_animated(False)
+            result = self.compute(**self.values)
+        except ValueError as e:
+            result, self.error = None, str(e)
+        self._render(result)
+
+    def _render(self, result) -> None:
+        t0 = time.perf_counter()
+        self.computes += 1
+        if result is not None:
+            self.error = None
+            self.summary.value = self.draw(result) or ""
+            self._error_text.set_visible(False)
+        else:
+            self._error_text.set_text(style.wrap(self.error, 70))
+            self._error_text.set_visible(True)
+            self.summary.value = f"<span style='color:{style.ERROR_COLOR}'>{self.error}</span>"
+        self.image.value = self.png()
         self.renders += 1
         self.last_render_s = time.perf_counter() - t0
 
+    # --- drawing --------------------------------------------------------------------------
     def _axis_state(self):
-        return tuple((ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale())
-                     for ax in self.figure.axes)
+        return [(ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale(), ax.get_visible())
+                for ax in self.figure.axes]
 
-    def draw(self) -> None:
-        """Render into the canvas: background from cache plus the moving artists, or a full
-        draw when the layout or a limit changed."""
-        state = self._axis_state()
-        if not self.dynamic or self._background is None or state != self._limits:
-            for a in self.dynamic:
-                a.set_animated(True)
-            self.canvas.draw()                      # everything except the dynamic artists
-            self._background = self.canvas.copy_from_bbox(self.figure.bbox)
-            self._limits = state
-            self.full_draws += 1
+    def render(self, full: bool = False) -> None:
+        """Draw into the canvas: a background (axes, ticks, labels, legends) plus the moving
+        artists. Backgrounds are kept for the last few axis states, so moving a slider back and
+        forth redraws nothing but the moving artists; a new state redraws only the panels whose
+        limits changed (a full draw costs several times a blit); `full` redraws everything."""
+        state = tuple(self._axis_state())
+        for a in self.dynamic:
+            a.set_animated(True)
+        if full:
+            self._backgrounds.clear()
+        if state in self._backgrounds:
+            self.canvas.restore_region(self._backgrounds[state])
+            self._backgrounds.move_to_end(state)
         else:
-            self.canvas.restore_region(self._background)
+            changed = ([] if self._limits is None or len(state) != len(self._limits) else
+                       [ax for ax, now, before in zip(self.figure.axes, state, self._limits)
+                        if now != before])
+            if self._background is None or not changed or len(changed) == len(state):
+                self.canvas.draw()                  # everything except the moving artists
+                self.full_draws += 1
+            else:
+                self.canvas.restore_region(self._background)
+                renderer = self.canvas.get_renderer()
+                for ax in changed:                  # wipe the panel with its labels, redraw it
+                    box = ax.get_tightbbox(renderer).expanded(1.01, 1.01)
+                    self._wipe.set_bounds(box.x0, box.y0, box.width, box.height)
+                    self._wipe.draw(renderer)
+                    ax.draw(renderer)
+                self.partial_draws += 1
+            self._backgrounds[state] = self.canvas.copy_from_bbox(self.figure.bbox)
+            while len(self._backgrounds) > BACKGROUNDS:
+                self._backgrounds.popitem(last=False)
+        self._background = self._backgrounds[state]
+        self._limits = state
         for a in self.dynamic:
             if a.get_visible():
                 self.figure.draw_artist(a)
+        for a in self.dynamic:                      # savefig and snapshots see a complete figure
+            a.set_animated(False)
 
-    def png(self) -> bytes:
-        """Draw the figure and encode it fast (low zlib level: size matters less than time)."""
-        self.draw()
+    def png(self, full: bool = False) -> bytes:
+        """The current picture as PNG bytes (fast zlib level: time matters more than size)."""
+        self.render(full)
         rgba = np.asarray(self.canvas.buffer_rgba())
         buf = io.BytesIO()
         PILImage.fromarray(rgba[..., :3]).save(buf, format="png", compress_level=1)
@@ -132,13 +261,9 @@ class Explorer:
 
     @property
     def widget(self) -> widgets.Widget:
-        rows, row = [], []
-        for w in self.controls.values():
-            row.append(w)
-            if len(row) == 3:
-                rows.append(widgets.HBox(row)); row = []
-        if row:
-            rows.append(widgets.HBox(row))
+        """Controls in rows of two, then the image, then the summary line."""
+        ws = list(self.widgets.values())
+        rows = [widgets.HBox(ws[i:i + 2]) for i in range(0, len(ws), 2)]
         return widgets.VBox([*rows, self.image, self.summary])
 
     def _ipython_display_(self) -> None:
@@ -147,44 +272,4 @@ class Explorer:
 
     def __repr__(self) -> str:
         vals = ", ".join(f"{k}={v!r}" for k, v in self.values.items())
-        return f"<{self.name} explorer: {vals}>"
-
-
-def slider(description: str, value, lo, hi, step=1, *, log: bool = False, readout_format=None,
-           width: str = "320px"):
-    """An int/float/log slider with the course's layout; its range is the valid input range."""
-    style = {"description_width": "110px"}
-    layout = widgets.Layout(width=width)
-    if log:
-        kw = {} if readout_format is None else {"readout_format": readout_format}
-        return widgets.FloatLogSlider(value=value, base=10, min=np.log10(lo), max=np.log10(hi),
-                                      step=step, description=description, style=style,
-                                      layout=layout, continuous_update=True, **kw)
-    cls = widgets.IntSlider if all(isinstance(x, int) for x in (value, lo, hi, step)) else widgets.FloatSlider
-    kw = {} if readout_format is None else {"readout_format": readout_format}
-    return cls(value=value, min=lo, max=hi, step=step, description=description, style=style,
-               layout=layout, continuous_update=True, **kw)
-
-
-def dropdown(description: str, options, value=None, width: str = "320px"):
-    """A dropdown over `options` (a list, or {label: value}); `value` defaults to the first."""
-    if value is None:
-        value = list(options.values())[0] if isinstance(options, dict) else list(options)[0]
-    return widgets.Dropdown(options=options, value=value, description=description,
-                            style={"description_width": "110px"}, layout=widgets.Layout(width=width))
-
-
-def steps(description: str, options, value, width: str = "320px"):
-    """A slider over a fixed list of values (powers of two, SRAM sizes): every stop is valid."""
-    return widgets.SelectionSlider(options=list(options), value=value, description=description,
-                                   style={"description_width": "110px"},
-                                   layout=widgets.Layout(width=width), continuous_update=True)
-
-
-def toggle(description: str, options, value=None):
-    return widgets.ToggleButtons(options=options, value=value, description=description,
-                                 style={"description_width": "110px", "button_width": "70px"})
-
-
-def checkbox(description: str, value: bool = False):
-    return widgets.Checkbox(value=value, description=description, indent=False)
+        return f"<{type(self).__name__} {self.name!r}: {vals}>"

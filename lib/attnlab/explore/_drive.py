@@ -1,12 +1,14 @@
 """Drive an explorer's controls as a learner would: the values each control can take, its extremes.
 
-Used by `make bench` (timing) and the tests (every extreme of every slider must render).
+Used by `make bench` (timing) and the tests (every extreme of every control must render).
 """
 from __future__ import annotations
 
-import inspect
-
 import ipywidgets as widgets
+
+__all__ = ["candidate_values", "extremes", "TEXT_SAMPLE"]
+
+TEXT_SAMPLE = "0.5, -inf, 4, 1, 1, 9, -2.5, 3"
 
 
 def candidate_values(w) -> list:
@@ -14,8 +16,7 @@ def candidate_values(w) -> list:
     the middle and the default of a continuous slider."""
     if isinstance(w, (widgets.SelectionSlider, widgets.Dropdown, widgets.ToggleButtons,
                       widgets.RadioButtons)):
-        opts = w.options
-        return [o[1] if isinstance(o, tuple) else o for o in opts]
+        return [o[1] if isinstance(o, tuple) else o for o in w.options]
     if isinstance(w, widgets.Checkbox):
         return [not w.value, w.value]
     if isinstance(w, widgets.FloatLogSlider):
@@ -25,18 +26,16 @@ def candidate_values(w) -> list:
         if isinstance(w.value, int):
             mid = int(round((mid - w.min) / w.step) * w.step + w.min)
         return [w.min, w.max, mid, w.value]
-    if isinstance(w, widgets.Text):
-        return [w.value]
+    if isinstance(w, widgets.Text):          # a learner's own vector, with a masked entry
+        return [TEXT_SAMPLE, w.value]
     raise TypeError(f"no candidate values for control {type(w).__name__}")
 
 
 def extremes(w) -> list:
     """The first and last value a control can take (both ends of a slider's range)."""
+    if isinstance(w, widgets.FloatLogSlider):
+        return [w.base ** w.min, w.base ** w.max]
+    if hasattr(w, "min") and hasattr(w, "max") and not hasattr(w, "options"):
+        return [w.min, w.max]
     vals = candidate_values(w)
-    return [vals[0], vals[-1]] if not hasattr(w, "min") else [w.min, w.max]
-
-
-def compute_kwargs(explorer) -> dict:
-    """The explorer's current control values that its pure `compute` function accepts."""
-    params = inspect.signature(explorer.compute).parameters
-    return {k: v for k, v in explorer.values.items() if k in params}
+    return [vals[0], vals[-1]]

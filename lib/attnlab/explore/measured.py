@@ -93,8 +93,8 @@ def prefill_figure(res: dict, causal: bool = False):
     mask = "causal" if causal else "no mask"
     ax_t.set_title(f"{res['device']}: measured (solid) vs model (dashed), {mask}", fontsize=10)
     ax_f.set_title(f"Throughput, {mask}, bf16, d=128", fontsize=10)
-    ax_t.legend(fontsize=7, loc="lower right")
-    ax_f.legend(fontsize=7, loc="lower right")
+    ax_t.legend(fontsize=style.SMALL, loc="lower right")
+    ax_f.legend(fontsize=style.SMALL, loc="lower right")
     return fig
 
 
@@ -158,5 +158,5 @@ def decode_figure(res: dict, cases=((1, 32768), (2, 16384), (16, 8192), (256, 10
     ax.set_ylabel("decode attention time per layer (µs)")
     ax.set_title(f"{res['device']}: split-KV measured (solid) vs model at measured bandwidth (dashed)",
                  fontsize=9)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(fontsize=style.SMALL, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig

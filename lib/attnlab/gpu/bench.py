@@ -21,9 +21,13 @@ import math
 import platform
 import sys
 
+from ..models import get_model
+
 __all__ = ["run", "main"]
 
-HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+#: The layer measured: Llama-3-8B's attention shape, from data/models.json.
+_SHAPE = get_model("Llama-3-8B")
+HEADS, KV_HEADS, HEAD_DIM = _SHAPE.q_heads, _SHAPE.kv_heads, _SHAPE.head_dim
 
 
 def _ceilings(torch, do_bench):

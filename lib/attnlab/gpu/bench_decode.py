@@ -14,9 +14,13 @@ import datetime as _dt
 import math
 import sys
 
+from ..models import get_model
+
 __all__ = ["run", "main"]
 
-HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+#: The layer measured: Llama-3-8B's attention shape, from data/models.json.
+_SHAPE = get_model("Llama-3-8B")
+HEADS, KV_HEADS, HEAD_DIM = _SHAPE.q_heads, _SHAPE.kv_heads, _SHAPE.head_dim
 CASES = [(1, 32768, (1, 2, 4, 8, 16, 32, 64)),
          (2, 16384, (1, 2, 4, 8, 16, 32, 64)),
          (16, 8192, (1, 2, 4, 8, 16)),

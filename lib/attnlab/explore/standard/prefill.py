@@ -1,0 +1,257 @@
+"""What standard attention costs a real prefill (notebook 02, §2.3-2.4): time and memory of one
+prefill of a model on a GPU against the prompt length, where the extra traffic overtakes compute,
+and how much one headline ratio depends on what is counted.
+
+Pure parts: `prefill_curves` -> PrefillCurves; `max_fitting_n`, `crossover_rows`,
+`ratio_conventions`; text tables `prefill_table`, `crossover_table`, `conventions_table`.
+The time model is `models.prefill_cost`'s (see its docstring): this module only evaluates it over
+many N at once. What it leaves out on purpose: sliding windows and soft-capping, L2 hits, kernel
+launches, the KV cache and the weights' own memory.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..._check import as_int, choice
+from ...attention import block_sizes
+from ...hardware import DTYPE_BYTES, get_gpu, gpus, peak, ridge_point
+from ...iomodel import flash_io, standard_io
+from ...models import Model, get_model, models, prefill_cost, prefill_cost_curve
+from .. import style
+from .._base import readonly
+
+__all__ = ["dense_models", "with_head_dim", "PrefillCurves", "prefill_curves", "max_fitting_n",
+           "crossover_rows", "crossover_table", "ratio_conventions", "conventions_table",
+           "prefill_table", "binary_bytes", "HEAD_DIMS", "N_STEPS", "N_GRID", "SRAM", "DTYPE",
+           "TIME_LIM", "MEM_LIM"]
+
+binary_bytes = style.binary_bytes
+
+HEAD_DIMS = (64, 128, 256)
+N_STEPS = tuple(1024 << k for k in range(8))          # 1K .. 128K, the slider's stops
+N_GRID = readonly(np.unique(np.round(1024 * 2 ** (np.arange(0, 29) / 4)).astype(np.int64)))
+SRAM = 100_000                                        # elements, the lecture's M
+DTYPE = "bf16"
+_CROSS_GRID = np.unique(np.round(2 ** (8 + np.arange(0, 14 * 32 + 1) / 32)).astype(np.int64))
+TIME_LIM = (1e-4, 2e3)                                # seconds; every setting fits (tests check)
+MEM_LIM = (2.0 ** 16, 2.0 ** 44)                      # bytes: 64 KiB .. 16 TiB
+
+
+def dense_models() -> list[str]:
+    """Models with a dense per-head attention shape: all of models() except MLA entries
+    (DeepSeek-V3 is stored as its decode-time equivalent, head_dim 576, not its prefill shape)."""
+    return [m for m in models() if "kv_lora_rank" not in get_model(m).extra]
+
+
+def _dense(model) -> Model:
+    m = get_model(model)
+    if "kv_lora_rank" in m.extra:
+        raise ValueError(f"model={m.name!r} has no dense attention shape for prefill (MLA, stored as "
+                         f"its decode-time equivalent); valid: {', '.join(dense_models())}")
+    return m
+
+
+def with_head_dim(model, head_dim: int) -> Model:
+    """The model with head dim `head_dim`, keeping the attention width q_heads x head_dim (and
+    kv_heads x head_dim) fixed, so parameters and attention FLOPs stay the same and only the
+    split into heads changes. Llama-3-8B (32 x 128) at d = 64 has 64 query heads, at d = 256 16."""
+    m = _dense(model)
+    d = choice("head_dim", head_dim, HEAD_DIMS)
+    width, kv_width = m.q_heads * m.head_dim, m.kv_heads * m.head_dim
+    if width % d or kv_width % d:
+        raise ValueError(f"head_dim={d} does not divide {m.name}'s attention width {width} "
+                         f"(KV width {kv_width}); valid: {', '.join(map(str, HEAD_DIMS))}")
+    if d == m.head_dim:
+        return m
+    return dataclasses.replace(m, q_heads=width // d, kv_heads=kv_width // d, head_dim=d)
+
+
+def _crossover(m: Model, g, key: str = "extra_io_s") -> float | None:
+    """N (tokens) where `prefill_cost_curve`'s `key` (standard attention's extra HBM time, or
+    FlashAttention's own traffic time with key='flash_io_s') first equals the compute time,
+    interpolated on a 32-points-per-octave grid from 256 to 4M; None if it never does there."""
+    r = prefill_cost_curve(m, g, _CROSS_GRID, sram=SRAM, dtype=DTYPE)
+    diff = np.log(np.maximum(r[key], 1e-300)) - np.log(r["compute_s"])
+    above = np.nonzero(diff >= 0)[0]
+    if above.size == 0:
+        return None
+    i = int(above[0])
+    if i == 0:
+        return float(_CROSS_GRID[0])
+    x0, x1 = np.log(_CROSS_GRID[i - 1]), np.log(_CROSS_GRID[i])
+    t = diff[i - 1] / (diff[i - 1] - diff[i])
+    return float(np.exp(x0 + t * (x1 - x0)))
+
+
+@dataclass(frozen=True)
+class PrefillCurves:
+    """One prefill of N tokens with standard attention against N = 1K .. 128K (arrays on the
+    grid N) and the same numbers at N = n (the `at_n` dict). Times in seconds, memory in bytes."""
+    model: str
+    gpu: str
+    head_dim: int               # the head dim used (the model's own unless reshaped)
+    own_head_dim: int           # the model's published head dim
+    heads: int                  # query heads at this head dim
+    layers: int
+    hbm_bytes: float            # the GPU's HBM capacity
+    block_c: int                # FA1's K/V block at M = SRAM
+    N: np.ndarray
+    compute_s: np.ndarray       # matmuls at peak
+    extra_s: np.ndarray         # standard attention's extra HBM time, never negative
+    extra_raw_s: np.ndarray     # standard minus FA1 traffic time: negative where FA1 moves more
+    flash_s: np.ndarray         # FlashAttention's own traffic time (FA1 accounting, assumed hidden)
+    sp_bytes: np.ndarray        # S and P of one layer
+    ml_bytes: np.ndarray        # FlashAttention's m and l (fp32) of one layer
+    at_n: dict                  # the arrays' values at N = n, plus N, total_ratio, fits
+    crossover_n: float | None   # where extra time reaches compute (None: not below 4M tokens)
+    flash_crossover_n: float | None   # where FlashAttention's own traffic time does
+
+    @property
+    def reshaped(self) -> bool:
+        return self.head_dim != self.own_head_dim
+
+
+def prefill_curves(model: str = "Llama-3-8B", gpu: str = "H100-SXM", head_dim: int | None = None,
+                   n: int = 32768) -> PrefillCurves:
+    """One prefill with standard attention against N, and at N = n (bf16, M = 100,000):
+
+        compute_s  = (2 params N + 2 layers heads N^2 d) / peak
+        extra_s    = max(0, layers heads (standard_io - flash_io FA1) 2 bytes / HBM bandwidth)
+        flash_s    = layers heads flash_io FA1 2 bytes / HBM bandwidth   (assumed hidden)
+
+    `extra_s` is never negative: where FA1's accounting moves MORE than standard attention
+    (d = 256, where d^2 is close to M), standard attention adds no traffic beyond what the model
+    already assumes hidden; `extra_raw_s` keeps the signed difference. `head_dim=None` keeps the
+    model's own; another value reshapes it keeping q_heads x head_dim (`with_head_dim`).
+
+    >>> r = prefill_curves("Llama-3-8B", "H100-SXM", n=32768)
+    >>> round(r.at_n["total_ratio"], 2), r.at_n["fits"]
+    (2.62, False)
+    """
+    own = _dense(model)
+    m = with_head_dim(model, own.head_dim if head_dim is None else head_dim)
+    g = get_gpu(gpu)
+    n = as_int("n", n, N_STEPS[0], N_STEPS[-1])
+    Ns = np.append(N_GRID, n)
+    r = prefill_cost_curve(m, g, Ns, sram=SRAM, dtype=DTYPE)
+    ml = m.q_heads * Ns.astype(np.float64) * 2 * 4
+    curves = {"compute_s": r["compute_s"], "extra_s": r["extra_io_s"],
+              "extra_raw_s": r["standard_minus_flash_io_s"],
+              "flash_s": r["flash_io_s"], "sp_bytes": r["sp_bytes_per_layer"], "ml_bytes": ml}
+    point = {k: float(v[-1]) for k, v in curves.items()}
+    point.update(N=n, total_ratio=(point["compute_s"] + point["extra_s"]) / point["compute_s"],
+                 fits=bool(point["sp_bytes"] <= g.hbm_bytes))
+    _, bc = block_sizes(m.head_dim, SRAM)
+    return PrefillCurves(m.name, g.name, m.head_dim, own.head_dim, m.q_heads, m.layers,
+                         float(g.hbm_bytes), bc, N_GRID,
+                         *readonly(*(v[:-1] for v in curves.values())), point,
+                         _crossover(m, g), _crossover(m, g, "flash_io_s"))
+
+
+def max_fitting_n(model, gpu, dtype: str = DTYPE) -> int:
+    """The largest N whose S and P for all heads of one layer fit in the GPU's HBM:
+    2 q_heads N^2 bytes_per_element <= hbm_bytes (nothing else counted: no weights, no KV cache).
+
+    Example: Llama-3-8B on an 80 GiB H100: floor(sqrt(80 GiB / (2 x 32 x 2))) = 25,905 tokens.
+    """
+    m = _dense(model)
+    g = get_gpu(gpu)
+    bpe = DTYPE_BYTES[choice("dtype", dtype, tuple(DTYPE_BYTES))]
+    n = math.isqrt(int(g.hbm_bytes // (2 * m.q_heads * bpe)))
+    while 2 * m.q_heads * (n + 1) ** 2 * bpe <= g.hbm_bytes:      # guard the integer rounding
+        n += 1
+    return n
+
+
+def crossover_rows(model: str = "Llama-3-8B", head_dim: int | None = None, names=None) -> list[dict]:
+    """Per GPU, for one prefill of `model` (`with_head_dim` if `head_dim` is given): the bf16
+    ridge point and the prompt lengths where standard attention's extra HBM time ('extra_n') and
+    FlashAttention's own traffic time by the same FA1 accounting ('flash_n') reach the compute
+    time (`prefill_curves`' time model; None where it never does below 4M tokens).
+
+    Example: Llama-3-8B on the H100 SXM: extra_n about 16,700 tokens, flash_n about 16,900.
+    """
+    m = _dense(model) if head_dim is None else with_head_dim(model, head_dim)
+    rows = []
+    for name in (gpus() if names is None else names):
+        g = get_gpu(name)
+        rows.append({"gpu": g.name, "ridge": ridge_point(g, DTYPE), "extra_n": _crossover(m, g),
+                     "flash_n": _crossover(m, g, "flash_io_s")})
+    return rows
+
+
+def crossover_table(model: str = "Llama-3-8B", head_dim: int | None = None) -> str:
+    """`crossover_rows` as a text table."""
+    k = lambda v: "never" if v is None else f"{round(v, -2):,.0f}"      # noqa: E731
+    return style.table(crossover_rows(model, head_dim),
+                       {"gpu": "GPU", "ridge": "ridge (bf16, FLOP/B)",
+                        "extra_n": "extra HBM = compute at N",
+                        "flash_n": "FlashAttn's traffic = compute at N"},
+                       {"ridge": ".0f", "extra_n": k, "flash_n": k})
+
+
+def ratio_conventions(model: str = "Llama-3-8B", gpu: str = "H100-SXM", N: int = 32768) -> list[dict]:
+    """The standard / FlashAttention prefill ratio of `prefill_cost` (bf16, M = 100,000) under
+    other reasonable choices of what counts, to show how much a single number like the
+    lecture's "about 2.5x" depends on them. One row per convention, changing one thing each:
+
+        ours              prefill_cost: 2 x params per token (embedding included), causal
+                          attention FLOPs (2 L H N^2 d), extra = standard_io - flash_io FA1 (no
+                          causal skipping)
+        no embedding      linear FLOPs without the input embedding (2 x vocab x hidden per token)
+        full attention    attention FLOPs without the causal half: 4 L H N^2 d
+        causal FA1        FlashAttention skips the blocks above the diagonal (flash_io causal=True),
+                          so standard attention's extra traffic is larger
+
+    Each row: convention, compute_s, extra_s, ratio = (compute_s + extra_s) / compute_s.
+
+    Example: Llama-3-8B, H100 SXM, 32K: 2.62 (ours), 2.70, 2.20, 3.42.
+    """
+    m = _dense(model)
+    g = get_gpu(gpu)
+    N = as_int("N", N, 1, N_STEPS[-1])
+    base = prefill_cost(m, g, N, sram=SRAM, dtype=DTYPE)
+    p, bpe, d = peak(g, DTYPE), DTYPE_BYTES[DTYPE], m.head_dim
+    heads = m.layers * m.q_heads
+    embed = 2 * m.vocab * m.hidden * N / p
+    causal_fa1 = flash_io(N, d, SRAM, "fa1", causal=True)
+    causal_extra = heads * (standard_io(N, d) - causal_fa1) * bpe / g.hbm_bandwidth
+    variants = [
+        ("ours: 2 x params per token + causal attention; FA1 without causal skipping",
+         base.compute_s, base.extra_io_s),
+        ("linear FLOPs without the input embedding (a lookup)", base.compute_s - embed, base.extra_io_s),
+        ("attention FLOPs without the causal half (4 L H N^2 d)",
+         base.compute_s + 2 * heads * N * N * d / p, base.extra_io_s),
+        ("FlashAttention skips masked blocks (causal FA1 traffic)", base.compute_s, causal_extra),
+    ]
+    return [{"convention": c, "compute_s": t, "extra_s": e, "ratio": (t + e) / t} for c, t, e in variants]
+
+
+def conventions_table(model: str = "Llama-3-8B", gpu: str = "H100-SXM", N: int = 32768) -> str:
+    """`ratio_conventions` as a text table."""
+    return style.table(ratio_conventions(model, gpu, N),
+                       {"convention": "what changes", "compute_s": "compute", "extra_s": "extra HBM",
+                        "ratio": "standard / FlashAttn"},
+                       {"compute_s": style.seconds, "extra_s": style.seconds, "ratio": ".2f"})
+
+
+def prefill_table(model: str = "Llama-3-8B", gpu: str = "H100-SXM", Ns=N_STEPS) -> str:
+    """`models.prefill_cost` at each N as a text table: compute, extra HBM time, their ratio,
+    S+P of one layer and whether it fits in the GPU's HBM."""
+    g = get_gpu(gpu)
+    rows = []
+    for N in Ns:
+        c = prefill_cost(model, g, int(N), sram=SRAM, dtype=DTYPE)
+        rows.append({"N": c.N, "compute": c.compute_s, "extra": c.extra_io_s,
+                     "extra/compute": c.extra_io_s / c.compute_s, "ratio": c.total_ratio,
+                     "sp": c.sp_bytes_per_layer, "fits": c.fits})
+    return style.table(rows, {"N": "N", "compute": "compute", "extra": "extra HBM (std)",
+                              "extra/compute": "extra/compute", "ratio": "total / FlashAttn",
+                              "sp": "S+P per layer", "fits": f"fits {binary_bytes(g.hbm_bytes)}"},
+                       {"N": ",", "compute": style.seconds, "extra": style.seconds,
+                        "extra/compute": ".2f", "ratio": ".2f", "sp": binary_bytes,
+                        "fits": lambda f: "yes" if f else "no"})
