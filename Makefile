@@ -1,10 +1,11 @@
 # Two commands for learners and instructors:
 #   make lab    install the notebooks' dependencies into .venv (created if missing), open JupyterLab
 #   make test   install the test extra into .venv and run every check (library tests, strict nbval
-#               over every notebook)
+#               over every notebook, every notebook and explorer in a real browser)
 # and for maintainers:
 #   make check         the same checks with whatever Python PY names, no install
 #                      (the conda route: `make check PY=python`)
+#   make test-browser  only the browser stage (JupyterLab driven by the system Chromium)
 #   make bench         time every explorer's recompute + redraw after a slider change
 
 PYTHON ?= python3
@@ -16,7 +17,7 @@ PY     := $(VENV)/bin/python
 BASE_STAMP := $(VENV)/.installed-base
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: lab test check bench notebooks clean
+.PHONY: lab test check test-browser bench notebooks clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,10 +38,15 @@ lab: $(BASE_STAMP)
 test: $(TEST_STAMP)
 	@$(MAKE) --no-print-directory check
 
-# The one definition of "the checks", shared by `make test` and the conda route.
+# The one definition of "the checks", shared by `make test` and the conda route. The browser
+# stage starts JupyterLab as a learner would (it drops MPLBACKEND for the server it starts).
 check:
 	MPLBACKEND=Agg $(PY) -m pytest tests
 	MPLBACKEND=Agg $(PY) -m pytest --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+	MPLBACKEND=Agg $(PY) -m pytest tests/browser
+
+test-browser: $(TEST_STAMP)
+	MPLBACKEND=Agg $(PY) -m pytest tests/browser
 
 bench: $(BASE_STAMP)
 	MPLBACKEND=Agg $(PY) -m attnlab.bench
@@ -50,4 +56,4 @@ notebooks: $(BASE_STAMP)
 	$(PY) -m attnlab.tools.execute notebooks/*.ipynb
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache build/browser_timings.json
