@@ -275,7 +275,15 @@ class Lab:
              "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
              f"--ServerApp.root_dir={self.root}"],
             env=env, cwd=tmp, stdout=self._log, stderr=subprocess.STDOUT)
-        self._wait_for_server()
+        self.browser = None
+        try:
+            self._wait_for_server()
+            self._start_browser(chromium, playwright)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_browser(self, chromium: str, playwright) -> None:
         self.browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS,
                                                   headless=True)
         self.page = self.browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -294,11 +302,12 @@ class Lab:
 
     def _wait_for_server(self) -> None:
         deadline = time.monotonic() + SERVER_START_S
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # loopback: no proxy
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"JupyterLab exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                urllib.request.urlopen(self.url + "/api/status", timeout=2)
+                direct.open(self.url + "/api/status", timeout=2)
                 return
             except OSError:
                 time.sleep(0.25)
@@ -313,7 +322,8 @@ class Lab:
 
     def close(self) -> None:
         try:
-            self.browser.close()
+            if self.browser is not None:
+                self.browser.close()
         finally:
             self.proc.terminate()
             try:
