@@ -1,38 +1,59 @@
 # Two commands for learners and instructors:
-#   make lab    install into .venv (created if missing) and open JupyterLab on the first notebook
-#   make test   install into .venv and run the library tests plus strict nbval over every notebook
-# and one for maintainers:
-#   make bench  time every explorer's recompute + redraw after a slider change
+#   make lab    install the notebooks' dependencies into .venv (created if missing), open JupyterLab
+#   make test   install the test extra into .venv and run every check (library tests, strict nbval
+#               over every notebook, every notebook and explorer in a real browser)
+# and for maintainers:
+#   make check         the same checks with whatever Python PY names, no install
+#                      (the conda route: `make check PY=python`)
+#   make test-browser  only the browser stage (JupyterLab driven by the system Chromium)
+#   make bench         time every explorer's recompute + redraw after a slider change
 
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# One stamp per install route: each is redone only when pyproject.toml changes (the install is
+# editable, so library edits need none). The test extra contains the base, so installing it
+# satisfies the base stamp too; going from `make test` to `make lab` installs nothing more.
+BASE_STAMP := $(VENV)/.installed-base
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: lab test bench notebooks clean
+.PHONY: lab test check test-browser bench notebooks clean
 
-$(PY):
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Re-install only when pyproject.toml changes (editable install: library edits need no reinstall).
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
-	touch $(STAMP)
+$(BASE_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e .
+	touch $@
 
-lab: $(STAMP)
+$(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e ".[test]"
+	touch $@ $(BASE_STAMP)
+
+lab: $(BASE_STAMP)
 	$(VENV)/bin/jupyter lab notebooks/00_start_here.ipynb $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
+	@$(MAKE) --no-print-directory check
+
+# The one definition of "the checks", shared by `make test` and the conda route. The browser
+# stage starts JupyterLab as a learner would (it drops MPLBACKEND for the server it starts).
+check:
 	MPLBACKEND=Agg $(PY) -m pytest tests
 	MPLBACKEND=Agg $(PY) -m pytest --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+	MPLBACKEND=Agg $(PY) -m pytest tests/browser
 
-bench: $(STAMP)
+test-browser: $(TEST_STAMP)
+	MPLBACKEND=Agg $(PY) -m pytest tests/browser
+
+bench: $(BASE_STAMP)
 	MPLBACKEND=Agg $(PY) -m attnlab.bench
 
 # Re-execute every notebook in place (instructors, after changing the library or a notebook).
-notebooks: $(STAMP)
+notebooks: $(BASE_STAMP)
 	$(PY) -m attnlab.tools.execute notebooks/*.ipynb
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache build/browser_timings.json
