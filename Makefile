@@ -42,6 +42,7 @@ test: $(TEST_STAMP)
 # stage starts JupyterLab as a learner would (it drops MPLBACKEND for the server it starts).
 check:
 	MPLBACKEND=Agg $(PY) -m pytest tests
+	MPLBACKEND=Agg $(PY) -m pytest --doctest-modules lib/attnlab
 	MPLBACKEND=Agg $(PY) -m pytest --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 	MPLBACKEND=Agg $(PY) -m pytest tests/browser
 

@@ -195,3 +195,20 @@ def test_int_slider_refuses_fractions():
         ex.set(splits=2.5)
     ex.set(splits=3.0)                                # an integral float is an integer
     assert ex.values["splits"] == 3
+
+
+def test_random_walk_blits_what_a_full_redraw_draws(explorer):
+    """A seeded walk of 24 control moves, back and forth, so cached backgrounds are reused and
+    panels are redrawn alone: after every move the picture equals a full redraw."""
+    rng = np.random.default_rng(len(explorer.name))
+    names = list(explorer.widgets)
+    for _ in range(24):
+        name = names[rng.integers(len(names))]
+        values = candidate_values(explorer.widgets[name])
+        explorer.set(**{name: values[rng.integers(len(values))]})
+        fast = _pixels(explorer.image.value)
+        kept = dict(explorer._backgrounds)            # the full redraw must not empty the cache
+        full = _pixels(explorer.png(full=True))
+        explorer._backgrounds.update(kept)
+        diff = np.abs(fast - full).max(axis=2)
+        assert (diff > 40).mean() < 1e-3, f"{explorer.name}: blit differs after {name} at {explorer.values}"

@@ -81,14 +81,17 @@ class HBM:
 
     @staticmethod
     def _n(n) -> int:
-        size = n.size if isinstance(n, np.ndarray) else n   # a numpy scalar is a count, not an array
-        bad = TypeError(f"n must be an element count (int) or an array, got {n!r} ({type(n).__name__})")
-        if isinstance(size, (bool, np.bool_)):
-            raise bad
+        if isinstance(n, np.ndarray):                       # the hot path: a tile, counted by size
+            return n.size
+        def bad():                                          # built only when needed: repr is slow
+            return TypeError(f"n must be an element count (int) or an array, got {n!r} "
+                             f"({type(n).__name__})")
+        if isinstance(n, (bool, np.bool_)):                 # a numpy scalar is a count, not an array
+            raise bad()
         try:
-            size = operator.index(size)
+            size = operator.index(n)
         except TypeError:
-            raise bad from None
+            raise bad() from None
         if size < 0:
             raise ValueError(f"n={size} is out of range; valid: >= 0 elements")
         return size

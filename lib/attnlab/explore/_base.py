@@ -46,7 +46,7 @@ from ._controls import accepted, check_value
 __all__ = ["Explorer", "REGISTRY", "readonly"]
 
 #: Backgrounds kept per explorer (one per recent axis state; ~2 MB each at 100 dpi).
-BACKGROUNDS = 12
+BACKGROUNDS = 24
 #: Every concrete explorer class, by name, in the order their modules were imported.
 REGISTRY: dict[str, type["Explorer"]] = {}
 
@@ -89,6 +89,12 @@ class Explorer:
     def draw(self, result) -> str:
         raise NotImplementedError(f"{type(self).__name__} must define draw(result)")
 
+    def background_key(self, result):
+        """What the static artists (those `build` did not return) show besides the axis limits,
+        as a hashable value; `draw` may update static artists only when this changes. Default:
+        nothing (static artists never change after `build`)."""
+        return None
+
     def linked(self, name: str, value) -> None:
         """Called (inside `hold()`) when control `name` changed to `value`, before the refresh:
         adjust other controls here. Default: nothing is linked."""
@@ -107,6 +113,7 @@ class Explorer:
         self._background = None
         self._backgrounds: OrderedDict = OrderedDict()    # axis state -> rendered background
         self._limits = None
+        self._key = None
         self.image = widgets.Image(format="png", layout=widgets.Layout(width="auto"))
         self.summary = widgets.HTML()
         with style.context():
@@ -192,7 +199,9 @@ class Explorer:
         self.computes += 1
         if result is not None:
             self.error = None
-            self.summary.value = self.draw(result) or ""
+            with style.context():              # texts set here get the course's fonts
+                self.summary.value = self.draw(result) or ""
+            self._key = self.background_key(result)
             self._error_text.set_visible(False)
         else:
             self._error_text.set_text(style.wrap(self.error, 70))
@@ -212,19 +221,23 @@ class Explorer:
         artists. Backgrounds are kept for the last few axis states, so moving a slider back and
         forth redraws nothing but the moving artists; a new state redraws only the panels whose
         limits changed (a full draw costs several times a blit); `full` redraws everything."""
-        state = tuple(self._axis_state())
+        axes = tuple(self._axis_state())
+        state = (axes, self._key)
         for a in self.dynamic:
             a.set_animated(True)
         if full:
             self._backgrounds.clear()
-        if state in self._backgrounds:
+            self._background = None
+        if state == self._limits and self._background is not None:
+            self.canvas.restore_region(self._background)     # nothing static changed
+        elif state in self._backgrounds:
             self.canvas.restore_region(self._backgrounds[state])
             self._backgrounds.move_to_end(state)
         else:
-            changed = ([] if self._limits is None or len(state) != len(self._limits) else
-                       [ax for ax, now, before in zip(self.figure.axes, state, self._limits)
-                        if now != before])
-            if self._background is None or not changed or len(changed) == len(state):
+            before = None if self._limits is None else self._limits[0]
+            changed = ([] if before is None or len(axes) != len(before) or self._limits[1] != self._key
+                       else [ax for ax, a, b in zip(self.figure.axes, axes, before) if a != b])
+            if self._background is None or not changed or len(changed) == len(axes):
                 self.canvas.draw()                  # everything except the moving artists
                 self.full_draws += 1
             else:
@@ -239,7 +252,7 @@ class Explorer:
             self._backgrounds[state] = self.canvas.copy_from_bbox(self.figure.bbox)
             while len(self._backgrounds) > BACKGROUNDS:
                 self._backgrounds.popitem(last=False)
-        self._background = self._backgrounds[state]
+        self._background = self._backgrounds.get(state, self._background)
         self._limits = state
         for a in self.dynamic:
             if a.get_visible():

@@ -13,7 +13,8 @@ import numpy as np
 from ..hardware import data_path
 from . import style
 
-__all__ = ["prefill_results", "live_prefill", "prefill_summary", "prefill_figure"]
+__all__ = ["prefill_results", "live_prefill", "prefill_summary", "prefill_figure", "decode_results",
+           "live_decode", "decode_summary", "decode_figure", "not_live"]
 
 IMPL_LABELS = {"standard": "standard (eager torch, S and P in HBM)",
                "triton": "FlashAttention-2 in Triton (this course)",
@@ -35,6 +36,12 @@ def _live(module: str, **kw) -> dict | None:
     if not gpu.available():
         return None
     return importlib.import_module(f"..gpu.{module}", __package__).run(**kw)
+
+
+def not_live() -> str:
+    """What the optional GPU cell prints when it cannot measure here, and why."""
+    from .. import gpu
+    return f"{gpu.unavailable_reason()}: the recorded H200 measurements above stand."
 
 
 def prefill_results(name: str = "h200_prefill.json") -> dict:

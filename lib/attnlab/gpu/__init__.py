@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["available", "interpreting", "bench_cli"]
+__all__ = ["available", "unavailable_reason", "interpreting", "bench_cli"]
 
 
 def interpreting() -> bool:
@@ -21,12 +21,20 @@ def interpreting() -> bool:
 
 def available() -> bool:
     """True when a CUDA GPU is visible to torch and triton is importable."""
+    return unavailable_reason() is None
+
+
+def unavailable_reason() -> str | None:
+    """Why the GPU path cannot run here, in a sentence a learner can act on; None if it can."""
     try:
         import torch
         import triton  # noqa: F401  (only whether it imports)
     except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+        return ("torch and Triton are not installed here (the notebooks do not need them); "
+                "on a Linux machine with a CUDA GPU, `pip install -e '.[gpu]'` adds them")
+    if not torch.cuda.is_available():
+        return "No CUDA GPU here"
+    return None
 
 
 def bench_cli(run, table, description: str, argv=None) -> int:

@@ -177,9 +177,13 @@ class SplitKVExplorer(Explorer):
         ax_t.yaxis.set_major_formatter(FuncFormatter(style.plain))
         ax_t.grid(True, axis="y", alpha=0.25)
 
-        return [self.busy, self.merge_r, self.waves, self.ghost, self.sm_line, self.sm_text,
-                self.occ_text, *self.attn_bars, *self.merge_bars, *self.labels, self.best_txt,
-                ax_o.title, ax_t.title]
+        # the bar labels, the SM line and the right title change with batch, context, heads and
+        # GPU only (background_key): they stay in the background while the split slider moves
+        return [self.busy, self.merge_r, self.waves, self.ghost, self.occ_text, *self.attn_bars,
+                ax_o.title]
+
+    def background_key(self, p: SplitPlan):
+        return (p.batch, p.context, p.kv_heads, p.gpu)
 
     def draw(self, p: SplitPlan) -> str:
         ax_o, ax_t, c = self.ax_o, self.ax_t, style.COLORS
@@ -220,7 +224,6 @@ class SplitKVExplorer(Explorer):
             self.merge_bars[i].set_y(a); self.merge_bars[i].set_height(m)
             self.labels[i].xy = (i, q.time * 1e6)
             self.labels[i].set_text(f"{_us(q.time)}\n{q.utilization:.0%}")
-            self.labels[i].set_fontweight("bold" if s == r.splits else "normal")
         bi = SPLITS.index(p.best.splits)
         self.best_txt.xy = (bi, p.best.time * 1e6)
         ax_o.set_title(f"SM occupancy: batch {batch}, context {context:,}\n{kv_heads} KV heads, "

@@ -189,8 +189,13 @@ class TileGridExplorer(Explorer):
         ax_t.set_xlabel("step (one block of S computed per step)")
         ax_t.set_ylabel("HBM elements moved so far")
         ax_t.grid(True, alpha=0.25)
-        return [self.grid, self.q_rect, self.kv_rect, self.q_text, self.kv_text, self.moved_line,
-                self.moved_dot, ax_g.title, ax_t.title]
+        # the grid's title and the traffic curve change with the grid, not with the step
+        return [self.grid, self.q_rect, self.kv_rect, self.q_text, self.kv_text, self.moved_dot,
+                ax_t.title]
+
+    def background_key(self, v: TileView):
+        s = v.schedule
+        return (s.N, s.block_r, s.block_c, s.order, s.causal)
 
     def draw(self, v: TileView) -> str:
         s, step = v.schedule, v.step
