@@ -48,7 +48,7 @@ class RooflineExplorer(Explorer):
     size = (9.0, 5.6)
 
     def __init__(self, gpu: str = "H100-SXM", dtype: str = "bf16", intensity: float = 10.0):
-        super().__init__(gpu=get_gpu(gpu).name, dtype=dtype, intensity=float(intensity))
+        super().__init__(gpu=get_gpu(gpu).name, dtype=dtype, intensity=intensity)
 
     def controls(self):
         return {"gpu": dropdown("GPU", gpus(), "H100-SXM"),
