@@ -100,8 +100,8 @@ def prefill_figure(res: dict, causal: bool = False):
     mask = "causal" if causal else "no mask"
     ax_t.set_title(f"{res['device']}: measured (solid) vs model (dashed), {mask}", fontsize=10)
     ax_f.set_title(f"Throughput, {mask}, bf16, d=128", fontsize=10)
-    ax_t.legend(fontsize=style.SMALL, loc="lower right")
-    ax_f.legend(fontsize=style.SMALL, loc="lower right")
+    ax_t.legend(fontsize=style.SMALL, loc="upper left")
+    style.legend_below(ax_f, ncol=1)
     return fig
 
 

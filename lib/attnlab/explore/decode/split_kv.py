@@ -153,7 +153,7 @@ class SplitKVExplorer(Explorer):
         self.sm_line = ax_o.axhline(1, color=c["standard"], lw=1)
         self.sm_text = ax_o.text(0.99, 0, "", transform=ax_o.get_yaxis_transform(), ha="right", va="bottom",
                             fontsize=style.SMALL, color=c["standard"])
-        self.occ_text = ax_o.text(0.99, 0.5, "", transform=ax_o.transAxes, ha="right", va="center", fontsize=style.SMALL,
+        self.occ_text = ax_o.text(0.99, 0.98, "", transform=ax_o.transAxes, ha="right", va="top", fontsize=style.SMALL,
                              bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": c["muted"]})
         ax_o.legend([Patch(fc=c["fa1"]), Patch(fc=c["memory"], hatch="///"),
                      ax_o.plot([], [], color="k", ls="--", lw=1)[0]],

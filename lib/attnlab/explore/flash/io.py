@@ -114,10 +114,12 @@ class IOExplorer(Explorer):
     def build(self, fig):
         ax_n, ax_m = self.ax_n, self.ax_m = fig.subplots(1, 2)
         c, lab = style.COLORS, style.LABELS
-        self.lines = {k: ax_n.plot([], [], "-o", ms=3, color=c[k], label=lab[k])[0]
-                      for k in ("standard", "fa1", "fa2")}
+        # FA2 dashed: at d = 128 its count nearly equals FA1's, and both must stay visible
+        self.lines = {k: ax_n.plot([], [], "--" if k == "fa2" else "-", marker="o", ms=3, color=c[k],
+                                   label=lab[k])[0] for k in ("standard", "fa1", "fa2")}
         self.lines["bound"] = ax_n.plot([], [], "--", color=c["bound"], label=lab["bound"])[0]
-        self.m_lines = {k: ax_m.plot([], [], "-o", ms=3, color=c[k])[0] for k in ("standard", "fa1", "fa2")}
+        self.m_lines = {k: ax_m.plot([], [], "--" if k == "fa2" else "-", marker="o", ms=3, color=c[k])[0]
+                        for k in ("standard", "fa1", "fa2")}
         self.m_inv, = ax_m.plot([], [], ":", color="k", lw=1.5)
         self.m_mark = ax_m.axvline(100_000, color=c["highlight"], lw=2, alpha=0.8)
         style.log_axis(ax_n, "y", 1e4, 1e12, formatter=style.count)

@@ -120,7 +120,7 @@ class OnlineSoftmaxExplorer(Explorer):
         super().__init__(text=text, chunk=chunk)
 
     def controls(self):
-        return {"text": text("x =", LECTURE_X), "chunk": slider("numbers per step", 2, 1, 8)}
+        return {"text": text("x =", LECTURE_X), "chunk": slider("chunk size (numbers per step)", 2, 1, 8)}
 
     def compute(self, text, chunk):
         return softmax_steps(text, chunk)

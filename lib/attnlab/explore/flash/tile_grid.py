@@ -113,7 +113,7 @@ def _schedule(N: int, block_r: int, block_c: int, order: str, causal: bool) -> T
 
 _TILE_CMAP = ListedColormap(["#e3e8f0", "#6baed6", "#ffbf00", "#bdbdbd", "#ffffff"])
 _KEY = ("not yet computed", "computed", "current block (in SRAM)", "skipped: fully masked",
-        "masked entry of a computed block")     # colour i of _TILE_CMAP
+        "masked entry (in a block that is not skipped)")     # colour i of _TILE_CMAP
 
 
 def grid_image(s: TileSchedule, step: int) -> np.ndarray:
@@ -182,16 +182,20 @@ class TileGridExplorer(Explorer):
         ax_g.set_xlabel("key index j  (K/V tile in SRAM: green strip)")
         ax_g.set_ylabel("query index i  (Q tile: blue strip)")
         key = [Rectangle((0, 0), 1, 1, color=_TILE_CMAP(i), ec="k", lw=0.5) for i in (2, 1, 0, 3, 4)]
-        ax_g.legend(key, [_KEY[i] for i in (2, 1, 0, 3, 4)], loc="upper center",
-                    bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-        self.moved_line, = ax_t.plot([], [], color=style.COLORS["fa1"], lw=1.5)
+        key += [Rectangle((0, 0), 1, 1, color=style.COLORS[c]) for c in ("fa1", "fa2")]
+        ax_g.legend(key, [_KEY[i] for i in (2, 1, 0, 3, 4)] + ["Q tile in SRAM (left strip)",
+                                                              "K, V tile in SRAM (top strip)"],
+                    loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+        # the whole run's traffic, faint (static), and the part up to the current step (moving)
+        self.moved_line, = ax_t.plot([], [], color=style.COLORS["fa1"], lw=1.2, alpha=0.35)
+        self.so_far, = ax_t.plot([], [], color=style.COLORS["fa1"], lw=2)
         self.moved_dot, = ax_t.plot([], [], "o", color=style.COLORS["highlight"], ms=8, mec="k")
         ax_t.set_xlabel("step (one block of S computed per step)")
         ax_t.set_ylabel("HBM elements moved so far")
         ax_t.grid(True, alpha=0.25)
         # the grid's title and the traffic curve change with the grid, not with the step
-        return [self.grid, self.q_rect, self.kv_rect, self.q_text, self.kv_text, self.moved_dot,
-                ax_t.title]
+        return [self.grid, self.q_rect, self.kv_rect, self.q_text, self.kv_text, self.so_far,
+                self.moved_dot, ax_t.title]
 
     def background_key(self, v: TileView):
         s = v.schedule
@@ -211,13 +215,14 @@ class TileGridExplorer(Explorer):
         self.q_text.set_position((-strip * 0.55, (r0 + r1) / 2))
         self.kv_text.set_position(((c0 + c1) / 2, -strip * 0.55))
         self.moved_line.set_data(np.arange(s.steps), s.moved)
+        self.so_far.set_data(np.arange(step + 1), s.moved[:step + 1])
         self.moved_dot.set_data([step], [s.moved[step]])
         self.ax_t.set_xlim(-0.5, max(last, 1) + 0.5)
         self.ax_t.set_ylim(0, max(int(s.moved.max()), 1) * 1.08)
         loop = "K/V outer, Q inner" if s.order == "fa1" else "Q outer, K/V inner"
         self.ax_g.set_title(f"S = QKᵀ in blocks, {s.order} order ({loop})\n"
                             f"N={N}, B_r={s.block_r}, B_c={s.block_c}" + (", causal" if s.causal else ""))
-        self.ax_t.set_title(f"HBM traffic by the end of step {step} (of 0-{last}), d={TILE_D}")
+        self.ax_t.set_title(f"HBM traffic by the end of step {step}\n(steps 0-{last}, head dim {TILE_D})")
         held = (f"Q rows {r0}–{r1 - 1}" + (" with O, l, m of those rows (read from HBM)"
                                             if s.order == "fa1" else
                                             " with their O, l, m accumulators (kept on chip)"))
