@@ -48,6 +48,19 @@ def bench_explorer(cls, repeats: int = 2) -> tuple[float, float, float, int]:
     return med, first, num, len(times)
 
 
+def planner_line(batch: int = 256, repeats: int = 20) -> str:
+    """The balanced plan's cost for a long-tailed batch (8 KV heads, 132 CTAs, group 4)."""
+    from .schedule import lengths, plan_balanced
+    batch_lengths = lengths("longtail", batch, seed=0)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        plan = plan_balanced(batch_lengths, kv_heads=8, num_ctas=132, group=4)
+        times.append(time.perf_counter() - t0)
+    return (f"plan_balanced, batch {batch}, 8 KV heads, 132 CTAs: {statistics.median(times) * 1e3:.2f} ms "
+            f"({len(plan.work):,} work items, utilization {plan.utilization:.1%})")
+
+
 def main(argv=None) -> int:
     names = list(argv or []) or list(EXPLORERS)
     worst = worst_first = 0.0
@@ -58,6 +71,8 @@ def main(argv=None) -> int:
         flag = "" if med < TARGET_MS and num < NUMBERS_TARGET_MS else "  (over target)"
         print(f"{name:<22} {med:>11.1f} ms {first:>9.1f} ms {num:>6.2f} ms {n:>8}{flag}")
     print(f"slowest: {worst:.1f} ms (first visits, no background cached: {worst_first:.1f} ms)")
+    if not argv:
+        print(planner_line())
     return 0
 
 
