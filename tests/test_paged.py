@@ -16,7 +16,6 @@ independent references.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 
 import numpy as np
@@ -27,6 +26,11 @@ from attnlab.hbm import HBM
 from attnlab.paged import BSRLayout, PagedKVCache, bsr_attention, composable_attention, to_bsr
 from attnlab.softmax import attention_state
 
+try:
+    from tests.reference import state_ref
+except ImportError:                  # run from inside tests/
+    from reference import state_ref
+
 F64_TOL = 1e-12
 F32_TOL = 2e-6
 PAGE_SIZES = [1, 3, 16]
@@ -35,27 +39,11 @@ PAGE_SIZES = [1, 3, 16]
 # --- independent reference ---------------------------------------------------------------------
 
 def ref_attn(q, k, v, *, causal=False, scale=None):
-    """float64 attention by definition. q (n_q, d), k (n_k, d), v (n_k, d_v). Query i sees key j
-    iff not causal or j <= i + n_k - n_q. Returns (o (n_q, d_v), lse (n_q,)), natural log."""
-    q = np.asarray(q, dtype=np.float64)
-    k = np.asarray(k, dtype=np.float64)
-    v = np.asarray(v, dtype=np.float64)
-    n_q, d = q.shape
-    n_k = k.shape[0]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    o = np.zeros((n_q, v.shape[1]))
-    lse = np.full(n_q, -np.inf)
-    for i in range(n_q):
-        cols = [j for j in range(n_k) if not causal or j <= i + n_k - n_q]
-        if not cols:
-            continue
-        s = np.array([scale * math.fsum(q[i] * k[j]) for j in cols])
-        mx = float(s.max())
-        e = np.exp(s - mx)
-        tot = math.fsum(e)
-        o[i] = (e / tot) @ v[cols]
-        lse[i] = mx + math.log(tot)
-    return o, lse
+    """float64 attention by definition (tests/reference.py). q (n_q, d), k (n_k, d), v (n_k, d_v).
+    Query i sees key j iff not causal or j <= i + n_k - n_q. Returns (o, lse), natural log."""
+    n_q, n_k = len(q), len(k)
+    mask = None if not causal else np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + n_k - n_q
+    return state_ref(np.asarray(q, dtype=np.float64).reshape(n_q, -1), k, v, mask=mask, scale=scale)
 
 
 def pages_of(n, bs):
