@@ -642,3 +642,17 @@ def test_bad_lengths_input_is_refused_by_name(args, exc, name, value):
     assert type(info.value) is exc, f"{type(info.value).__name__}: {msg}"
     assert re.search(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])", msg), f"{name!r} not named in: {msg}"
     assert value in msg, f"value {value!r} not shown in: {msg}"
+
+
+def test_plan_time_is_the_busiest_cta_at_its_share_of_the_bandwidth():
+    """Plan.time by hand: the busiest CTA's K, V (and query rows in, partial outputs out) at
+    bandwidth / SMs of an H100 SXM (3.35 TB/s, 132 SMs), bf16, head dim 128."""
+    from attnlab.schedule import plan_per_request
+    batch = [(1, 1000), (1, 300), (1, 4096)]
+    plan = plan_per_request(batch, kv_heads=1, num_ctas=132, group=4)
+    per_cta = {}
+    for w in plan.work:
+        per_cta[w.cta] = per_cta.get(w.cta, 0) + (2 * (w.kv_end - w.kv_start) + 2 * len(w.q_rows)) * 128 * 2
+    want = max(per_cta.values()) / (3.35e12 / 132)
+    assert plan.time("H100-SXM") == pytest.approx(want, rel=1e-12)
+    assert max(per_cta.values()) == (2 * 4096 + 2 * 4) * 256          # the 4096-token request
