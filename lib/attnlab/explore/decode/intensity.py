@@ -51,6 +51,8 @@ class DecodeIntensity:
     attainable: float           # FLOP/s on the roof at this intensity
     refs: dict                  # 'MHA' / 'GQA g=8' / 'MLA g=128' -> intensity at the same l_qo, l_kv
     linear: float               # a LINEAR_N x LINEAR_N bf16 linear layer on the batch's tokens
+    refs_attainable: dict       # label -> attainable FLOP/s of each reference on the roof
+    linear_attainable: float    # attainable FLOP/s of the linear layer
     curve_l: np.ndarray         # context lengths
     curve_i: np.ndarray         # intensity against them at this g, l_qo
     roof_i: np.ndarray          # the roofline's grid of intensities ...
@@ -89,11 +91,13 @@ def decode_intensity(g: int = 8, l_qo: int = 1, l_kv: int = 8192, batch: int = 1
     flops, nbytes = decode_cost(g, l_qo, l_kv, head_dim, batch=batch)
     i = intensity(g, l_qo, l_kv)
     p = peak(G, "bf16")
+    refs = {lab: float(intensity(gr, l_qo, l_kv)) for lab, gr in REFERENCES}
+    linear = batch * LINEAR_N / (LINEAR_N + 2.0 * batch)
     return DecodeIntensity(
         g, l_qo, l_kv, batch, G.name, head_dim, float(i), float(flops), float(nbytes),
         p / G.hbm_bandwidth, p, G.hbm_bandwidth, float(attainable(i, G, "bf16")),
-        {lab: float(intensity(gr, l_qo, l_kv)) for lab, gr in REFERENCES},
-        batch * LINEAR_N / (LINEAR_N + 2.0 * batch),
+        refs, linear, {lab: float(attainable(x, G, "bf16")) for lab, x in refs.items()},
+        float(attainable(linear, G, "bf16")),
         CURVE_L, readonly(intensity(g, l_qo, CURVE_L)), ROOF_GRID,
         readonly(attainable(ROOF_GRID, G, "bf16")))
 
@@ -195,12 +199,11 @@ class IntensityExplorer(Explorer):
         tf = 1e12
         self.roof.set_data(r.roof_i, r.roof / tf)
         self.ridge_v.set_xdata([r.ridge] * 2)
-        on_roof = lambda i: min(r.peak, i * r.bandwidth) / tf          # noqa: E731
         for lab, _ in REFERENCES:
-            x = r.refs[lab]
-            self.refs[lab].set_data([x], [on_roof(x)])
-            self.ref_txt[lab].set_position((x * 1.2, on_roof(x) / 1.3))
-        self.linear.set_data([r.linear], [on_roof(r.linear)])
+            x, y = r.refs[lab], r.refs_attainable[lab] / tf
+            self.refs[lab].set_data([x], [y])
+            self.ref_txt[lab].set_position((x * 1.2, y / 1.3))
+        self.linear.set_data([r.linear], [r.linear_attainable / tf])
         self.star.set_data([r.intensity], [r.attainable / tf])
         self.curve.set_data(r.curve_l, r.curve_i)
         self.asym.set_ydata([r.asymptote] * 2)

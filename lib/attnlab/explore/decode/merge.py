@@ -142,20 +142,20 @@ def merge_errors(splits: int = 64, dtype: str = "float32", order: str = "reverse
     ref = merge_data(seed, n_keys, d)[3]
     a = _merged(dtype, seed, splits, "forward", n_keys, d)
     b = _merged(dtype, seed, splits, order, n_keys, d)
-    return MergeErrors(splits, dtype, order, seed,
-                       *readonly(np.abs(a - ref), np.abs(b - ref), np.abs(a - b)),
-                       _with_point(_curve(dtype, seed, order, n_keys, d), splits, a, b, ref)
+    errors = readonly(np.abs(a - ref), np.abs(b - ref), np.abs(a - b))
+    return MergeErrors(splits, dtype, order, seed, *errors,
+                       _with_point(_curve(dtype, seed, order, n_keys, d), splits, errors)
                        if curve else None)
 
 
-def _with_point(curve, splits, a, b, ref):
+def _with_point(curve, splits, errors):
     """The curve over MERGE_GRID with the current split count inserted, so the ring that marks
     it sits on the line even between grid points."""
     grid, fwd, oth, diff = curve
     if splits in grid:
         return curve
     i = int(np.searchsorted(grid, splits))
-    pt = (splits, np.abs(a - ref).max(), np.abs(b - ref).max(), np.abs(a - b).max())
+    pt = (splits, *(e.max() for e in errors))
     return readonly(*(np.insert(arr, i, v) for arr, v in zip(curve, pt)))
 
 

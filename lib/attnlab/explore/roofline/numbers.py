@@ -44,9 +44,8 @@ GRID.setflags(write=False)
 SOFTMAX_FLOPS = 5                     # per element: max, subtract, exp, sum, scale by 1/l
 
 
-def as_dtype(dtype) -> str:
-    """A compute dtype name ('bf16', 'FP8', ...) as its key in hardware.DTYPE_BYTES."""
-    return dtype_name(dtype)
+#: A compute dtype name ('bf16', 'FP8', ...) as its key in hardware.DTYPE_BYTES.
+as_dtype = dtype_name
 
 
 # --- 1.1 attention's share of the work ---------------------------------------------------------
