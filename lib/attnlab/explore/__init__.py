@@ -4,6 +4,7 @@
     standard/   notebook 02   Algorithm 0's traffic, prefill cost; StandardTrafficExplorer, PrefillCostExplorer
     flash/      notebook 03   OnlineSoftmaxExplorer, TileGridExplorer, IOExplorer
     decode/     notebook 04   IntensityExplorer, SplitKVExplorer, MergeExplorer, CascadeExplorer
+    flashinfer/ notebook 05   paged KV, composable formats, variants, tile sizes, the scheduler
     measured.py               recorded GPU runs beside the model
 
 Every explorer subclasses `Explorer` (`_base.py`, which states the contract) and registers
@@ -18,12 +19,14 @@ from .roofline import *  # noqa: F401,F403  isort: skip
 from .standard import *  # noqa: F401,F403  isort: skip
 from .flash import *  # noqa: F401,F403  isort: skip
 from .decode import *  # noqa: F401,F403  isort: skip
+from .flashinfer import *  # noqa: F401,F403  isort: skip
 from .decode import __all__ as _decode
 from .flash import __all__ as _flash
+from .flashinfer import __all__ as _flashinfer
 from .roofline import __all__ as _roofline
 from .standard import __all__ as _standard
 
 #: name -> explorer class, in notebook order.
 EXPLORERS: dict[str, type[Explorer]] = dict(REGISTRY)
 
-__all__ = ["EXPLORERS", "Explorer", *_roofline, *_standard, *_flash, *_decode]
+__all__ = ["EXPLORERS", "Explorer", *_roofline, *_standard, *_flash, *_decode, *_flashinfer]
