@@ -16,7 +16,8 @@ What this leaves out on purpose: dropout, the backward pass (recomputation from 
 real SRAM capacity checks for explicit block sizes: the accounting follows the paper's dataflow.
 
 This file is long because Algorithm 0 and both FlashAttention loop orders share one set of tile
-helpers (load, store, scores), so the HBM counter sees one dataflow; splitting it would fork them.
+helpers (load, store, and `Tiles`: scores, mask, skipping), so the HBM counter sees one dataflow;
+splitting it would fork them.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ._check import as_array, as_bool, as_int, choice
 from .hbm import HBM
 from .softmax import _overflow, _scale, softmax
 
-__all__ = ["standard_attention", "flash_attention", "fa2_head", "block_sizes", "causal_mask", "ORDERS"]
+__all__ = ["standard_attention", "flash_attention", "fa2_head", "Tiles", "block_sizes", "causal_mask", "ORDERS"]
 
 ORDERS = ("fa1", "fa2")
 
@@ -167,10 +168,42 @@ def standard_attention(q, k, v, *, causal: bool = False, scale: float | None = N
     return out[0, 0] if single else out
 
 
-def _block_active(r0: int, r1: int, c0: int, offset: int, causal: bool) -> bool:
-    """False when every (query, key) pair of the block is masked: its first key lies beyond the
-    last visible key of its last query row (c0 > r1 - 1 + offset)."""
-    return not causal or c0 <= r1 - 1 + offset
+class Tiles:
+    """What the tiled loops ask of a tile: is it skipped, what are its logits, and how does the
+    accumulator become the output. This one is plain scaled dot-product attention with an optional
+    causal mask (bottom-right); `attnlab.variants` subclasses it with FlashInfer's functors, so
+    every variant runs the same loop (`fa2_head`) and the same HBM accounting.
+
+    `offset` = N_k - N_q: query row i sits at position i + offset in the key sequence."""
+
+    softmax = True                   # False: the loop's logits are log-weights summed without 1/l
+
+    def __init__(self, scale: float, causal: bool, offset: int):
+        self.scale, self.causal, self.offset = scale, causal, offset
+
+    def active(self, r0: int, r1: int, c0: int, c1: int) -> bool:
+        """False when every (query, key) pair of the tile is masked (the tile is skipped: no
+        loads, no FLOPs). Causal: its first key lies beyond its last query's diagonal."""
+        return not self.causal or c0 <= r1 - 1 + self.offset
+
+    def scores(self, qi, kj, r0: int, c0: int, hbm=None):
+        """S_ij = scale * Q_i K_j^T of one tile, masked entries -inf; marks the tile as computed on
+        chip in the trace. Logits that overflow the dtype raise ValueError."""
+        if hbm is not None:
+            hbm.compute((r0, r0 + qi.shape[0]), (c0, c0 + kj.shape[0]))
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = (qi @ kj.T) * self.scale
+        if not np.isfinite(s).all():
+            raise _overflow("q or k", "scale * q k^T", s.dtype)
+        if self.causal:
+            rows = np.arange(r0, r0 + qi.shape[0])[:, None]
+            cols = np.arange(c0, c0 + kj.shape[0])[None, :]
+            s = np.where(cols <= rows + self.offset, s, -np.inf)
+        return s
+
+    def finish(self, acc, l, m):
+        """O_i from the unnormalised accumulator: acc / l (0 for a row that saw no key)."""
+        return np.divide(acc, l[:, None], out=np.zeros_like(acc), where=l[:, None] > 0)
 
 
 @_finite_output
@@ -223,8 +256,8 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     lse = np.full(q.shape[:3], -np.inf, dtype=q.dtype)
     for b, h, g in _heads(q, k):
         if order == "fa1":
-            out[b, h], lse[b, h] = _fa1_head(q[b, h], k[b, g], v[b, g], scale, block_r, block_c,
-                                             n_k - n_q, causal, hbm)
+            out[b, h], lse[b, h] = _fa1_head(q[b, h], k[b, g], v[b, g], Tiles(scale, causal, n_k - n_q),
+                                             block_r, block_c, hbm)
         else:
             res = fa2_head(q[b, h], k[b, g], v[b, g], scale=scale, block_r=block_r, block_c=block_c,
                            causal=causal, hbm=hbm, return_lse=return_lse)
@@ -235,22 +268,6 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     if single:
         out, lse = out[0, 0], lse[0, 0]
     return (out, lse) if return_lse else out
-
-
-def _scores(qi, kj, scale, r0, c0, offset, causal, hbm=None):
-    """S_ij = scale * Q_i K_j^T of one block, masked entries set to -inf; marks the block as
-    computed on chip in the trace. Logits that overflow the dtype raise ValueError."""
-    if hbm is not None:
-        hbm.compute((r0, r0 + qi.shape[0]), (c0, c0 + kj.shape[0]))
-    with np.errstate(over="ignore", invalid="ignore"):
-        s = (qi @ kj.T) * scale
-    if not np.isfinite(s).all():
-        raise _overflow("q or k", "scale * q k^T", s.dtype)
-    if causal:
-        rows = np.arange(r0, r0 + qi.shape[0])[:, None]
-        cols = np.arange(c0, c0 + kj.shape[0])[None, :]
-        s = np.where(cols <= rows + offset, s, -np.inf)
-    return s
 
 
 def _safe(m):
@@ -271,43 +288,53 @@ def _store(hbm, name, a, r0, r1):
         hbm.write(name, a[r0:r1], rows=(r0, r1))
 
 
-def _head_args(q, k, v, scale, block_r, block_c, causal, hbm, return_lse):
-    """fa2_head's checks: q (N_q, d), k (N_k, d), v (N_k, d_v) as float arrays, the scale, block
-    sizes >= 1, bool flags and an HBM counter or None."""
+def _head_args(q, k, v, scale, block_r, block_c, causal, hbm, return_lse, tiles):
+    """fa2_head's checks: q (N_q, d), k (N_k, d), v (N_k, d_v) as float arrays, block sizes >= 1,
+    bool flags, an HBM counter or None; the tile rules (plain scaled dot-product with the causal
+    flag unless `tiles`, a Tiles, is given: it then carries its own scale and mask)."""
+    given = scale
     q, k, v, scale, _ = _prepare(as_array("q", q, ndim=2, shape="(N_q, d)"),
                                  as_array("k", k, ndim=2, shape="(N_k, d)"),
                                  as_array("v", v, ndim=2, shape="(N_k, d_v)"), scale)
-    return (q[0, 0], k[0, 0], v[0, 0], scale, as_int("block_r", block_r, 1, None),
-            as_int("block_c", block_c, 1, None), as_bool("causal", causal), _hbm(hbm),
-            as_bool("return_lse", return_lse))
+    causal = as_bool("causal", causal)
+    if tiles is None:
+        tiles = Tiles(scale, causal, k.shape[2] - q.shape[2])
+    elif not isinstance(tiles, Tiles):
+        raise TypeError(f"tiles must be an attnlab.attention.Tiles or None, got {type(tiles).__name__}")
+    elif causal or given is not None:
+        raise ValueError(f"causal={causal}, scale={given} with tiles given: the tiles carry their own "
+                         f"mask and scale; valid: causal=False, scale=None")
+    return (q[0, 0], k[0, 0], v[0, 0], as_int("block_r", block_r, 1, None),
+            as_int("block_c", block_c, 1, None), tiles, _hbm(hbm), as_bool("return_lse", return_lse))
 
 
 @_finite_output
 def fa2_head(q, k, v, *, block_r: int, block_c: int, scale: float | None = None, causal: bool = False,
-             hbm: HBM | None = None, return_lse: bool = False):
+             hbm: HBM | None = None, return_lse: bool = False, tiles: Tiles | None = None):
     """FlashAttention-2 for one head, the loop flash_attention(order="fa2") runs: q (N_q, d),
-    k (N_k, d), v (N_k, d_v). Returns O, or (O, lse) with return_lse (lse then written too)."""
-    q, k, v, scale, block_r, block_c, causal, hbm, return_lse = _head_args(
-        q, k, v, scale, block_r, block_c, causal, hbm, return_lse)
-    n_q, n_k, offset = len(q), len(k), len(k) - len(q)
+    k (N_k, d), v (N_k, d_v). Returns O, or (O, lse) with return_lse (lse then written too).
+    `tiles` (a Tiles) replaces the scores, the mask and the skipping: attnlab.variants' hook."""
+    q, k, v, block_r, block_c, tiles, hbm, return_lse = _head_args(
+        q, k, v, scale, block_r, block_c, causal, hbm, return_lse, tiles)
+    n_q, n_k = len(q), len(k)
     o, lse = np.zeros((n_q, v.shape[1]), q.dtype), np.full(n_q, -np.inf, q.dtype)  # in HBM
     for r0 in range(0, n_q, block_r):                 # outer loop: Q block i, held in SRAM
         r1 = min(r0 + block_r, n_q)
         cols = [(c0, min(c0 + block_c, n_k)) for c0 in range(0, n_k, block_c)
-                if _block_active(r0, r1, c0, offset, causal)]      # causal: skip fully masked blocks
+                if tiles.active(r0, r1, c0, min(c0 + block_c, n_k))]  # skip fully masked blocks
         qi = _load(hbm, "Q", q, r0, r1) if cols else q[r0:r1]      # Q_i read once: B_r x d
         m, l = np.full(r1 - r0, -np.inf, q.dtype), np.zeros(r1 - r0, q.dtype)  # running max, sum
         acc = np.zeros((r1 - r0, v.shape[1]), q.dtype)             # unnormalised O_i, in SRAM
         for c0, c1 in cols:                           # inner loop: stream K_j, V_j through SRAM
             kj, vj = _load(hbm, "K", k, c0, c1), _load(hbm, "V", v, c0, c1)   # B_c x d each
-            s = _scores(qi, kj, scale, r0, c0, offset, causal, hbm)         # S_ij, never in HBM
+            s = tiles.scores(qi, kj, r0, c0, hbm)     # S_ij (masked: -inf), never in HBM
             m_new = np.maximum(m, s.max(axis=1))
             alpha = np.exp(m - _safe(m_new))          # rescales what was summed under the old max
             p = np.exp(s - _safe(m_new)[:, None])     # P_ij, never in HBM
             l = alpha * l + p.sum(axis=1)
             acc = alpha[:, None] * acc + p @ vj
             m = m_new
-        o[r0:r1] = np.divide(acc, l[:, None], out=np.zeros_like(acc), where=l[:, None] > 0)  # 1/l once
+        o[r0:r1] = tiles.finish(acc, l, m)            # acc / l: the division happens once
         lse[r0:r1] = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
         _store(hbm, "O", o, r0, r1)                   # O_i written once: B_r x d_v
         if return_lse:
@@ -315,7 +342,7 @@ def fa2_head(q, k, v, *, block_r: int, block_c: int, scale: float | None = None,
     return (o, lse) if return_lse else o
 
 
-def _fa1_head(q, k, v, scale, br, bc, offset, causal, hbm):
+def _fa1_head(q, k, v, tiles, br, bc, hbm):
     n_q, n_k, dv = q.shape[0], k.shape[0], v.shape[1]
     o = np.zeros((n_q, dv), dtype=q.dtype)          # O, l, m live in HBM between visits
     l = np.zeros(n_q, dtype=q.dtype)
@@ -327,13 +354,13 @@ def _fa1_head(q, k, v, scale, br, bc, offset, causal, hbm):
             hbm.read("K", kj, rows=(c0, c1)); hbm.read("V", vj, rows=(c0, c1))
         for r0 in range(0, n_q, br):
             r1 = min(r0 + br, n_q)
-            if not _block_active(r0, r1, c0, offset, causal):
+            if not tiles.active(r0, r1, c0, c1):
                 continue
             if hbm is not None:
                 hbm.read("Q", q[r0:r1], rows=(r0, r1)); hbm.read("O", o[r0:r1], rows=(r0, r1))
                 hbm.read("l", r1 - r0, rows=(r0, r1)); hbm.read("m", r1 - r0, rows=(r0, r1))
                 hbm.compute((r0, r1), (c0, c1))
-            s = _scores(q[r0:r1], kj, scale, r0, c0, offset, causal)
+            s = tiles.scores(q[r0:r1], kj, r0, c0)
             m_blk = s.max(axis=1)
             p = np.exp(s - _safe(m_blk)[:, None])
             l_blk = p.sum(axis=1)
