@@ -1,3 +1,6 @@
 """Notebook 05 (lecture §5, FlashInfer): paged KV as block-sparse rows, composable formats,
 attention variants, tile sizes, the load-balanced scheduler and its fixed-size workspace."""
-__all__: list[str] = []
+from . import tile_size
+from .tile_size import *  # noqa: F401,F403
+
+__all__: list[str] = [*tile_size.__all__]
