@@ -170,7 +170,8 @@ def test_explorer_draws_the_numbers():
     assert idle.vertices[:, 0].min() == 129 and idle.vertices[:, 0].max() == 144
     assert "15 of 144" in ex.summary.value
     ex.set(decode=64, prefill=0, tile="rule")
-    assert ex.ax.get_title() == "rows in 16-row tiles (16 of 64 shown)"
+    assert ex.ax.get_title() == "64 decode, g = 1 (16 of 64 shown)"
+    assert ex.ax_s.get_title() == "head dim 128, mean 1.0 rows → T_q = 16"
     assert "64 tiles" in ex.summary.value and "127 of 128" in ex.summary.value
 
 

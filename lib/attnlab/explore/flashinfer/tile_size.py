@@ -129,13 +129,14 @@ class TileSizeExplorer(Explorer):
     """Controls: decode requests (l_qo = 1), prefill requests and their query length, group size
     g, head dim, and the query tile (FlashInfer's rule or a fixed 16, 64, 128).
 
+    Titles: the batch and g (left), head dim, average packed rows and the rule's T_q (right).
     Left: each request's packed query rows (up to 16 requests, decode on top) cut into T_q-row
     tiles: used rows filled, idle rows of the last tile hatched; rows beyond the view say their
     length and tile count. Right: the batch's idle-row fraction at each tile size, the rule's
     choice highlighted, the tile of the left panel outlined, tiles launched above each bar.
     """
     name = "tile_size"
-    size = (style.WIDTH, 4.8)
+    size = (style.WIDTH, 4.6)
 
     def __init__(self, decode: int = 32, prefill: int = 2, prefill_len: int = 512, g: int = 4,
                  head_dim: int = 128, tile="rule"):
@@ -184,9 +185,8 @@ class TileSizeExplorer(Explorer):
         ax_s.set_ylabel("idle tensor-core rows (% of launched)")
         style.legend_below(ax_s, [Patch(color=c["highlight"]), Patch(fc="white", ec="k", lw=2)],
                            ["FlashInfer's rule", "tile on the left"], ncol=2)
-        self.title = fig.suptitle(" ")
         return [self.used, self.idle, self.cuts, self.more, *self.bars, *self.tops,
-                self.title, ax.title, ax_s.title]
+                ax.title, ax_s.title]
 
     def draw(self, r: TileSizeNumbers) -> str:
         c, tq = style.COLORS, r.tile_q
@@ -219,18 +219,19 @@ class TileSizeExplorer(Explorer):
             self.tops[k].set_text(("rule's pick\n" if t == r.rule else "") +
                                   f"{r.size_idle[k]:.1%}\n{r.size_tiles[k]:,} tiles")
             self.tops[k].set_fontweight("bold" if t == r.rule else "normal")
+        mix = " + ".join(([f"{r.decode} decode"] if r.decode else []) +
+                         ([f"{r.prefill} prefill × {r.prefill_len:,}"] if r.prefill else []))
         more = f" ({len(r.shown)} of {r.requests} shown)" if len(r.shown) < r.requests else ""
-        self.ax.set_title(f"rows in {tq}-row tiles{more}")
-        self.ax_s.set_title(f"idle rows by tile (average {r.avg_packed:,.1f} rows → rule: {r.rule})")
-        mix = ([f"{r.decode} decode (l_qo = 1)"] if r.decode else []) + \
-            ([f"{r.prefill} prefill (l_qo = {r.prefill_len:,})"] if r.prefill else [])
-        self.title.set_text(f"{' + '.join(mix)}, g = {r.g}, head dim {r.head_dim}")
+        self.ax.set_title(f"{mix}, g = {r.g}{more}")
+        avg = f"{r.avg_packed:,.1f}" if r.avg_packed < 100 else f"{r.avg_packed:,.0f}"
+        self.ax_s.set_title(f"head dim {r.head_dim}, mean {avg} rows → T_q = {r.rule}")
         launched = int(r.tiles.sum()) * tq
-        dec = r.decode_idle
+        dec, (many, few) = r.decode_idle, (r.size_tiles[0], r.size_tiles[-1])
+        kv = (f"Larger tiles read each request's KV fewer times: {few:,} tiles at 128 against {many:,} at 16."
+              if few < many else f"Every tile size launches the same {few:,} tiles here: the smallest wastes least.")
         return (f"Average packed query length {r.avg_packed:,.1f} rows (l_qo × g) → FlashInfer's rule "
                 f"picks <b>T_q = {r.rule}</b>" + (f"; shown at a fixed T_q = {tq}" if r.fixed else "") +
                 f". At T_q = {tq}: <b>{int(r.tiles.sum()):,} tiles</b> launched, {int(r.idle.sum()):,} of "
                 f"{launched:,} tensor-core rows idle (<b>{r.idle_fraction:.1%}</b>). A decode request "
-                f"packs g = {r.g} rows: a 128-row tile leaves {dec[-1]} of 128 rows idle, a 16-row tile "
-                f"{dec[0]} of 16. Fewer, larger tiles read each request's KV fewer times: "
-                f"{r.size_tiles[-1]:,} tiles at 128 against {r.size_tiles[0]:,} at 16.")
+                f"packs g = {r.g} row{'s' if r.g > 1 else ''}: a 128-row tile leaves {dec[-1]} of 128 rows "
+                f"idle, a 16-row tile {dec[0]} of 16. {kv}")
