@@ -1,6 +1,8 @@
 """Notebook 05 (lecture §5, FlashInfer): paged KV as block-sparse rows, composable formats,
-attention variants, tile sizes, the load-balanced scheduler and its fixed-size workspace."""
+attention variants, tile sizes, the load-balanced scheduler and its fixed-size workspace.
+Modules are imported in notebook order (the registry lists explorers in that order)."""
+from . import checks, tile_size
 from .checks import *  # noqa: F401,F403
-from .checks import __all__ as _checks
+from .tile_size import *  # noqa: F401,F403
 
-__all__: list[str] = [*_checks]
+__all__: list[str] = [*tile_size.__all__, *checks.__all__]
