@@ -255,3 +255,38 @@ def lengths(dist: str, batch: int, *, seed: int, l_qo: int = 1, mean: int = 4096
         kv = np.round(rng.lognormal(np.log(mean / 3), 1.2, batch))
     kv = np.clip(kv, 1, as_int("max_len", max_len, 1, None)).astype(int)
     return [(as_int("l_qo", l_qo, 1, None), int(x)) for x in kv]
+
+
+# --- the committed batches (data/request_lengths.json, written by `python -m attnlab.tools.batches`)
+
+import functools
+import json
+
+from ._catalog import data_path
+
+__all__ += ["recorded_lengths", "RECORDED_BATCHES"]
+
+#: Batch sizes data/request_lengths.json holds for every distribution.
+RECORDED_BATCHES = tuple(1 << i for i in range(9))
+
+
+@functools.lru_cache(maxsize=1)
+def _recorded() -> dict:
+    with open(data_path("request_lengths.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def recorded_lengths(dist: str, batch: int) -> list[tuple[int, int]]:
+    """The committed batch of (l_qo, l_kv) that notebook 05 uses: `lengths(dist, batch, seed=0)`
+    as recorded in data/request_lengths.json (the file says the seed and the parameters).
+
+    >>> recorded_lengths("longtail", 4)
+    [(1, 1588), (1, 1165), (1, 2944), (1, 1548)]
+    """
+    dist = choice("dist", dist, DISTS)
+    batch = as_int("batch", batch, 1, None)
+    table = _recorded()["batches"][dist]
+    if str(batch) not in table:
+        raise ValueError(f"batch={batch} is not recorded in data/request_lengths.json; valid: "
+                         f"{', '.join(table)} (schedule.lengths makes a batch of any size)")
+    return [(int(q), int(k)) for q, k in table[str(batch)]]
