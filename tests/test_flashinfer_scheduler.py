@@ -111,7 +111,7 @@ def test_gantt_raster_samples_the_bars(batch, dist, num_ctas, scheduler):
             elif t[k] < r.chosen.makespan:
                 assert cell == fx.scheduler.IDLE and t[k] >= load[c]
             else:
-                assert np.isnan(cell)
+                assert cell == fx.scheduler.AFTER
 
 
 def test_curves_are_each_plans_utilization_at_every_batch():
@@ -170,7 +170,7 @@ def test_explorer_draws_the_numbers():
         ex.set(batch=batch, scheduler=scheduler)
         r = ex.compute(**ex.values)
         assert [b.get_height() for b in ex.bars] == pytest.approx([100 * p.utilization for p in r.plans])
-        assert np.array_equal(np.asarray(ex.img.get_array().filled(np.nan)), r.gantt, equal_nan=True)
+        assert np.array_equal(np.asarray(ex.img.get_array()), fx.scheduler.RGBA[r.gantt])
         assert ex.span.get_xdata()[0] == r.chosen.makespan
         assert f"batch {batch}" in ex.ax_g.get_title() and scheduler in ex.ax_g.get_title()
         assert f"{r.chosen.utilization:.0%}" in ex.summary.value
@@ -215,7 +215,7 @@ def test_a_plan_that_does_not_fit_is_refused_and_shown():
     ex.set(batch=256, max_items=16)
     assert ex.error and "max_items >= 17" in ex.error and ex._error_text.get_visible()
     ex.set(max_items=24)
-    assert ex.error is None and "24" in ex.ax_w.get_title()
+    assert ex.error is None and "(132, 24, 6)" in ex.ax_w.get_title()
     assert "(132, 24, 6)" in ex.summary.value
 
 
@@ -231,6 +231,6 @@ def test_workspace_explorer_keeps_its_shape_title_while_the_batch_moves():
     first = ex.ax_w.get_title().splitlines()[:2]
     for b in fx.BATCHES:
         ex.set(batch=b)
-        assert ex.ax_w.get_title().splitlines()[:2] == first
-        assert f"batch {b}" in ex.ax_w.get_title()
+        assert ex.ax_w.get_title().splitlines() == first
+        assert f"batch {b}," in ex.ax_n.get_title()
     assert first[1] == "items int32 (132, 32, 6), valid bool (132, 32), count int32 (132,)"

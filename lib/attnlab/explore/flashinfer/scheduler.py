@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import matplotlib as mpl
 import numpy as np
-from matplotlib.colors import ListedColormap
+from matplotlib.colors import to_rgba_array
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator
@@ -40,10 +40,10 @@ PLAN_COLORS = dict(zip(SCHEDULERS, (style.COLORS["standard"], style.COLORS["memo
 GANTT_BINS = 600                               # time bins of the Gantt raster (about its pixel width)
 #: Request colours: tab20 without its greys (grey is an idle CTA), cycling with the request index.
 PALETTE = tuple(c for i, c in enumerate(mpl.colormaps["tab20"].colors) if i not in (14, 15))
-IDLE = float(len(PALETTE))                     # raster value of an idle CTA before the makespan
+IDLE, AFTER = len(PALETTE), len(PALETTE) + 1  # raster codes: an idle CTA; past the makespan
 IDLE_COLOR = "#e2e2e2"
-REQUEST_CMAP = ListedColormap([*PALETTE, IDLE_COLOR]).with_extremes(bad=(1, 1, 1, 0))
-CMAP_RANGE = {"cmap": REQUEST_CMAP, "vmin": -0.5, "vmax": IDLE + 0.5}
+#: Raster code -> RGBA (uint8): coloured images are drawn without a colormap pass.
+RGBA = readonly(np.round(255 * to_rgba_array([*PALETTE, IDLE_COLOR, "white"])).astype(np.uint8))
 _PLANNERS = {"per-request": plan_per_request, "fixed 1024": functools.partial(plan_fixed_split, chunk=1024),
              "balanced": plan_balanced}
 
@@ -77,7 +77,7 @@ class SchedulerNumbers:
     start: np.ndarray
     cost: np.ndarray
     request: np.ndarray
-    gantt: np.ndarray           # (num_ctas, GANTT_BINS): request colour, IDLE, or NaN past the makespan
+    gantt: np.ndarray           # (num_ctas, GANTT_BINS) codes: request colour, IDLE, AFTER the makespan
     x_max: float                # the slowest plan's makespan: one time axis for all three
     curves: np.ndarray          # (3, len(BATCHES)): utilization of each plan against the batch size
 
@@ -131,14 +131,14 @@ def _bars(batch, dist, num_ctas, scheduler):
 
 def _gantt(cta, start, cost, request, num_ctas, makespan, x_max, bins=GANTT_BINS) -> np.ndarray:
     """The bars sampled at the centres of `bins` time bins per CTA: the request's colour where an
-    item runs, IDLE where the CTA waits for the makespan, NaN after it."""
+    item runs, IDLE where the CTA waits for the makespan, AFTER past it (codes into RGBA)."""
     t = (np.arange(bins) + 0.5) * (x_max / bins)
     rows = np.arange(num_ctas)[:, None]
     width = float(x_max) + 1.0                 # rows never overlap on the one sorted key line
     idx = np.searchsorted(cta * width + start + cost, rows * width + t, side="right")
     j = np.minimum(idx, len(cta) - 1)
     hit = (idx < len(cta)) & (cta[j] == rows) & (start[j] <= t)
-    return readonly(np.where(hit, request[j] % len(PALETTE), np.where(t < makespan, IDLE, np.nan)))
+    return readonly(np.where(hit, request[j] % len(PALETTE), np.where(t < makespan, IDLE, AFTER)).astype(np.int8))
 
 
 def scheduler_numbers(batch: int = 64, dist: str = "longtail", num_ctas: int = 132,
@@ -193,9 +193,10 @@ class SchedulerExplorer(Explorer):
     """Controls: batch size, length distribution, number of CTAs, scheduler.
 
     Left: the chosen plan as a Gantt chart, one row per CTA, each work item a bar coloured by its
-    request; grey where a CTA waits for the busiest one; the makespan and the ideal (total work /
-    CTAs) as lines, on one time axis for the three plans. Right, top: utilization of the three
-    plans for this batch, with makespans. Right, bottom: utilization against the batch size.
+    request; grey where a CTA waits for the busiest one; its makespan (black) and the ideal (total
+    work / CTAs, dotted), and the three plans' makespans dashed in their colours, on one time axis.
+    Right, top: utilization of the three plans for this batch (the chosen one outlined). Right,
+    bottom: utilization against the batch size, this batch starred.
     """
     name = "scheduler"
     size = (style.WIDTH, 5.2)
@@ -217,9 +218,10 @@ class SchedulerExplorer(Explorer):
         gs = fig.add_gridspec(2, 2, width_ratios=(1.5, 1))
         ax_g, ax_u, ax_b = fig.add_subplot(gs[:, 0]), fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, 1])
         self.ax_g, self.ax_u, self.ax_b = ax_g, ax_u, ax_b
-        self.img = ax_g.imshow(np.full((1, 1), np.nan), aspect="auto", interpolation="nearest",
-                               origin="lower", extent=(0, 1, -0.5, 0.5), **CMAP_RANGE)
+        self.img = ax_g.imshow(RGBA[[[AFTER]]], aspect="auto", interpolation="nearest", origin="lower",
+                               extent=(0, 1, -0.5, 0.5))
         self.frame = frame(ax_g)
+        self.spans = [ax_g.axvline(1, color=PLAN_COLORS[s], ls="--", lw=1.3) for s in SCHEDULERS]
         self.span = ax_g.axvline(1, color="k", lw=1.5)
         self.ideal = ax_g.axvline(1, color="k", ls=":", lw=1.5)
         ax_g.set_xlabel("time (cost units: 2 × packed query rows + KV tokens)")
@@ -228,19 +230,22 @@ class SchedulerExplorer(Explorer):
         ax_g.xaxis.set_major_formatter(FuncFormatter(style.count))
         ax_g.yaxis.set_major_locator(MaxNLocator(6, integer=True))
         style.legend_below(ax_g, [Patch(fc=PALETTE[0]), Patch(fc=IDLE_COLOR), Line2D([], [], color="k", lw=1.5),
-                                  Line2D([], [], color="k", ls=":", lw=1.5)],
-                           ["work item (colour: request)", "idle CTA", "makespan", "total work / CTAs"])
+                                  Line2D([], [], color="k", ls=":", lw=1.5),
+                                  Line2D([], [], color=PLAN_COLORS["per-request"], ls="--", lw=1.3)],
+                           ["work item (colour: request)", "idle CTA", "makespan of this plan",
+                            "total work / CTAs", "makespan of each plan (its colour)"])
 
         x = np.arange(len(SCHEDULERS))
         self.bars = ax_u.bar(x, np.ones(3), width=0.6, color=[PLAN_COLORS[s] for s in SCHEDULERS])
         self.bar_txt = [ax_u.text(i, 0, "", ha="center", va="bottom", fontsize=style.SMALL) for i in x]
         ax_u.set_xticks(x, SCHEDULERS)
         ax_u.set_xlim(-0.6, 2.6)
-        ax_u.set_ylim(0, 150)
+        ax_u.set_ylim(0, 125)
         ax_u.set_yticks([0, 25, 50, 75, 100])
         ax_u.set_ylabel("utilization (%)")
-        ax_u.set_xlabel("plan (above: utilization, makespan)")
+        ax_u.set_xlabel("plan (makespans: dashed, left)")
         ax_u.grid(True, axis="y", alpha=0.25)
+        ax_u.set_title("the three plans on this batch")     # static: the Gantt's title says which
 
         style.pow2_axis(ax_b, 1, 256)
         ax_b.set_xlim(0.8, 320)
@@ -249,38 +254,39 @@ class SchedulerExplorer(Explorer):
         ax_b.set_xlabel("batch size (requests)")
         ax_b.set_ylabel("utilization (%)")
         ax_b.grid(True, alpha=0.25)
-        self.lines = [ax_b.plot([], [], "o-", ms=3.5, lw=1.6, color=PLAN_COLORS[s], label=s)[0] for s in SCHEDULERS]
+        ax_b.set_title("utilization vs batch size (★: this batch)")
+        self.lines = [ax_b.plot([], [], "o-", ms=3.5, lw=1.6, color=PLAN_COLORS[s], label=s)[0]
+                      for s in SCHEDULERS]
         self.now = ax_b.axvline(1, color=style.COLORS["bound"], lw=1, ls="--")
         self.dot, = ax_b.plot([], [], "*", ms=13, color=style.COLORS["highlight"], mec="k", mew=0.8)
         ax_b.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False)
-        return [self.img, self.frame, self.span, self.ideal, *self.bars, *self.bar_txt, *self.lines, self.now, self.dot,
-                ax_g.title, ax_u.title, ax_b.title]
+        return [self.img, self.frame, *self.spans, self.span, self.ideal, *self.bars, *self.bar_txt,
+                *self.lines, self.now, self.dot, ax_g.title]
 
     def draw(self, r: SchedulerNumbers) -> str:
         c = r.chosen
-        self.img.set_data(r.gantt)
+        self.img.set_data(RGBA[r.gantt])
         self.img.set_extent((0, r.x_max, -0.5, r.num_ctas - 0.5))
         self.ax_g.set_xlim(0, r.x_max * 1.02)     # the slowest plan's makespan line off the frame
         self.ax_g.set_ylim(-0.5, r.num_ctas - 0.5)
+        for line, p in zip(self.spans, r.plans):
+            line.set_xdata([p.makespan] * 2)
         self.span.set_xdata([c.makespan] * 2)
         self.ideal.set_xdata([c.total / r.num_ctas] * 2)
-        merges = (f"{c.merged:,} of {c.outputs:,} outputs merge up to {c.max_merge} states" if c.merged
-                  else "no merge needed")
-        self.ax_g.set_title(f"{c.scheduler} plan: batch {r.batch}, {r.dist} lengths, {r.num_ctas} CTAs\n"
-                            f"{c.items:,} work items; {merges}")
+        merges = f"{c.merged:,} outputs merge ≤ {c.max_merge} states" if c.merged else "no merge"
+        self.ax_g.set_title(f"{c.scheduler}: batch {r.batch}, {r.dist}, {r.num_ctas} CTAs\n"
+                            f"{c.items:,} items; {merges}")
         for i, (p, bar, txt) in enumerate(zip(r.plans, self.bars, self.bar_txt)):
             bar.set_height(100 * p.utilization)
             bar.set_edgecolor("k" if p is c else "none")
             bar.set_linewidth(2 if p is c else 0)
             txt.set_position((i, 100 * p.utilization + 2))
-            txt.set_text(f"{p.utilization:.0%}\n{style.si(p.makespan)}")
-        self.ax_u.set_title(f"this batch: {r.batch} request{'s' if r.batch > 1 else ''}, {r.dist}")
+            txt.set_text(f"{p.utilization:.0%}")
         for line, u in zip(self.lines, r.curves):
             line.set_data(BATCHES, 100 * u)
         self.now.set_xdata([r.batch] * 2)
         self.dot.set_data([r.batch], [100 * c.utilization])
-        self.ax_b.set_title(f"utilization vs batch: {r.dist}, {r.num_ctas} CTAs")
-        others = ", ".join(f"{p.scheduler} {p.utilization:.0%}" for p in r.plans if p is not c)
+        others = ", ".join(f"{p.scheduler} {p.utilization:.0%} / {p.makespan:,}" for p in r.plans if p is not c)
         return (f"<b>{c.scheduler}</b>, batch {r.batch} ({r.dist}), {MODEL} decode ({r.kv_heads} KV heads, "
                 f"g = {r.group}) on {r.num_ctas} CTAs: {c.items:,} work items, makespan {c.makespan:,} "
                 f"cost units, utilization <b>{c.utilization:.0%}</b> ({others}); "

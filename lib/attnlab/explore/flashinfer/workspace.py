@@ -22,7 +22,7 @@ from ...schedule import DISTS, fixed_size_workspace
 from .. import style
 from .._base import Explorer, readonly
 from .._controls import dropdown, steps
-from .scheduler import BATCHES, CMAP_RANGE, IDLE, IDLE_COLOR, PALETTE, frame, scheduler_plan
+from .scheduler import BATCHES, IDLE, IDLE_COLOR, PALETTE, RGBA, frame, scheduler_plan
 
 __all__ = ["WorkspaceNumbers", "workspace_numbers", "workspace_need", "WorkspaceExplorer",
            "MAX_CTAS", "MAX_ITEMS", "SLOTS"]
@@ -42,7 +42,7 @@ class WorkspaceNumbers:
     max_items: int
     shapes: tuple               # (name, dtype, shape) of the workspace's three arrays
     nbytes: int                 # their size together
-    grid: np.ndarray            # (max_items, max_ctas): request colour of each used slot, IDLE if empty
+    grid: np.ndarray            # (max_items, max_ctas) codes into RGBA: a used slot's request, else IDLE
     count: np.ndarray           # items per CTA
     used: int                   # slots holding an item
     busiest: int                # items on the busiest CTA
@@ -96,7 +96,7 @@ def workspace_numbers(batch: int = 64, dist: str = "longtail", max_items: int = 
                          f"has {busiest} items; capture the graph with max_items >= {busiest}.") from None
     shapes = tuple((n, str(a.dtype), a.shape) for n, a in
                    (("items", ws.items), ("valid", ws.valid), ("count", ws.count)))
-    grid = np.where(ws.valid, ws.items[..., 0] % len(PALETTE), IDLE).T
+    grid = np.where(ws.valid, ws.items[..., 0] % len(PALETTE), IDLE).astype(np.int8).T
     return WorkspaceNumbers(batch, dist, MAX_CTAS, max_items, shapes,
                             ws.items.nbytes + ws.valid.nbytes + ws.count.nbytes, readonly(grid), ws.count,
                             int(ws.valid.sum()), int(ws.count.max()), _need(dist))
@@ -112,7 +112,8 @@ class WorkspaceExplorer(Explorer):
     Left: the workspace as a grid, one column per CTA, one row per slot; a slot holding a work
     item is coloured by its request (as in the scheduler explorer), an empty slot grey. Its title
     gives the arrays' shapes, which stay the same for every batch. Right: the items on the busiest
-    CTA at each batch size for this distribution, against the slots per CTA.
+    CTA at each batch size for this distribution, against the slots per CTA; its title gives this
+    batch's slots used.
     """
     name = "workspace"
     size = (style.WIDTH, 4.4)
@@ -130,8 +131,8 @@ class WorkspaceExplorer(Explorer):
 
     def build(self, fig):
         ax_w, ax_n = self.ax_w, self.ax_n = fig.subplots(1, 2, width_ratios=(1.6, 1))
-        self.img = ax_w.imshow(np.full((1, 1), IDLE), aspect="auto", interpolation="nearest",
-                               origin="lower", extent=(-0.5, MAX_CTAS - 0.5, -0.5, 0.5), **CMAP_RANGE)
+        self.img = ax_w.imshow(RGBA[[[IDLE]]], aspect="auto", interpolation="nearest", origin="lower",
+                               extent=(-0.5, MAX_CTAS - 0.5, -0.5, 0.5))
         self.frame = frame(ax_w)
         ax_w.set_xlim(-0.5, MAX_CTAS - 0.5)
         ax_w.set_xticks([0, 33, 66, 99, 131])
@@ -147,25 +148,27 @@ class WorkspaceExplorer(Explorer):
         ax_n.set_xlim(-0.6, len(BATCHES) - 0.4)
         ax_n.set_ylim(0, max(SLOTS) * 1.12)
         ax_n.set_xlabel("batch size (requests)")
-        ax_n.set_ylabel("work items on the busiest CTA")
+        ax_n.set_ylabel("work items on the busiest CTA (of 132)")
         ax_n.grid(True, axis="y", alpha=0.25)
         style.legend_below(ax_n, [Patch(fc=style.COLORS["fa1"]), Patch(fc=style.COLORS["standard"]),
                                   Line2D([], [], color="k", lw=1.5)],
                            ["this batch", "does not fit", "slots per CTA"], ncol=3)
-        return [self.img, self.frame, *self.bars, self.cap, ax_w.title, ax_n.title]
+        return [self.img, self.frame, *self.bars, self.cap, ax_n.title]
+
+    def background_key(self, w: WorkspaceNumbers):
+        return w.max_items                      # the left title: the shapes, fixed at capture
 
     def draw(self, w: WorkspaceNumbers) -> str:
-        self.img.set_data(w.grid)
+        self.img.set_data(RGBA[w.grid])
         self.img.set_extent((-0.5, w.max_ctas - 0.5, -0.5, w.max_items - 0.5))
         self.ax_w.set_ylim(-0.5, w.max_items - 0.5)
-        self.ax_w.set_title(f"workspace, the same shapes for every batch:\n{_shape_text(w)}\n"
-                            f"batch {w.batch}, {w.dist}: {w.used:,} of {w.slots:,} slots used")
+        self.ax_w.set_title(f"workspace, the same shapes for every batch:\n{_shape_text(w)}")
         c = style.COLORS
         for b, bar, n in zip(BATCHES, self.bars, w.need):
             bar.set_height(n)
             bar.set_color(c["standard"] if n > w.max_items else c["fa1"] if b == w.batch else c["muted"])
         self.cap.set_ydata([w.max_items] * 2)
-        self.ax_n.set_title(f"slots needed: {w.dist}, balanced plan\n{w.max_ctas} CTAs, max_items = {w.max_items}")
+        self.ax_n.set_title(f"batch {w.batch}, {w.dist}, balanced plan:\n{w.used:,} of {w.slots:,} slots used")
         return (f"Workspace captured with the graph: {_shape_text(w)}, {style.binary_bytes(w.nbytes)} in all, "
                 f"the same shapes and addresses for every batch. Batch {w.batch} ({w.dist}, balanced plan): "
                 f"its {w.used:,} work items fill <b>{w.used / w.slots:.0%} of the {w.slots:,} slots</b>; "
