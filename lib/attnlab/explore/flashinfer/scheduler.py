@@ -101,7 +101,7 @@ def scheduler_plan(batch: int = 64, dist: str = "longtail", num_ctas: int = 132,
     return _plan(*_args(batch, dist, num_ctas, scheduler))
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def _stats(batch, dist, num_ctas, scheduler) -> PlanStats:
     p = _plan(batch, dist, num_ctas, scheduler)
     sizes = [len(js) for _, js in p.merge]
@@ -112,7 +112,7 @@ def _stats(batch, dist, num_ctas, scheduler) -> PlanStats:
 @functools.lru_cache(maxsize=32)
 def _curves(dist, num_ctas) -> np.ndarray:
     """Utilization of each plan at every recorded batch size (first call per (dist, CTAs) plans them all)."""
-    return readonly([[_stats(b, dist, num_ctas, s).utilization for b in BATCHES] for s in SCHEDULERS])
+    return readonly([[_plan(b, dist, num_ctas, s).utilization for b in BATCHES] for s in SCHEDULERS])
 
 
 @functools.lru_cache(maxsize=32)
