@@ -25,15 +25,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._check import as_array, as_int, choice
+from ._check import as_array, as_int
 from .hardware import get_gpu, sm_share_time
 from .softmax import attention_state, merge_states
+from .workload import DISTS, RECORDED_BATCHES, lengths, recorded_lengths  # noqa: F401 (re-exported)
 
 __all__ = ["query_tile", "KV_TILES", "WorkItem", "Plan", "plan_per_request", "plan_fixed_split",
-           "plan_balanced", "run_plan", "Workspace", "fixed_size_workspace", "lengths", "DISTS"]
+           "plan_balanced", "run_plan", "Workspace", "fixed_size_workspace", "lengths", "DISTS",
+           "recorded_lengths", "RECORDED_BATCHES"]
 
 KV_TILES = (32, 64, 128)              # FlashInfer's KV tile menu
-DISTS = ("constant", "uniform", "zipf", "longtail")
 
 
 def query_tile(avg_packed_qo_len: float, head_dim: int = 128) -> int:
@@ -234,27 +235,6 @@ def fixed_size_workspace(plan: Plan, max_ctas: int, max_items: int) -> Workspace
     for a in (items, valid, count):
         a.setflags(write=False)
     return Workspace(items, valid, count)
-
-
-def lengths(dist: str, batch: int, *, seed: int, l_qo: int = 1, mean: int = 4096,
-            max_len: int = 131072) -> list[tuple[int, int]]:
-    """A seeded batch of (l_qo, l_kv): 'constant' (every request `mean`), 'uniform' (1..2 mean),
-    'zipf' (a = 1.5, scaled by mean / 4), 'longtail' (lognormal, sigma 1.2, median mean / 3),
-    clipped to [1, max_len]."""
-    dist = choice("dist", dist, DISTS)
-    batch = as_int("batch", batch, 1, None)
-    rng = np.random.default_rng(as_int("seed", seed, 0, None))
-    mean = as_int("mean", mean, 1, None)
-    if dist == "constant":
-        kv = np.full(batch, mean)
-    elif dist == "uniform":
-        kv = rng.integers(1, 2 * mean + 1, batch)
-    elif dist == "zipf":
-        kv = rng.zipf(1.5, batch) * max(1, mean // 4)
-    else:
-        kv = np.round(rng.lognormal(np.log(mean / 3), 1.2, batch))
-    kv = np.clip(kv, 1, as_int("max_len", max_len, 1, None)).astype(int)
-    return [(as_int("l_qo", l_qo, 1, None), int(x)) for x in kv]
 
 
 @dataclass(frozen=True)

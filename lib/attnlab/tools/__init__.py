@@ -1,1 +1,1 @@
-"""Maintenance tools (not imported by the library): notebook execution."""
+"""Maintenance tools (not imported by the library): notebook execution, the recorded request batches."""

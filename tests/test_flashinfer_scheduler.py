@@ -1,0 +1,236 @@
+"""Notebook 05's scheduler and workspace explorers (attnlab.explore.flashinfer), checked against
+attnlab.schedule called directly here, and the committed batches against their generator."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnlab import schedule
+from attnlab.explore import EXPLORERS
+from attnlab.explore import flashinfer as fx
+from attnlab.hardware import data_path
+from attnlab.tools import batches
+
+KV_HEADS, GROUP = 8, 4                      # Llama-3-8B
+PLANNERS = {"per-request": schedule.plan_per_request,
+            "fixed 1024": lambda lens, **kw: schedule.plan_fixed_split(lens, chunk=1024, **kw),
+            "balanced": schedule.plan_balanced}
+CASES = [(1, "longtail", 132, "balanced"), (64, "longtail", 132, "per-request"),
+         (256, "zipf", 132, "fixed 1024"), (16, "constant", 16, "balanced"), (8, "uniform", 264, "per-request")]
+
+
+def direct_plan(batch, dist, num_ctas, scheduler):
+    lens = schedule.lengths(dist, batch, seed=batches.SEED)
+    return PLANNERS[scheduler](lens, kv_heads=KV_HEADS, num_ctas=num_ctas, group=GROUP)
+
+
+# --- the committed batches -------------------------------------------------------------------------
+
+def test_committed_batches_equal_the_generator():
+    path = data_path(batches.FILENAME)
+    assert path.read_text(encoding="utf-8") == batches.dumps(batches.generate()), \
+        "data/request_lengths.json drifted from schedule.lengths: run python -m attnlab.tools.batches"
+    content = json.loads(path.read_text(encoding="utf-8"))
+    assert content["seed"] == batches.SEED == 0
+    assert content["parameters"] == {"l_qo": 1, "mean": 4096, "max_len": 131072}
+    assert list(content["batches"]) == list(schedule.DISTS)
+    for dist in schedule.DISTS:
+        assert [int(b) for b in content["batches"][dist]] == list(schedule.RECORDED_BATCHES)
+        for b in schedule.RECORDED_BATCHES:
+            assert schedule.recorded_lengths(dist, b) == schedule.lengths(dist, b, seed=0)
+
+
+def test_check_mode_reports_an_up_to_date_file(capsys):
+    assert batches.main(["--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,exc,word", [(("gaussian", 4), ValueError, "dist"), (("zipf", 0), ValueError, "batch"),
+                                           (("zipf", 3), ValueError, "batch=3"), ((1, 4), TypeError, "dist"),
+                                           (("zipf", "4"), TypeError, "batch")])
+def test_recorded_lengths_refuses_bad_input_by_name(args, exc, word):
+    with pytest.raises(exc, match=word):
+        schedule.recorded_lengths(*args)
+
+
+def test_recorded_lengths_returns_a_fresh_list():
+    a = schedule.recorded_lengths("longtail", 4)
+    a.append((1, 1))
+    assert len(schedule.recorded_lengths("longtail", 4)) == 4
+
+
+# --- scheduler numbers against schedule.* ----------------------------------------------------------
+
+@pytest.mark.parametrize("batch,dist,num_ctas,scheduler", CASES)
+def test_numbers_equal_the_plans(batch, dist, num_ctas, scheduler):
+    r = fx.scheduler_numbers(batch, dist, num_ctas, scheduler)
+    assert (r.kv_heads, r.group) == (KV_HEADS, GROUP)
+    for s, stats in zip(fx.SCHEDULERS, r.plans):
+        p = direct_plan(batch, dist, num_ctas, s)
+        sizes = [len(js) for _, js in p.merge]
+        assert stats.scheduler == s == p.name
+        assert stats.utilization == pytest.approx(p.utilization, abs=1e-15)
+        assert (stats.makespan, stats.items, stats.total) == (p.makespan, len(p.work), int(p.loads.sum()))
+        assert (stats.outputs, stats.merged, stats.max_merge) == (len(sizes), sum(n > 1 for n in sizes), max(sizes))
+        assert stats.time_h200 == pytest.approx(p.time("H200-SXM"))
+        assert stats.time_h100 == pytest.approx(p.time("H100-SXM"))
+    assert r.chosen is r.plans[fx.SCHEDULERS.index(scheduler)]
+    assert r.x_max == max(p.makespan for p in r.plans)
+
+
+@pytest.mark.parametrize("batch,dist,num_ctas,scheduler", CASES)
+def test_gantt_bars_are_the_plans_items_back_to_back(batch, dist, num_ctas, scheduler):
+    r = fx.scheduler_numbers(batch, dist, num_ctas, scheduler)
+    p = direct_plan(batch, dist, num_ctas, scheduler)
+    assert r.cost.sum() == p.loads.sum()                                       # total bar length
+    assert np.array_equal(np.bincount(r.cta, weights=r.cost, minlength=num_ctas), p.loads)
+    assert (r.start + r.cost).max() == p.makespan
+    for c in range(num_ctas):                    # each CTA runs its items in plan order, from 0, no gaps
+        mine = [w for w in p.work if w.cta == c]
+        sel = r.cta == c
+        assert [w.cost for w in mine] == r.cost[sel].tolist()
+        assert [w.request for w in mine] == r.request[sel].tolist()
+        assert r.start[sel].tolist() == (np.cumsum(r.cost[sel]) - r.cost[sel]).tolist()
+
+
+@pytest.mark.parametrize("batch,dist,num_ctas,scheduler", CASES)
+def test_gantt_raster_samples_the_bars(batch, dist, num_ctas, scheduler):
+    r = fx.scheduler_numbers(batch, dist, num_ctas, scheduler)
+    bins = r.gantt.shape[1]
+    assert r.gantt.shape == (num_ctas, fx.scheduler.GANTT_BINS)
+    t = (np.arange(bins) + 0.5) * r.x_max / bins
+    load = np.bincount(r.cta, weights=r.cost, minlength=num_ctas)
+    for c in range(num_ctas):
+        for k in range(0, bins, 7):
+            cover = np.flatnonzero((r.cta == c) & (r.start <= t[k]) & (t[k] < r.start + r.cost))
+            cell = r.gantt[c, k]
+            if cover.size:
+                assert cell == r.request[cover[0]] % len(fx.scheduler.PALETTE)
+            elif t[k] < r.chosen.makespan:
+                assert cell == fx.scheduler.IDLE and t[k] >= load[c]
+            else:
+                assert cell == fx.scheduler.AFTER
+
+
+def test_curves_are_each_plans_utilization_at_every_batch():
+    r = fx.scheduler_numbers(64, "longtail", 132)
+    assert r.curves.shape == (3, len(fx.BATCHES))
+    for j, b in enumerate(fx.BATCHES):
+        for i, s in enumerate(fx.SCHEDULERS):
+            assert r.curves[i, j] == pytest.approx(direct_plan(b, "longtail", 132, s).utilization, abs=1e-15)
+
+
+def test_the_lectures_claims_at_132_ctas():
+    """§5.6: one block per request starves the GPU at small batches and waits on the longest
+    request at large ones; fixed 1024-token chunks help partly; the balanced plan stays at 80-100%."""
+    per, fixed, bal = fx.scheduler_numbers(64, "longtail", 132).curves
+    assert bal.min() >= 0.8
+    assert per[0] == pytest.approx(KV_HEADS / 132, rel=0.01)                  # 8 items on 132 CTAs
+    assert per[-1] < 0.6 and per[-1] < per[-2]                                # batch 256: the long tail
+    assert np.all(fixed >= per) and fixed[:3].max() < 0.5 and fixed[-1] > 0.95
+    big = fx.scheduler_numbers(256, "longtail", 132, "per-request")
+    longest = max(l_kv for _, l_kv in schedule.recorded_lengths("longtail", 256))
+    assert big.chosen.makespan >= longest + 2 * GROUP                         # it waits on that request
+
+
+def test_merge_only_where_a_request_is_split():
+    one = fx.scheduler_numbers(256, "longtail", 132, "per-request").chosen
+    assert (one.merged, one.max_merge, one.outputs) == (0, 1, 256 * KV_HEADS)
+    bal = fx.scheduler_numbers(1, "longtail", 132, "balanced").chosen
+    assert bal.outputs == KV_HEADS and bal.merged == KV_HEADS and bal.max_merge == 17
+
+
+def test_table_lists_the_plans_at_the_notebooks_batch_sizes():
+    text = fx.scheduler_table()
+    lines = text.splitlines()
+    assert "Llama-3-8B" in lines[0] and "longtail" in lines[0] and "132 CTAs" in lines[0]
+    rows = [line.split() for line in lines[4:]]
+    assert [int(r[0]) for r in rows] == [1, 8, 64, 256]
+    for row, b in zip(rows, (1, 8, 64, 256)):
+        for i, s in enumerate(fx.SCHEDULERS):
+            p = direct_plan(b, "longtail", 132, s)
+            assert row[1 + 2 * i] == f"{p.utilization:.0%}" and row[2 + 2 * i] == f"{p.makespan:,}"
+
+
+@pytest.mark.parametrize("kw,exc,word", [({"dist": "gaussian"}, ValueError, "dist"), ({"batch": 0}, ValueError, "batch"),
+                                         ({"num_ctas": 0}, ValueError, "num_ctas"),
+                                         ({"scheduler": "stream-k"}, ValueError, "scheduler"),
+                                         ({"batch": 3}, ValueError, "batch=3"), ({"dist": None}, TypeError, "dist"),
+                                         ({"batch": "64"}, TypeError, "batch"), ({"num_ctas": 1.5}, TypeError, "num_ctas")])
+def test_bad_input_is_refused_by_name(kw, exc, word):
+    with pytest.raises(exc, match=word):
+        fx.scheduler_numbers(**kw)
+
+
+def test_explorer_draws_the_numbers():
+    ex = EXPLORERS["scheduler"]()
+    for batch, scheduler in ((256, "per-request"), (4, "fixed 1024"), (64, "balanced")):
+        ex.set(batch=batch, scheduler=scheduler)
+        r = ex.compute(**ex.values)
+        assert [b.get_height() for b in ex.bars] == pytest.approx([100 * p.utilization for p in r.plans])
+        assert np.array_equal(np.asarray(ex.img.get_array()), fx.scheduler.RGBA[r.gantt])
+        assert ex.span.get_xdata()[0] == r.chosen.makespan
+        assert f"batch {batch}" in ex.ax_g.get_title() and scheduler in ex.ax_g.get_title()
+        assert f"{r.chosen.utilization:.0%}" in ex.summary.value
+        assert f"{r.chosen.makespan:,}" in ex.summary.value
+    with pytest.raises(ValueError, match="num_ctas"):
+        ex.set(num_ctas=0)
+    with pytest.raises(ValueError, match="batch"):
+        EXPLORERS["scheduler"](batch=0)
+
+
+# --- the fixed-size workspace --------------------------------------------------------------------------
+
+def test_max_items_is_the_smallest_multiple_of_8_holding_every_committed_batch():
+    need = max(int(fx.workspace_need(d).max()) for d in schedule.DISTS)
+    assert fx.MAX_ITEMS >= need > fx.MAX_ITEMS - 8
+    for d in schedule.DISTS:
+        counts = [np.bincount([w.cta for w in direct_plan(b, d, 132, "balanced").work]).max() for b in fx.BATCHES]
+        assert fx.workspace_need(d).tolist() == counts
+
+
+@pytest.mark.parametrize("dist", schedule.DISTS)
+def test_shapes_never_change_contents_do(dist):
+    seen = set()
+    for b in fx.BATCHES:
+        w = fx.workspace_numbers(b, dist)
+        p = direct_plan(b, dist, fx.MAX_CTAS, "balanced")
+        ws = schedule.fixed_size_workspace(p, fx.MAX_CTAS, fx.MAX_ITEMS)
+        assert w.shapes == (("items", "int32", (132, 32, 6)), ("valid", "bool", (132, 32)), ("count", "int32", (132,)))
+        assert w.nbytes == 132 * 32 * 6 * 4 + 132 * 32 + 132 * 4
+        assert w.used == len(p.work) == ws.valid.sum() and w.busiest == ws.count.max()
+        assert np.array_equal(w.count, ws.count)
+        expect = np.where(ws.valid, ws.items[..., 0] % len(fx.scheduler.PALETTE), fx.scheduler.IDLE).T
+        assert np.array_equal(w.grid, expect)
+        seen.add(w.grid.tobytes())
+    assert len(seen) == len(fx.BATCHES)
+
+
+def test_a_plan_that_does_not_fit_is_refused_and_shown():
+    with pytest.raises(ValueError, match=r"max_items >= 17"):
+        fx.workspace_numbers(256, "longtail", 16)
+    ex = EXPLORERS["workspace"]()
+    ex.set(batch=256, max_items=16)
+    assert ex.error and "max_items >= 17" in ex.error and ex._error_text.get_visible()
+    ex.set(max_items=24)
+    assert ex.error is None and "(132, 24, 6)" in ex.ax_w.get_title()
+    assert "(132, 24, 6)" in ex.summary.value
+
+
+@pytest.mark.parametrize("kw,exc,word", [({"dist": "gaussian"}, ValueError, "dist"), ({"batch": 0}, ValueError, "batch"),
+                                         ({"max_items": 0}, ValueError, "max_items"), ({"batch": 3}, ValueError, "batch")])
+def test_workspace_bad_input_is_refused_by_name(kw, exc, word):
+    with pytest.raises(exc, match=word):
+        fx.workspace_numbers(**kw)
+
+
+def test_workspace_explorer_keeps_its_shape_title_while_the_batch_moves():
+    ex = EXPLORERS["workspace"]()
+    first = ex.ax_w.get_title().splitlines()[:2]
+    for b in fx.BATCHES:
+        ex.set(batch=b)
+        assert ex.ax_w.get_title().splitlines() == first
+        assert f"batch {b}," in ex.ax_n.get_title()
+    assert first[1] == "items int32 (132, 32, 6), valid bool (132, 32), count int32 (132,)"
