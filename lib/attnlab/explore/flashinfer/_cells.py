@@ -62,19 +62,20 @@ class Cells:
         self.stripes = ax.add_collection(LineCollection([], colors="#1a1a1a", linewidths=1.1, zorder=4))
         self.artists = [self.fill, self.stripes]
 
-    def set(self, x, y, color, used=1.0, shared=False, h: float = 1.0) -> None:
-        """Unit-wide cells centred at (x, y); `used` in [0, 1]: the filled share of the width."""
+    def set(self, x, y, color, used=1.0, shared=False, h=1.0) -> None:
+        """Unit-wide cells centred at (x, y), h rows tall; `used` in [0, 1]: the filled share of
+        the width."""
         x = np.asarray(x, dtype=float)
         y = np.broadcast_to(np.asarray(y, dtype=float), x.shape)
         used = np.broadcast_to(np.asarray(used, dtype=float), x.shape)
-        color = np.asarray(color, dtype=float).reshape(-1, 3)
-        w, hh = 1 - self.GAP, h - self.GAP
+        color = np.broadcast_to(np.asarray(color, dtype=float), x.shape + (3,)).reshape(-1, 3)
+        w, hh = 1 - self.GAP, np.broadcast_to(np.asarray(h, dtype=float), x.shape) - self.GAP
         left = x - w / 2
         full, part = _boxes(x, y, w, hh), _boxes(left + used * w / 2, y, used * w, hh)
         self.fill.set_verts(np.concatenate([full, part]))
         self.fill.set_facecolor(np.concatenate([tint(color), color]) if x.size else "none")
         mark = np.broadcast_to(shared, x.shape)
-        scale = np.array([w, hh]) * 0.96
+        scale = np.c_[np.full(mark.sum(), w), hh[mark]][:, None, None] * 0.96
         self.stripes.set_segments((_STRIPES[None] * scale + np.c_[x[mark], y[mark]][:, None, None]).reshape(-1, 2, 2))
 
 

@@ -146,7 +146,7 @@ class PageTableExplorer(Explorer):
     boundaries above, each request's span bracketed below with its kv_last_page_len.
     """
     name = "page_table"
-    size = (style.WIDTH, 8.0)
+    size = (style.WIDTH, 7.0)
 
     def __init__(self, page_size: int = 4, lengths: str = LECTURE_LENGTHS, forks: int = 0, pool: int = 32):
         super().__init__(page_size=page_size, lengths=lengths, forks=forks, pool=pool)
@@ -162,7 +162,7 @@ class PageTableExplorer(Explorer):
 
     def build(self, fig):
         warm(range(MAX_POOL))
-        axes = fig.subplots(4, 1, gridspec_kw={"height_ratios": [0.42, 1.25, 1.25, 1.0]})
+        axes = fig.subplots(4, 1, gridspec_kw={"height_ratios": [0.36, 1.05, 1.05, 0.95]})
         a, b, c, d = self.ax_a, self.ax_b, self.ax_c, self.ax_d = axes
         self.cells = {k: Cells(ax) for k, ax in zip("abcd", axes)}
         self.labels = {k: Labels(ax) for k, ax in zip("cd", (c, d))}
