@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlab.explore import EXPLORERS
+from attnlab.explore import EXPLORERS, style
 from attnlab.explore import flashinfer as fx
+from attnlab.explore.flashinfer import _cells
 from attnlab.paged import PagedKVCache, bsr_attention, composable_attention, to_bsr
 
 # --- page tables ---------------------------------------------------------------------------------
@@ -42,8 +43,9 @@ def test_lecture_page_table():
     assert f"request 2: 29 tokens, block table {c.block_table(rids[2])}" in text
 
 
-@pytest.mark.parametrize("page_size, lengths, forks, pool", [(1, (5, 1, 9), 2, 30), (3, (7,), 4, 20),
-                                                              (16, (1, 40, 16, 17), 3, 12), (4, (19, 10, 29), 4, 64)])
+@pytest.mark.parametrize("page_size, lengths, forks, pool",
+                         [(1, (5, 1, 9), 2, 30), (3, (7,), 4, 20), (16, (1, 40, 16, 17), 3, 12),
+                          (4, (19, 10, 29), 4, 64)])
 def test_page_table_against_the_cache(page_size, lengths, forks, pool):
     r = fx.page_table_numbers(page_size, ", ".join(map(str, lengths)), forks, pool)
     c, rids = _cache(page_size, lengths, forks, pool)
@@ -195,3 +197,11 @@ def test_composable_explorer():
     ex.set(own=3)
     assert ex.error is None
     assert [b.get_y() + b.get_height() for b in ex.bar_o] == pytest.approx([100, 100])
+
+
+def test_labels_drawn_as_paths_are_readable():
+    """Cell labels are glyph paths, not Text artists (which the generic font check sees): they
+    use LABEL_PT, at least the course's smallest font, and their glyphs are that tall."""
+    assert _cells.LABEL_PT >= style.SMALL
+    height_pt = np.ptp(_cells._glyphs("10").vertices[:, 1])
+    assert 0.6 * _cells.LABEL_PT < height_pt < _cells.LABEL_PT

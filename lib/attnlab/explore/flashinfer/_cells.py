@@ -1,7 +1,6 @@
 """Drawing helpers shared by notebook 05's block pictures: request colours, a panel of cells
-(filled rectangles, stripes on shared blocks) and short labels, each a
-collection whose arrays are set in place. Presentation only: which block belongs to whom comes
-from attnlab.paged.
+(filled rectangles, stripes on shared blocks) and short labels, each a collection whose arrays
+are set in place. Presentation only: which block belongs to whom comes from attnlab.paged.
 
 Labels are glyph outlines (`TextPath`, cached per string) in one PathCollection: a few dozen
 numbers draw in a few milliseconds, where as many Text artists would take ten times longer."""
@@ -42,7 +41,8 @@ def _boxes(x, y, w, h) -> np.ndarray:
     """Rectangles centred at (x, y) of width w and height h as (n, 4, 2) polygons."""
     x, y, w, h = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (x, y, w, h)))
     dx, dy = np.array([-1, 1, 1, -1]) / 2, np.array([-1, -1, 1, 1]) / 2
-    return np.stack([x[..., None] + w[..., None] * dx, y[..., None] + h[..., None] * dy], axis=-1).reshape(-1, 4, 2)
+    xs, ys = x[..., None] + w[..., None] * dx, y[..., None] + h[..., None] * dy
+    return np.stack([xs, ys], axis=-1).reshape(-1, 4, 2)
 
 
 #: diagonal stripes in two corners of a unit cell (u, v in [-0.5, 0.5]), the middle left free
@@ -76,7 +76,8 @@ class Cells:
         self.fill.set_facecolor(np.concatenate([tint(color), color]) if x.size else "none")
         mark = np.broadcast_to(shared, x.shape)
         scale = np.c_[np.full(mark.sum(), w), hh[mark]][:, None, None] * 0.96
-        self.stripes.set_segments((_STRIPES[None] * scale + np.c_[x[mark], y[mark]][:, None, None]).reshape(-1, 2, 2))
+        centres = np.c_[x[mark], y[mark]][:, None, None]
+        self.stripes.set_segments((_STRIPES[None] * scale + centres).reshape(-1, 2, 2))
 
 
 @lru_cache(maxsize=2048)

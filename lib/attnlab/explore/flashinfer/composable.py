@@ -19,7 +19,7 @@ from ...paged import BSRLayout, PagedKVCache, bsr_attention, composable_attentio
 from .. import style
 from .._base import Explorer
 from .._controls import slider, steps
-from ._cells import Cells, Labels, ink
+from ._cells import EMPTY, Cells, Labels, ink
 
 __all__ = ["ComposableNumbers", "composable_numbers", "composable_text", "ComposableExplorer",
            "PAGE_SIZES", "CHECK_HEAD_DIM"]
@@ -136,7 +136,7 @@ class ComposableExplorer(Explorer):
         for ax, title in ((a, "(a) single format: (1, page size) blocks"),
                           (b, "(b) composable: the prefix as one block row")):
             ax.set_title(title)
-            ax.set_facecolor((0.96, 0.96, 0.96))
+            ax.set_facecolor(EMPTY)
             ax.set_xlabel("physical KV block (prefix, then own)")
             ax.set_ylabel("request (query row)")
             ax.yaxis.set_label_coords(-0.1, 0.5)       # fixed: tick labels change width with n

@@ -233,7 +233,8 @@ class PageTableExplorer(Explorer):
                  f"by reference until it writes into one (copy-on-write)." if shared.any() else "")
         return (f"{n} requests, {' + '.join(map(str, pages))} = {nnz} pages in {int(used.sum())} of {pool} "
                 f"blocks. Request i's pages are kv_indices[kv_indptr[i]:kv_indptr[i+1]]; it holds "
-                f"{ps} × (pages − 1) + kv_last_page_len[i] tokens.{share}<pre style='margin:4px 0'>{arrays}</pre>")
+                f"{ps} × (pages − 1) + kv_last_page_len[i] tokens.{share}"
+                f"<pre style='margin:4px 0'>{arrays}</pre>")
 
     def _arrays(self, lay: BSRLayout, pages, ids: bool) -> None:
         """(d): the ids in the cells, kv_indptr at the span boundaries, brackets with the last
