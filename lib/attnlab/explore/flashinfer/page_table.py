@@ -213,7 +213,8 @@ class PageTableExplorer(Explorer):
         fill = np.minimum(ps, np.array(r.lengths)[row_of] - j * ps) / ps
         self.cells["c"].set(j, row_of, COLORS[row_of], fill, shared[lay.kv_indices])
         width = int(pages.max())
-        ids = width <= ID_CELLS
+        row_pt = self.ax_c.get_position().height * self.figure.get_figheight() * 72 / n
+        ids = width <= ID_CELLS and row_pt >= 9.5                # the ids fit the cells
         under = np.where(fill[:, None] >= 0.5, COLORS[row_of], tint(COLORS[row_of]))   # under the label
         self.labels["c"].set(np.c_[j, row_of][:nnz * ids], lay.kv_indices[:nnz * ids], ink(under)[:nnz * ids])
         self.cells["d"].set(np.arange(nnz), 0, COLORS[row_of], 1.0, shared[lay.kv_indices])
