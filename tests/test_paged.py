@@ -23,7 +23,8 @@ import pytest
 import scipy.sparse
 
 from attnlab.hbm import HBM
-from attnlab.paged import BSRLayout, PagedKVCache, bsr_attention, composable_attention, to_bsr
+from attnlab.paged import (BSRLayout, PagedKVCache, bsr_attention, composable_attention, shared_prefix,
+                           to_bsr)
 from attnlab.softmax import attention_state
 
 try:
@@ -786,7 +787,7 @@ def _reads_by_table(cache, rids):
     while all(len(t) > common for t in tables) and len({t[common] for t in tables}) == 1:
         common += 1
     return {"single": sum(len(t) for t in tables),
-            "composable": common + sum(len(t) - common for t in tables)}, common
+            "composable": common + sum(len(t) - common for t in tables), "shared": common}, common
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-13), (np.float32, F32_TOL)])
@@ -805,7 +806,7 @@ def test_composable_lecture_numbers(dtype, tol):
     assert len({b for t in tables for b in t[15:]}) == 16
     q = rng.standard_normal((4, d)).astype(dtype)
     out, reads = composable_attention(q, c, rids)
-    assert reads == {"single": 76, "composable": 31}
+    assert reads == {"single": 76, "composable": 31, "shared": 15}
     assert out.shape == (4, d)
     for i, r in enumerate(rids):
         o_r, _ = ref_attn(q[i:i + 1].astype(np.float64), *m.tokens[r])
@@ -852,9 +853,122 @@ def test_composable_shares_only_full_blocks_after_copy_on_write():
     assert all(t[:2] == tables[0][:2] for t in tables) and len({t[2] for t in tables}) == 4
     q = rng.standard_normal((4, 5))
     out, reads = composable_attention(q, c, rids)
-    assert reads == {"single": 16, "composable": 2 + 4 * 2}
+    assert reads == {"single": 16, "composable": 2 + 4 * 2, "shared": 2}
     for i, r in enumerate(rids):
         assert maxdiff(out[i], ref_attn(q[i:i + 1], *m.tokens[r])[0][0]) <= 1e-13
+
+
+def _check_group(c, m, rids, q, reads, tol=1e-15, **kw):
+    """composable_attention's reads equal `reads` and each request's output equals the float64
+    reference over the tokens the model holds for it (K and V read: counted by hand in `kw`)."""
+    hbm = HBM()
+    out, got = composable_attention(q, c, rids, hbm=hbm)
+    assert got == reads
+    for i, r in enumerate(rids):
+        assert maxdiff(out[i], ref_attn(q[i:i + 1], *m.tokens[r])[0][0]) <= tol
+        assert maxdiff(out[i], attention_state(q[i], *c.gather(r))[0]) <= tol
+    if "kv_tokens" in kw:
+        assert hbm.by_tensor()["K"][0] == hbm.by_tensor()["V"][0] == kw["kv_tokens"] * c.head_dim
+
+
+@pytest.mark.parametrize("with_base", [False, True])
+def test_composable_reads_a_shared_partial_page_once(with_base):
+    """Forked mid-page and nobody has written: the partial last page is still one physical page
+    in every table (copy-on-write copies it on the first write), so the group reads it once."""
+    rng = np.random.default_rng(24)
+    d = 6
+    c = PagedKVCache(30, 4, d, seed=5)
+    m = Model(c)
+    base = m.add(*kv(rng, 10, d))                                     # a, b full; c holds 2
+    forks = [m.fork(base) for _ in range(3)]
+    rids = [base, *forks] if with_base else forks
+    n = len(rids)
+    assert shared_prefix(c, rids) == (3, 10)
+    q = rng.standard_normal((n, d))
+    _check_group(c, m, rids, q, {"single": 3 * n, "composable": 3, "shared": 3}, kv_tokens=10)
+    old = c.block_table(base)
+    m.append(forks[1], *kv(rng, 1, d))                                # copies c for forks[1] only
+    assert c.block_table(forks[1])[:2] == old[:2] and c.block_table(forks[1])[2] != old[2]
+    assert all(c.block_table(r) == old for r in rids if r != forks[1])
+    assert shared_prefix(c, rids) == (2, 8)
+    # 2 shared pages once, then page 3 for each request: its own copy, or the old shared c
+    _check_group(c, m, rids, q, {"single": 3 * n, "composable": 2 + n, "shared": 2},
+                 kv_tokens=8 + 2 * (n - 1) + 3)
+
+
+def test_composable_zero_length_own_parts():
+    """A request that is exactly the prefix has no pages of its own: its output is the shared
+    state alone, in a group where the others do have their own pages, or where nobody has."""
+    rng = np.random.default_rng(25)
+    d = 5
+    c = PagedKVCache(40, 4, d, seed=6)
+    m = Model(c)
+    base = m.add(*kv(rng, 8, d))                                      # 2 full pages
+    twins = [m.fork(base) for _ in range(2)]                          # nothing appended
+    grown = [m.fork(base) for _ in range(2)]
+    for r, extra in zip(grown, (3, 6)):
+        m.append(r, *kv(rng, extra, d))                               # 1 and 2 pages of their own
+    q = rng.standard_normal((5, d))
+    _check_group(c, m, [base, *twins], q[:3], {"single": 6, "composable": 2, "shared": 2}, kv_tokens=8)
+    _check_group(c, m, [twins[0], *grown, base], q[:4], {"single": 2 + 3 + 4 + 2, "composable": 2 + 3,
+                                                        "shared": 2}, kv_tokens=8 + 3 + 6)
+
+
+@pytest.mark.parametrize("bs", PAGE_SIZES)
+def test_composable_ragged_queries(bs):
+    """qo_indptr: q is (total_q, d), request i's queries q[qo[i]:qo[i+1]] (some requests have
+    none); no causal mask, so each query sees all of its request's keys."""
+    rng = np.random.default_rng(26 + bs)
+    d = 7
+    c = PagedKVCache(120, bs, d, seed=2)
+    m = Model(c)
+    base = m.add(*kv(rng, 3 * bs + (bs // 2), d))                    # ends mid-page when bs > 1
+    rids = [m.fork(base) for _ in range(4)]
+    for r, extra in zip(rids[1:], (1, bs + 2, 2 * bs)):
+        m.append(r, *kv(rng, extra, d))
+    counts = [3, 0, 1, 5]
+    qo = np.cumsum([0, *counts])
+    q = rng.standard_normal((qo[-1], d))
+    out, reads = composable_attention(q, c, rids, qo_indptr=qo)
+    assert out.shape == q.shape
+    shared = shared_prefix(c, rids)[0]
+    assert reads == {"single": sum(len(c.block_table(r)) for r in rids), "shared": shared,
+                     "composable": shared + sum(len(c.block_table(r)) - shared for r in rids)}
+    for i, r in enumerate(rids):
+        if counts[i]:
+            o_r, _ = ref_attn(q[qo[i]:qo[i + 1]], *m.tokens[r])
+            assert maxdiff(out[qo[i]:qo[i + 1]], o_r) <= 1e-13
+    # with one query per request it is decode; a GQA group of 3 query heads per request too
+    q1 = rng.standard_normal((4, d))
+    assert maxdiff(composable_attention(q1, c, rids, qo_indptr=np.arange(5))[0],
+                   composable_attention(q1, c, rids)[0]) == 0.0
+    qh = rng.standard_normal((4, 3, d))
+    out_h, _ = composable_attention(qh, c, rids)
+    for i, r in enumerate(rids):
+        assert maxdiff(out_h[i], ref_attn(qh[i], *m.tokens[r])[0]) <= 1e-13
+
+
+def test_composable_bad_input():
+    rng = np.random.default_rng(27)
+    c = PagedKVCache(20, 4, 3, seed=1)
+    base = c.add(*kv(rng, 6, 3))
+    rids = [c.fork(base) for _ in range(2)]
+    q = rng.standard_normal((2, 3))
+    cases = [(lambda: composable_attention(q, "cache", rids), TypeError, "cache"),
+             (lambda: composable_attention(q, c, []), ValueError, "rids"),
+             (lambda: composable_attention(q, c, "01"), TypeError, "rids"),
+             (lambda: composable_attention(q[:1], c, rids), ValueError, r"\bq\b"),
+             (lambda: composable_attention(rng.standard_normal((2, 4)), c, rids), ValueError, r"\bq\b"),
+             (lambda: composable_attention(q, c, rids, qo_indptr=[0, 1]), ValueError, "qo_indptr"),
+             (lambda: composable_attention(q, c, rids, qo_indptr=[0, 2, 1]), ValueError, "qo_indptr"),
+             (lambda: composable_attention(q, c, rids, qo_indptr=[0, 1.5, 2]), TypeError, "qo_indptr"),
+             (lambda: composable_attention(q[:, None], c, rids, qo_indptr=[0, 1, 2]), ValueError,
+              "qo_indptr"),
+             (lambda: composable_attention(q, c, rids, hbm="yes"), TypeError, "hbm"),
+             (lambda: shared_prefix(c, [rids[0], 999]), ValueError, "999")]
+    for call, exc, pat in cases:
+        with pytest.raises(exc, match=pat):
+            call()
 
 
 # --- bad input ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Paged KV cache (lecture §5.1-5.2): a pool of fixed-size blocks, one block table per request,
+"""Paged KV cache (lecture §5.2-5.3): a pool of fixed-size blocks, one block table per request,
 the tables read as a block-sparse (BSR) matrix, attention that gathers K/V through it, and the
 composable format that reads a shared prefix once for a whole group of requests.
 
@@ -26,7 +26,9 @@ FlashInfer's pool is `[pages, page_size, kv_heads, d]` (NHD) or `[pages, kv_head
 What this leaves out on purpose: several KV heads per pool (a GQA group of query heads is
 supported: q may be (n, h, d)), eviction, and the page-size / fragmentation trade-off.
 """
-from .bsr import BSRLayout, bsr_attention, composable_attention, to_bsr
+from .bsr import BSRLayout, bsr_attention, to_bsr
 from .cache import OutOfBlocks, PagedKVCache
+from .composable import composable_attention, shared_prefix
 
-__all__ = ["OutOfBlocks", "PagedKVCache", "BSRLayout", "to_bsr", "bsr_attention", "composable_attention"]
+__all__ = ["OutOfBlocks", "PagedKVCache", "BSRLayout", "to_bsr", "bsr_attention", "shared_prefix",
+           "composable_attention"]

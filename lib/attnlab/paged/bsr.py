@@ -1,4 +1,4 @@
-"""Block tables as FlashInfer's BSR arrays, attention through them, and the composable format.
+"""Block tables as FlashInfer's BSR arrays and attention through them.
 See `attnlab.paged` for the arrays' meaning."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 
 from .._check import as_array, as_bool, as_int
 from ..hbm import HBM
-from ..softmax import attention_state, merge_states
+from ..softmax import attention_state
 from .cache import PagedKVCache
 
-__all__ = ["BSRLayout", "to_bsr", "bsr_attention", "composable_attention"]
+__all__ = ["BSRLayout", "to_bsr", "bsr_attention"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,23 @@ def _list(name, xs) -> list:
     return xs
 
 
+def _queries(q, n: int, head_dim: int, qo_indptr):
+    """q checked, and the rows of each of the n requests as (start, stop) spans: one row each
+    for decode (q (n, d) or (n, h, d)), q[qo_indptr[i]:qo_indptr[i+1]] with qo_indptr."""
+    q = as_array("q", q, ndim=(2, 3), shape="(n, d), (n, h, d) or (total_q, d)")
+    if q.shape[-1] != head_dim:
+        raise ValueError(f"q's head dim {q.shape[-1]} must equal the cache's head_dim={head_dim}")
+    if qo_indptr is None:
+        if q.shape[0] != n:
+            raise ValueError(f"q has {q.shape[0]} rows for {n} requests; decode takes one row per request")
+        return q, [(i, i + 1) for i in range(n)]
+    qo = _int32("qo_indptr", qo_indptr)
+    if q.ndim != 2 or qo.size != n + 1 or qo[0] != 0 or (np.diff(qo) < 0).any() or qo[-1] != q.shape[0]:
+        raise ValueError(f"qo_indptr={qo.tolist()} must have {n + 1} non-decreasing entries from 0 "
+                         f"to q's {q.shape[0]} rows (q (total_q, d))")
+    return q, [(int(a), int(b)) for a, b in zip(qo[:-1], qo[1:])]
+
+
 def _gather_pages(cache, layout, i, hbm):
     """Request i's K and V, loaded page by page through kv_indices (the last page cut to its
     length): page_size x d elements of K and of V per page, counted where they are read."""
@@ -142,19 +159,7 @@ def bsr_attention(q, cache: PagedKVCache, layout: BSRLayout, *, qo_indptr=None, 
     if hbm is not None and not isinstance(hbm, HBM):
         raise TypeError(f"hbm must be an HBM counter or None, got {type(hbm).__name__}")
     n = layout.num_requests
-    q = as_array("q", q, ndim=(2, 3), shape="(n, d), (n, h, d) or (total_q, d)")
-    if q.shape[-1] != cache.head_dim:
-        raise ValueError(f"q's head dim {q.shape[-1]} must equal the cache's head_dim={cache.head_dim}")
-    if qo_indptr is None:
-        if q.shape[0] != n:
-            raise ValueError(f"q has {q.shape[0]} rows for {n} requests; decode takes one row per request")
-        spans = [(i, i + 1) for i in range(n)]
-    else:
-        qo = _int32("qo_indptr", qo_indptr)
-        if q.ndim != 2 or qo.size != n + 1 or qo[0] != 0 or (np.diff(qo) < 0).any() or qo[-1] != q.shape[0]:
-            raise ValueError(f"qo_indptr={qo.tolist()} must have {n + 1} non-decreasing entries from 0 "
-                             f"to q's {q.shape[0]} rows (q (total_q, d))")
-        spans = [(int(a), int(b)) for a, b in zip(qo[:-1], qo[1:])]
+    q, spans = _queries(q, n, cache.head_dim, qo_indptr)
     o = np.zeros(q.shape, np.result_type(q.dtype, cache.dtype, np.float32))
     lse = np.full(q.shape[:-1], -np.inf, o.dtype)
     for i, (a, b) in enumerate(spans):
@@ -175,54 +180,3 @@ def bsr_attention(q, cache: PagedKVCache, layout: BSRLayout, *, qo_indptr=None, 
         if hbm is not None:
             hbm.write("O", oi)
     return (o, lse) if return_lse else o
-
-
-def composable_attention(q, cache: PagedKVCache, rids, *, hbm: HBM | None = None):
-    """Decode for a group of requests that share a forked prefix, in two formats at once:
-    the shared pages as one block row of n queries (read once for all of them), then each
-    request's own pages with (1, page_size) blocks, and the two states merged with ⊕.
-
-    q is (n, d) (or (n, h, d)), one row per request in `rids`. Returns (o, reads) where reads =
-    {"single": KV pages read if every request reads all its own pages, "composable": the shared
-    pages once plus each request's own pages}.
-    """
-    if not isinstance(cache, PagedKVCache):
-        raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
-    rids = [cache._rid(r) for r in _list("rids", rids)]
-    q = as_array("q", q, ndim=(2, 3), shape="(n, d) or (n, h, d)")
-    if q.shape[0] != len(rids) or q.shape[-1] != cache.head_dim:
-        raise ValueError(f"q has shape {q.shape}; valid: ({len(rids)}, [h,] {cache.head_dim}), one row "
-                         f"per request")
-    tables = [cache.block_table(r) for r in rids]
-    shared = 0                                       # leading pages every table holds, all full
-    while (all(len(t) > shared for t in tables) and len({t[shared] for t in tables}) == 1
-           and all(cache.seq_len(r) >= cache.block_size * (shared + 1) for r in rids)):
-        shared += 1
-    bs = cache.block_size
-    outs = []
-    if shared:                                       # the shared block row: n queries, pages once
-        pages = tables[0][:shared]
-        k = cache.k_pool[pages].reshape(-1, cache.head_dim)
-        v = cache.v_pool[pages].reshape(-1, cache.head_dim)
-        if hbm is not None:
-            hbm.read("K", k); hbm.read("V", v)
-        flat = q.reshape(-1, q.shape[-1])            # every query of the group against one KV
-        op, lp = attention_state(flat, k, v)
-        shared_state = (op.reshape(q.shape), lp.reshape(q.shape[:-1]))
-    for i, (r, t) in enumerate(zip(rids, tables)):
-        own = t[shared:]
-        n_own = cache.seq_len(r) - bs * shared
-        k = cache.k_pool[own].reshape(-1, cache.head_dim)[:n_own]
-        v = cache.v_pool[own].reshape(-1, cache.head_dim)[:n_own]
-        if hbm is not None:
-            hbm.read("K", k); hbm.read("V", v)
-        state = attention_state(q[i], k, v)          # (o, lse); the identity if no own tokens
-        if shared:
-            state = merge_states([(shared_state[0][i], shared_state[1][i]), state])
-        outs.append(state[0])
-    reads = {"single": sum(len(t) for t in tables),
-             "composable": shared + sum(len(t) - shared for t in tables)}
-    o = np.stack(outs)
-    if hbm is not None:
-        hbm.write("O", o)
-    return o, reads

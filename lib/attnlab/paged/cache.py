@@ -101,12 +101,15 @@ class PagedKVCache:
             self.k_pool[copy], self.v_pool[copy] = self.k_pool[old], self.v_pool[old]
             self._refs[old] -= 1
             table[-1] = copy
-        for i in range(len(k)):
-            pos = n + i
+        pos, i = n, 0
+        while i < len(k):                                       # one page (or its rest) at a time
             if pos // bs == len(table):
                 table.append(fresh.pop(0))
-            self.k_pool[table[pos // bs], pos % bs] = k[i]
-            self.v_pool[table[pos // bs], pos % bs] = v[i]
+            page, off = table[pos // bs], pos % bs
+            m = min(bs - off, len(k) - i)
+            self.k_pool[page, off:off + m] = k[i:i + m]
+            self.v_pool[page, off:off + m] = v[i:i + m]
+            pos, i = pos + m, i + m
         self._lens[rid] = n + len(k)
 
     def add(self, k, v) -> int:
