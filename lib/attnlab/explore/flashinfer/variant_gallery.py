@@ -143,11 +143,12 @@ def variant_gallery_numbers(variants=(), N: int = 256, tile: int = 32) -> Galler
     q, k, eye = q[:N], k[:N], eye[:N, :N]
     w = variant_attention(q, k, eye, var, block_r=WEIGHT_TILE, block_c=WEIGHT_TILE)
     kinds = np.argmax(tile_mask(var, N, N, tile, tile)[..., None] == np.array(TILE_KINDS), axis=-1)
+    sums = w.sum(axis=1)
     return GalleryNumbers(
         var.name, N, tile, var.use_softmax, readonly(w), readonly(kinds.astype(np.int8)),
         _elements(tile_io(var, N, N, tile, tile, TRAFFIC_D)),
         _elements(tile_io([], N, N, tile, tile, TRAFFIC_D)),
-        float(np.abs(w - dense_weights(var, q, k)).max()), (float(w.sum(1).min()), float(w.sum(1).max())))
+        float(np.abs(w - dense_weights(var, q, k)).max()), (float(sums.min()), float(sums.max())))
 
 
 #: the lecture's variants at a long context (Mistral's and Gemma 2's kind of window, cap, slope)
