@@ -183,6 +183,16 @@ def test_slider_follows_the_variant():
     assert ex.computes == before + 1 and "sink_window(4, 8)" in ex.summary.value
 
 
+def test_constructor_takes_each_variant_at_its_default_or_a_given_stop():
+    cls = EXPLORERS["variant_gallery"]
+    assert "soft_cap(2)" in cls(variant="soft-cap").summary.value
+    assert "soft_cap(30) & causal" in cls(variant="soft-cap", param=30, second="causal").summary.value
+    with pytest.raises(ValueError, match="param"):
+        cls(variant="soft-cap", param=64)
+    with pytest.raises(ValueError, match="variant"):
+        cls(variant="flash")
+
+
 @pytest.mark.parametrize("variant, param, name", [("sliding window", 0, "w"), ("sink + window", 0, "w"),
                                                   ("soft-cap", 0, "c"), ("RoPE", 0, "theta")])
 def test_bad_parameters_are_refused_by_the_library_and_shown(variant, param, name):

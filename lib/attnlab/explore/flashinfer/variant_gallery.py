@@ -216,9 +216,10 @@ class VariantGalleryExplorer(Explorer):
     name = "variant_gallery"
     size = (style.WIDTH, 4.4)
 
-    def __init__(self, variant: str = "sliding window", param=64, second: str = "none", N: int = 256,
+    def __init__(self, variant: str = "sliding window", param=None, second: str = "none", N: int = 256,
                  tile: int = 32):
-        super().__init__(variant=variant, param=param, second=second, N=N, tile=tile)
+        given = {} if param is None else {"param": param}       # None: the variant's own default
+        super().__init__(variant=variant, **given, second=second, N=N, tile=tile)
 
     def controls(self):
         return {"variant": dropdown("variant", list(KINDS), "sliding window"),
