@@ -39,7 +39,8 @@ __all__ = ["GalleryNumbers", "variant_gallery_numbers", "dense_weights", "varian
 
 D = 16                      # head dim of the pattern's q and k
 MAX_N = 256                 # the weights are an N x N picture, from a kernel run with V = I (N columns)
-WEIGHT_TILE = 128           # tiles of that run (no weight depends on them; tested)
+WEIGHT_TILE = 32            # tiles of that run (no weight depends on them; tested): P_ij V_j stays
+                            # small enough for one BLAS thread (threads on 2 busy cores: 3x slower)
 TRAFFIC_D = 128             # head dim of the traffic panel (tile_io is exact at any d)
 TENSORS = ("Q", "K", "V", "O")
 N_STOPS = (64, 128, 192, 256)
