@@ -20,7 +20,8 @@ first), masks ANDed, softmax only if both use it.
 the variant enters through an `attention.Tiles` subclass that supplies the tile's logits and mask,
 decides which tiles are skipped (every pair masked: no loads, no FLOPs) and how the accumulator
 becomes O. `tile_mask` classifies every tile as empty / partial / full, FlexAttention's BlockMask
-distinction; the HBM counter of `variant_attention` agrees with it (tested).
+distinction; the HBM counter of `variant_attention` agrees with it (tested), and `tile_io` turns
+the classification into the elements that counter reports, without running the kernel.
 
 Without softmax the same loop runs on log-weights: the tile's logit becomes log sigma(s), the
 online max m and the rescaling keep every exponent <= 0, and `finish` returns acc * e^m instead of
@@ -41,7 +42,7 @@ from .._check import as_bool, as_int
 from ..attention import Tiles, _prepare, _heads, fa2_head
 from ..hbm import HBM
 
-__all__ = ["Variant", "variant_attention", "tile_mask", "variant_mask", "TILE_KINDS"]
+__all__ = ["Variant", "variant_attention", "tile_mask", "tile_io", "variant_mask", "TILE_KINDS"]
 
 TILE_KINDS = ("empty", "partial", "full")
 _FUNCTORS = ("query_transform", "key_transform", "value_transform", "logits_transform",
@@ -239,3 +240,27 @@ def tile_mask(variants, n_q: int, n_k: int, block_r: int, block_c: int) -> np.nd
     return out
 
 
+def tile_io(variants, n_q: int, n_k: int, block_r: int, block_c: int, d: int, d_v: int | None = None,
+            return_lse: bool = False) -> dict[str, tuple[int, int]]:
+    """HBM elements {tensor: (reads, writes)} that one head of `variant_attention` moves, from
+    `tile_mask` alone: Q_i is read once if any tile of its row is not empty, K_j and V_j once per
+    tile that is not empty, O_i (and lse_i with return_lse) written once per query tile. Equal to
+    its HBM counter (tested) at a cost of block_r x n_k per query tile, whatever d is.
+
+    >>> from attnlab.variants import causal
+    >>> tile_io([causal()], 128, 128, 64, 64, d=16)    # K, V: 3 of 4 tiles, 64 keys each
+    {'Q': (2048, 0), 'K': (3072, 0), 'V': (3072, 0), 'O': (0, 2048)}
+    """
+    kinds = tile_mask(variants, n_q, n_k, block_r, block_c)
+    d = as_int("d", d, 1, None)
+    d_v = d if d_v is None else as_int("d_v", d_v, 1, None)
+    return_lse = as_bool("return_lse", return_lse)
+    rows = np.diff(np.append(np.arange(0, n_q, block_r), n_q))      # query rows of each tile row
+    cols = np.diff(np.append(np.arange(0, n_k, block_c), n_k))      # keys of each tile column
+    active = kinds != "empty"
+    keys = int((active * cols).sum())                               # K/V rows loaded, all tiles
+    q_rows = int(rows[active.any(axis=1)].sum())
+    io = {"Q": (q_rows * d, 0), "K": (keys * d, 0), "V": (keys * d_v, 0), "O": (0, n_q * d_v)}
+    if return_lse:
+        io["lse"] = (0, n_q)
+    return io
