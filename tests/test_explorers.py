@@ -37,6 +37,33 @@ def test_registry_holds_every_explorer_class():
             assert getattr(cls, method) is not getattr(Explorer, method), f"{name} lacks {method}"
 
 
+def test_the_widget_shows_the_png_and_the_summary(explorer):
+    """What a notebook displays: the controls, the PNG image widget and the summary HTML."""
+    import ipywidgets
+    assert isinstance(explorer.image, ipywidgets.Image) and isinstance(explorer.summary, ipywidgets.HTML)
+    box = explorer.widget
+    assert explorer.image in box.children and explorer.summary in box.children
+
+
+def test_build_may_not_rebind_the_base_attributes():
+    class Bad(Explorer):
+        def controls(self):
+            from attnlab.explore._controls import slider
+            return {"x": slider("x", 1, 0, 2)}
+
+        def compute(self, x):
+            return x
+
+        def build(self, fig):
+            self.image = fig.subplots().imshow(np.zeros((2, 2)))
+            return [self.image]
+
+        def draw(self, r):
+            return ""
+    with pytest.raises(TypeError, match="image"):
+        Bad()
+
+
 def test_every_control_value_renders_once(explorer):
     """Slider extremes and every discrete stop: no exception, no RuntimeWarning, one compute and
     one new PNG per change."""

@@ -47,6 +47,9 @@ __all__ = ["Explorer", "REGISTRY", "readonly"]
 
 #: Backgrounds kept per explorer (one per recent axis state; ~2 MB each at 100 dpi).
 BACKGROUNDS = 24
+#: Attributes the base owns; `build` must not rebind them (an artist named `image` would hide the
+#: PNG widget the notebook shows).
+_RESERVED = ("widgets", "image", "summary", "figure", "canvas")
 #: Every concrete explorer class, by name, in the order their modules were imported.
 REGISTRY: dict[str, type["Explorer"]] = {}
 
@@ -121,7 +124,12 @@ class Explorer:
             # a margin for tick labels that move to the edge after the layout is frozen
             self.figure.get_layout_engine().set(rect=style.MARGIN)
             self.canvas = FigureCanvasAgg(self.figure)
+            own = {n: getattr(self, n) for n in _RESERVED}
             self.dynamic = list(self.build(self.figure) or [])
+            for n, value in own.items():
+                if getattr(self, n) is not value:
+                    raise TypeError(f"{type(self).__name__}.build replaced the base's attribute {n!r} "
+                                    f"(reserved: {', '.join(_RESERVED)}); give the artist another name")
             self._error_text = self.figure.text(0.5, 0.5, "", ha="center", va="center",
                                                 visible=False, zorder=100, **style.ERROR)
         self.dynamic.append(self._error_text)

@@ -246,7 +246,7 @@ class VariantGalleryExplorer(Explorer):
         for ax in (ax_w, ax_t):
             ax.set(xlabel="key position kv_idx", ylabel="query position q_idx")
         # colours are computed in draw (an RGBA image draws 3x faster than one normed and mapped)
-        self.image = ax_w.imshow(np.ones((2, 2, 4)), interpolation="nearest", extent=(0, 2, 2, 0))
+        self.weights_im = ax_w.imshow(np.ones((2, 2, 4)), interpolation="nearest", extent=(0, 2, 2, 0))
         self.kinds = ax_t.imshow(np.zeros((2, 2)), cmap=ListedColormap(_KIND_COLORS), vmin=-0.5,
                                  vmax=2.5, interpolation="nearest", extent=(0, 2, 2, 0))
         self.lines = [ax.add_collection(LineCollection([], colors="white", lw=0.7, alpha=0.8))
@@ -267,15 +267,15 @@ class VariantGalleryExplorer(Explorer):
         ax_h.yaxis.set_label_coords(-0.22, 0.5)     # fixed: tick labels change width with the limits
         ax_h.grid(True, axis="y", alpha=0.25)
         style.legend_below(ax_h, ncol=1)
-        return [self.image, self.kinds, *self.lines, *self.plain, *self.skip, *self.pct,
+        return [self.weights_im, self.kinds, *self.lines, *self.plain, *self.skip, *self.pct,
                 ax_w.title, ax_t.title, ax_h.title]
 
     def draw(self, r: GalleryNumbers) -> str:
         n, c, name = r.N, r.counts, ("none (plain attention)" if r.name == "plain" else r.name)
-        self.image.set_data(_CMAP(_WEIGHTS(np.where(r.weights > 0, r.weights, np.nan)), bytes=True))
+        self.weights_im.set_data(_CMAP(_WEIGHTS(np.where(r.weights > 0, r.weights, np.nan)), bytes=True))
         g = math.gcd(n, r.tile)                     # a last tile that is cut short stays exact
         self.kinds.set_data(r.kinds.repeat(r.tile // g, 0).repeat(r.tile // g, 1)[:n // g, :n // g])
-        for ax, im, lines in ((self.ax_w, self.image, self.lines[0]), (self.ax_t, self.kinds, self.lines[1])):
+        for ax, im, lines in ((self.ax_w, self.weights_im, self.lines[0]), (self.ax_t, self.kinds, self.lines[1])):
             im.set_extent((0, n, n, 0))
             lines.set_segments(_grid(n, r.tile))
             ax.set(xlim=(0, n), ylim=(n, 0))
