@@ -20,6 +20,9 @@ is chosen from shapes alone (the pool of n pages cannot hold a request longer th
 page_size * (n - batch + 1)). So a call can be captured in a CUDA graph and replayed, and a host
 check of the arrays' contents (`attnlab.paged.BSRLayout`) is made only when they are on the CPU.
 
+Under TRITON_INTERPRET=1 the dot products run in float32 (the interpreter's bf16 dot is wrong) and
+a bf16 output is rounded by torch (the interpreter truncates fp32 to bf16; a GPU rounds).
+
 What it leaves out on purpose: FlashInfer's plan-time load balancing (one persistent schedule for
 the whole batch), the HND layout (pass a permuted view: any strides are taken), fp8 KV, RoPE.
 """
@@ -206,16 +209,21 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     kw = {} if interp else {"num_warps": num_warps or 4, **({"num_stages": num_stages} if num_stages else {})}
     one = splits == 1                                  # the first stage writes the answer itself
     lse = ws["lp"] if one else ws["lse"]
+    # the interpreter casts fp32 to bf16 by truncation (a GPU rounds to nearest): there the kernels
+    # write fp32 and torch rounds
+    dst = torch.empty(out.shape, dtype=torch.float32, device=q.device) if interp and q.dtype == torch.bfloat16 else out
     fp32 = q.dtype == torch.float32
     _paged_split_kernel[(B * hkv, splits)](
-        q, k_pool, v_pool, out if one else ws["op"], ws["lp"], kv_indptr, kv_indices,
+        q, k_pool, v_pool, dst if one else ws["op"], ws["lp"], kv_indptr, kv_indices,
         kv_last_page_len, scale * LOG2E, *q.stride(), *k_pool.stride(), *v_pool.stride(),
         splits, min_chunk, hkv, hq // hkv, d,
         PAGE_SIZE=page_size, BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=block_n,
         BLOCK_D=block_d, D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
         UPCAST=interp or fp32, IEEE=interp or fp32, **kw)
     if not one:
-        _merge_kernel[(B * hq,)](ws["op"], ws["lp"], out, lse, splits, d,
+        _merge_kernel[(B * hq,)](ws["op"], ws["lp"], dst, lse, splits, d,
                                  BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d,
                                  **({} if interp else {"num_warps": 4}))
+    if dst is not out:
+        out.copy_(dst)
     return (out, lse.view(B, hq)) if return_lse else out
