@@ -101,7 +101,7 @@ def _sdpa(torch, c, add):
     for name, backend in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
         def fn(backend=backend):
             with sdpa_kernel(backend):
-                return torch.nn.functional.scaled_dot_product_attention(q4, c.k, c.v).view(B, hq, d)
+                return torch.nn.functional.scaled_dot_product_attention(q4, c.k, c.v).reshape(B, hq, d)
         add(name, fn)
 
 
@@ -203,6 +203,14 @@ def run(cases=CASES, page_sizes=PAGE_SIZES, peers=PEERS, *, dry: bool = False, o
     res = _header(torch, shape)
     print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}", flush=True)
     phases = [[p for p in peers if p != "flashinfer"], [p for p in peers if p == "flashinfer"]]
+
+    def save():
+        for r in res["rows"]:
+            r["x_best"] = r["us"] / min(x["us"] for x in res["rows"] if x["batch"] == r["batch"]
+                                        and x["context"] == r["context"])
+        if out:
+            with open(out, "w") as f:
+                json.dump(res, f, indent=1)
     for phase in filter(None, phases):                    # FlashInfer's JIT last: ours survive a timeout
         if "flashinfer" in phase:                         # imported only now: a crash keeps the rest
             try:
@@ -211,17 +219,13 @@ def run(cases=CASES, page_sizes=PAGE_SIZES, peers=PEERS, *, dry: bool = False, o
             except Exception as e:                        # noqa: BLE001
                 res["flashinfer"] = f"absent ({type(e).__name__}: {str(e)[:100]})"
                 print(f"flashinfer: {res['flashinfer']}", flush=True)
+                save()
                 continue
         for batch, ctx in cases:
             print(f"batch {batch} x context {ctx}: {', '.join(phase)}", flush=True)
             splits = DRY["splits"] if dry else SPLITS.get(batch, (1, 2, 4))
             _case(torch, res, batch, ctx, shape, splits, page_sizes, phase, seed + batch + ctx)
-            for r in res["rows"]:
-                r["x_best"] = r["us"] / min(x["us"] for x in res["rows"] if x["batch"] == r["batch"]
-                                            and x["context"] == r["context"])
-            if out:
-                with open(out, "w") as f:
-                    json.dump(res, f, indent=1)
+            save()
     return res
 
 
