@@ -76,7 +76,7 @@ def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, qk_scale,
     first = tl.load(INDPTR + b)
     n_pages = tl.load(INDPTR + b + 1) - first
     length = (n_pages - 1) * PAGE_SIZE + tl.load(LAST + b)
-    splits = tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK))          # >= 1: length >= 1
+    splits = tl.maximum(tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK)), 1)   # 1 even if length < 1
     chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N      # whole tiles
     start = pid_s * chunk
     end = tl.minimum(start + chunk, length)           # start >= end: an empty split
