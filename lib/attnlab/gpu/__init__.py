@@ -1,8 +1,12 @@
-"""Optional GPU path: a Triton FlashAttention-2 forward kernel and a benchmark harness.
+"""Optional GPU path: Triton kernels and their benchmark harnesses.
+
+    flash_triton.flash_attention_triton   FlashAttention-2 forward (prefill)    bench.py
+    decode_triton.split_kv_decode         split-KV decode, contiguous KV         bench_decode.py
+    paged_triton.paged_decode             split-KV decode over a paged KV cache  bench_paged.py
 
 Nothing in the rest of attnlab imports this package; it imports torch and triton lazily. On a
-machine without a GPU the kernel still runs under Triton's interpreter (set TRITON_INTERPRET=1
-before importing `attnlab.gpu.flash_triton`): slow, for small correctness checks only.
+machine without a GPU the kernels still run under Triton's interpreter (set TRITON_INTERPRET=1
+before importing a kernel module): slow, for small correctness checks only.
 
     from attnlab import gpu
     gpu.available()          # True when torch sees a CUDA device and triton imports
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["available", "unavailable_reason", "interpreting", "bench_cli"]
+__all__ = ["available", "unavailable_reason", "interpreting", "bench_cli", "time_per_call"]
 
 
 def interpreting() -> bool:
@@ -51,3 +55,52 @@ def bench_cli(run, table, description: str, argv=None) -> int:
             json.dump(res, f, indent=1)
     print(table(res))
     return 0
+
+
+def time_per_call(fn, expect, calls: int = 20, reps: int = 10):
+    """(us per call, how). CUDA: `calls` calls captured in one graph, replayed `reps` times, median;
+    CUDA events around `calls` eager calls if the capture fails or its answer differs from `expect`.
+    On a CPU (a dry run under the interpreter): wall clock of two calls. `fn` returns a tensor.
+
+    Graph replay leaves out the host's launch overhead, which would hide small kernels; the replay's
+    answer is checked against `expect` (the output is poisoned first), so a capture that recorded
+    nothing is caught."""
+    import time
+
+    import torch
+    if not torch.cuda.is_available():
+        t0 = time.perf_counter()
+        fn(), fn()
+        return (time.perf_counter() - t0) / 2 * 1e6, "wall"
+    cur = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    side.wait_stream(cur)
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()                                          # compile and warm up outside the capture
+    cur.wait_stream(side)
+    torch.cuda.synchronize()
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(calls):
+                res = fn()
+        res.fill_(float("nan"))                           # the replay must write it again
+        g.replay()
+        torch.cuda.synchronize()
+        if not (res.float() - expect).abs().max().item() <= 1e-2:
+            raise RuntimeError("graph replay gave a different answer")
+        step, how = g.replay, "graph"
+    except Exception as e:                                # noqa: BLE001 - any failure: time without
+        torch.cuda.set_stream(cur)                        # a failed capture can leave its stream current
+        torch.cuda.synchronize()
+        step, how = (lambda: [fn() for _ in range(calls)]), f"events ({type(e).__name__}: {' '.join(str(e).split())[:80]})"
+    times = []
+    for _ in range(reps):
+        a, b = (torch.cuda.Event(enable_timing=True) for _ in "ab")
+        a.record()
+        step()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    return sorted(times)[len(times) // 2], how

@@ -1,0 +1,237 @@
+"""The Triton paged decode kernel against an independent float64 reference that gathers each
+request's K/V through the page table, and against `attnlab.paged.bsr_attention` on a
+PagedKVCache's layout. Without a GPU it runs under Triton's interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1), so sizes stay small; `python -m attnlab.gpu.bench_paged` checks real sizes.
+
+Every test poisons what the kernel must write (the output, and the partial-state workspace where
+the split count is fixed) and every pool slot no request owns with NaN: an element left unwritten,
+a page read that is not the request's, or an unmasked tail slot shows up as NaN.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from attnlab.gpu.decode_triton import workspace  # noqa: E402
+from attnlab.gpu.paged_triton import auto_splits, paged_decode  # noqa: E402
+from attnlab.paged import PagedKVCache, bsr_attention, to_bsr  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+NAN = float("nan")
+
+
+def _table(lens, page_size, num_pages, rng):
+    """FlashInfer's three int32 arrays for requests of `lens` tokens, pages from a shuffled pool."""
+    pages = [-(-n // page_size) for n in lens]
+    indices = rng.permutation(num_pages)[:sum(pages)]
+    indptr = np.concatenate([[0], np.cumsum(pages)])
+    last = np.array([n - page_size * (p - 1) for n, p in zip(lens, pages)])
+    return indptr, indices, last
+
+
+def _pools(lens, page_size, kv_heads, d, rng, spare=4):
+    """NHD pools (float64) with only the requests' slots filled, the rest NaN, and the table."""
+    num_pages = sum(-(-n // page_size) for n in lens) + spare
+    indptr, indices, last = _table(lens, page_size, num_pages, rng)
+    k = np.full((num_pages, page_size, kv_heads, d), NAN)
+    v = np.full_like(k, NAN)
+    for i, n in enumerate(lens):
+        for t in range(n):
+            p, s = indices[indptr[i] + t // page_size], t % page_size
+            k[p, s], v[p, s] = rng.standard_normal((2, kv_heads, d))
+    return k, v, (indptr, indices, last)
+
+
+def _reference(q, k_pool, v_pool, indptr, indices, last, page_size):
+    """float64, from the definition: request i's tokens are its pages in table order, the last page
+    cut to last[i]; each query head h attends over KV head h // g with a plain softmax."""
+    n_req, hq, d = q.shape
+    g = hq // k_pool.shape[2]
+    o, lse = np.zeros((n_req, hq, d)), np.zeros((n_req, hq))
+    for i in range(n_req):
+        pages = indices[indptr[i]:indptr[i + 1]]
+        n = page_size * (len(pages) - 1) + last[i]
+        slots = [(p, s) for p in pages for s in range(page_size)][:n]
+        k = np.stack([k_pool[p, s] for p, s in slots])
+        v = np.stack([v_pool[p, s] for p, s in slots])
+        for h in range(hq):
+            logits = k[:, h // g] @ q[i, h] / math.sqrt(d)
+            m = logits.max()
+            w = np.exp(logits - m)
+            o[i, h] = w @ v[:, h // g] / w.sum()
+            lse[i, h] = m + math.log(w.sum())
+    return o, lse
+
+
+def _torch_bf16_error(tq, tk, tv, table, page_size, ref):
+    """Max error of torch's own attention in the same low precision on the same gathered inputs."""
+    indptr, indices, last = table
+    hkv = tk.shape[2]
+    err = 0.0
+    for i in range(len(last)):
+        pages = torch.as_tensor(indices[indptr[i]:indptr[i + 1]], dtype=torch.long)
+        n = page_size * (len(pages) - 1) + int(last[i])
+        k = tk[pages].reshape(-1, hkv, tk.shape[3])[:n].transpose(0, 1)[None]   # (1, hkv, n, d)
+        v = tv[pages].reshape(-1, hkv, tv.shape[3])[:n].transpose(0, 1)[None]
+        qi = tq[i].reshape(hkv, -1, tq.shape[2])[None]                          # (1, hkv, g, d)
+        o = torch.nn.functional.scaled_dot_product_attention(qi, k, v)[0].reshape(tq.shape[1:])
+        err = max(err, float(np.abs(o.double().cpu().numpy() - ref[i]).max()))
+    return err
+
+
+def _run(tq, tk, tv, table, page_size, splits, **kw):
+    """paged_decode into a NaN-filled output (and NaN-filled partial states when splits is fixed)."""
+    n_req, hq, d = tq.shape
+    out = torch.full((n_req, hq, d), NAN, dtype=tq.dtype, device=DEVICE)
+    ws = None
+    if splits is not None:
+        ws = workspace(n_req, hq, d, splits, DEVICE)
+        for t in ws.values():
+            if isinstance(t, torch.Tensor):
+                t.fill_(NAN)
+    i32 = [torch.tensor(np.array(a), dtype=torch.int32, device=DEVICE) for a in table]
+    o, lse = paged_decode(tq, tk, tv, *i32, page_size=page_size, splits=splits, out=out, ws=ws,
+                          return_lse=True, **kw)
+    assert o is out and o.dtype == tq.dtype
+    o, lse = o.double().cpu().numpy(), lse.double().cpu().numpy()
+    assert not np.isnan(o).any() and not np.isnan(lse).any()
+    return o, lse
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("splits", [1, 3, None], ids=["s1", "s3", "sNone"])
+@pytest.mark.parametrize("group", [1, 4], ids=["g1", "g4"])
+@pytest.mark.parametrize("page_size", [1, 3, 16])
+def test_matches_reference(page_size, group, splits, dtype):
+    # lengths 1, 17, 203 and 2*ps (last page full), 2*ps + 1 (last page of one token)
+    lens = [1, 17, 203, 2 * page_size, 2 * page_size + 1]
+    hkv, d = 2, 16
+    rng = np.random.default_rng(100 * page_size + 10 * group + (splits or 0))
+    k, v, table = _pools(lens, page_size, hkv, d, rng)
+    q = rng.standard_normal((len(lens), hkv * group, d))
+    tq, tk, tv = (torch.tensor(x, dtype=dtype, device=DEVICE) for x in (q, k, v))
+    # the reference sees the inputs as the kernel does (rounded to dtype)
+    rq, rk, rv = (t.double().cpu().numpy() for t in (tq, tk, tv))
+    ro, rl = _reference(rq, rk, rv, *table, page_size)
+    o, lse = _run(tq, tk, tv, table, page_size, splits)
+    err = np.abs(o - ro).max()
+    if dtype == torch.float32:
+        assert err < 1e-5                     # fp32: accumulation-order rounding only
+        assert np.abs(lse - rl).max() < 1e-5
+    else:                                     # at most twice torch's own bf16 attention's error
+        assert err <= 2 * _torch_bf16_error(tq, tk, tv, table, page_size, ro)
+        assert np.abs(lse - rl).max() < 1e-4  # lse stays fp32 from bf16 inputs
+
+
+@pytest.mark.parametrize("page_size", [3, 16])
+def test_matches_bsr_attention_on_a_paged_cache(page_size):
+    """One PagedKVCache per KV head, all with the same seed: the same shuffled block tables, so
+    stacking their pools gives an NHD pool. Forked requests share pages; the append after a fork
+    copies a shared partial page (copy-on-write). bsr_attention is the layer-1 answer."""
+    hkv, g, d = 2, 4, 32
+    rng = np.random.default_rng(page_size)
+    caches = [PagedKVCache(160, page_size, d, seed=7) for _ in range(hkv)]
+    kv = {n: rng.standard_normal((hkv, 2, n, d)) for n in (1, 17, 203)}
+    rids = [[c.add(kv[n][h, 0], kv[n][h, 1]) for h, c in enumerate(caches)] for n in kv]
+    rids.append([c.fork(r) for c, r in zip(caches, rids[1])])
+    more = rng.standard_normal((hkv, 2, 5, d))
+    for h, c in enumerate(caches):
+        c.append(rids[-1][h], more[h, 0], more[h, 1])
+    layouts = [to_bsr(c, [r[h] for r in rids]) for h, c in enumerate(caches)]
+    lay = layouts[0]
+    assert all(np.array_equal(x.kv_indices, lay.kv_indices) for x in layouts)
+    q = rng.standard_normal((lay.num_requests, hkv * g, d))
+    ref = np.stack([bsr_attention(q[:, h * g:(h + 1) * g], c, lay) for h, c in enumerate(caches)], 1)
+    t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
+    tk = t(np.stack([c.k_pool for c in caches], axis=2))    # (pages, page_size, kv_heads, d)
+    tv = t(np.stack([c.v_pool for c in caches], axis=2))
+    table = (lay.kv_indptr, lay.kv_indices, lay.kv_last_page_len)
+    for splits in (1, 3):
+        o, _ = _run(t(q), tk, tv, table, page_size, splits)
+        assert np.abs(o - ref.reshape(o.shape)).max() < 1e-5
+
+
+def test_any_strides_and_odd_head_dim():
+    """Pools that are views: FlashInfer's 5-D (pages, 2, page_size, kv_heads, d) cache split into
+    K and V, an HND pool permuted to NHD, a d stride of 2; q transposed; d = 24."""
+    ps, hkv, g, d = 3, 2, 2, 24
+    lens = [5, 40, 1]
+    rng = np.random.default_rng(5)
+    k, v, table = _pools(lens, ps, hkv, d, rng)
+    q = rng.standard_normal((len(lens), hkv * g, d))
+    ro, rl = _reference(q, k, v, *table, ps)
+    t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
+    tq = t(q.transpose(1, 0, 2).copy()).transpose(0, 1)                      # strides (d, B*d, 1)
+    five = t(np.stack([k, v], axis=1))                                       # FlashInfer's 5-D
+    hnd_k = t(k.transpose(0, 2, 1, 3).copy()).permute(0, 2, 1, 3)            # HND storage
+    wide = torch.zeros(k.shape[:3] + (2 * d,), dtype=torch.float32, device=DEVICE)
+    wide[..., ::2] = t(v)
+    for tk, tv in ((five[:, 0], five[:, 1]), (hnd_k, wide[..., ::2])):
+        assert not tk.is_contiguous() or not tv.is_contiguous()
+        for splits in (1, 2):
+            o, lse = _run(tq, tk, tv, table, ps, splits)
+            assert np.abs(o - ro).max() < 1e-5 and np.abs(lse - rl).max() < 1e-5
+
+
+def test_block_smaller_than_page_and_auto_splits():
+    """BLOCK_N = 16 inside pages of 32 tokens, and the splits=None rule on the interpreter."""
+    lens = [70, 3]
+    rng = np.random.default_rng(9)
+    k, v, table = _pools(lens, 32, 1, 16, rng)
+    q = rng.standard_normal((2, 4, 16))
+    ro, _ = _reference(q, k, v, *table, 32)
+    t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
+    for splits in (1, 4, None):
+        o, _ = _run(t(q), t(k), t(v), table, 32, splits, block_n=16)
+        assert np.abs(o - ro).max() < 1e-5
+    if DEVICE == "cpu":
+        assert auto_splits(1, 1, 1000, "cpu", min_chunk=16) == 4      # fills the 4 pretend SMs
+        assert auto_splits(1, 1, 20, "cpu", min_chunk=16) == 2        # no chunk under 16 tokens
+        assert auto_splits(8, 2, 10 ** 6, "cpu") == 1                 # more blocks than SMs
+
+
+def _good():
+    q = torch.randn(2, 4, 16)
+    k = torch.randn(6, 3, 2, 16)
+    i32 = lambda *x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    return dict(q=q, k_pool=k, v_pool=k.clone(), kv_indptr=i32(0, 2, 3),
+                kv_indices=i32(4, 0, 2), kv_last_page_len=i32(3, 1))
+
+
+@pytest.mark.parametrize("change, kw, err, match", [
+    (lambda a: a.update(q=a["q"].numpy()), {}, TypeError, "q must be a torch.Tensor"),
+    (lambda a: a.update(q=a["q"][0]), {}, ValueError, r"q must be \(batch, q_heads, d\)"),
+    (lambda a: a.update(k_pool=a["k_pool"][0]), {}, ValueError, "k_pool must be NHD"),
+    (lambda a: a.update(v_pool=a["v_pool"][:5]), {}, ValueError, "v_pool"),
+    (lambda a: a.update(k_pool=a["k_pool"].half()), {}, TypeError, "dtype"),
+    (lambda a: a.update(q=a["q"].double(), k_pool=a["k_pool"].double(), v_pool=a["v_pool"].double()),
+     {}, TypeError, "dtype"),
+    (lambda a: None, {"page_size": 4}, ValueError, r"page_size=4 .* k_pool.shape\[1\] = 3"),
+    (lambda a: None, {"page_size": True}, ValueError, "page_size"),
+    (lambda a: a.update(q=torch.randn(2, 3, 16)), {}, ValueError, "multiple of kv_heads"),
+    (lambda a: a.update(q=torch.randn(2, 4, 8)), {}, ValueError, "head dim"),
+    (lambda a: a.update(kv_indptr=a["kv_indptr"].long()), {}, TypeError, "kv_indptr must be int32"),
+    (lambda a: a.update(kv_indptr=a["kv_indptr"][:2]), {}, ValueError, r"kv_indptr .*\(batch \+ 1 = 3\)"),
+    (lambda a: a.update(kv_last_page_len=a["kv_last_page_len"][:1]), {}, ValueError, "kv_last_page_len"),
+    (lambda a: a.update(kv_indices=a["kv_indices"][None]), {}, ValueError, "kv_indices"),
+    (lambda a: a["kv_last_page_len"].fill_(0), {}, ValueError, "kv_last_page_len"),
+    (lambda a: a["kv_indices"].fill_(6), {}, ValueError, "kv_indices"),
+    (lambda a: a["kv_indptr"].add_(1), {}, ValueError, "kv_indptr"),
+    (lambda a: None, {"splits": 0}, ValueError, "splits"),
+    (lambda a: None, {"splits": True}, ValueError, "splits"),
+    (lambda a: None, {"splits": 2.0}, ValueError, "splits"),
+    (lambda a: None, {"splits": 7}, ValueError, r"splits=7 .* <= 6"),
+    (lambda a: None, {"out": torch.empty(2, 4, 16).half()}, ValueError, "out must be"),
+    (lambda a: None, {"splits": 2, "ws": workspace(2, 4, 16, 3, "cpu")}, ValueError, "ws was made"),
+    (lambda a: None, {"block_n": 8}, ValueError, "block_n"),
+])
+def test_bad_input(change, kw, err, match):
+    a = _good()
+    change(a)
+    with pytest.raises(err, match=match):
+        paged_decode(*a.values(), **{"page_size": 3, **kw})
