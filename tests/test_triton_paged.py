@@ -190,7 +190,7 @@ def test_block_smaller_than_page_and_auto_splits():
         o, _ = _run(t(q), t(k), t(v), table, 32, splits, block_n=16)
         assert np.abs(o - ro).max() < 1e-5
     if DEVICE == "cpu":
-        assert auto_splits(1, 1, 1000, "cpu", min_chunk=16) == 4      # fills the 4 pretend SMs
+        assert auto_splits(1, 1, 1000, "cpu", min_chunk=16) == 8      # 2 blocks on each of 4 pretend SMs
         assert auto_splits(1, 1, 20, "cpu", min_chunk=16) == 2        # no chunk under 16 tokens
         assert auto_splits(8, 2, 10 ** 6, "cpu") == 1                 # more blocks than SMs
 

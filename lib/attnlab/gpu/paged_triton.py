@@ -38,11 +38,14 @@ from . import interpreting
 from .decode_triton import _merge_kernel, workspace
 from .flash_triton import _dot, finish, online_update
 
-__all__ = ["paged_decode", "auto_splits", "MIN_CHUNK"]
+__all__ = ["paged_decode", "auto_splits", "auto_block_n", "MIN_CHUNK", "WAVES"]
 
 LOG2E = 1.4426950408889634
 #: With splits=None on a GPU no chunk is cut shorter than this many tokens (the merge costs more).
-MIN_CHUNK = 256
+MIN_CHUNK = 1024
+#: Work blocks per SM that `auto_splits` aims for: two blocks in flight per SM hide the gathers'
+#: latency better than one (the H200 sweep in data/measurements: 32 splits at batch 1 beat 16).
+WAVES = 2
 #: Under the interpreter splits=None pretends the machine has this many SMs (small, fast tests).
 INTERPRETER_SMS = 4
 
@@ -107,21 +110,32 @@ def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, qk_scale,
     tl.store(LP + row, lse, mask=g_ok)
 
 
-def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK) -> int:
-    """Splits so that batch x kv_heads x splits work blocks fill about one wave of the SMs
-    (at most one block per SM: `hardware.decode_time`'s model), and no chunk of a `longest`-token
-    request is shorter than `min_chunk`. The SM count is the CUDA device's; under the interpreter
-    (or on a CPU) a small fixed INTERPRETER_SMS.
-
-    >>> auto_splits(1, 1, 1000, "cpu", min_chunk=16), auto_splits(1, 1, 20, "cpu", min_chunk=16)
-    (4, 2)
-    """
+def _sms(device) -> int:
     dev = torch.device(device)
     if dev.type == "cuda" and not interpreting():
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    else:
-        sms = INTERPRETER_SMS
-    return max(1, min(sms // (batch * kv_heads), -(-longest // min_chunk)))
+        return torch.cuda.get_device_properties(dev).multi_processor_count
+    return INTERPRETER_SMS
+
+
+def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK) -> int:
+    """Splits so that batch x kv_heads x splits work blocks come to about WAVES blocks per SM,
+    and no chunk of a `longest`-token request is shorter than `min_chunk`. The SM count is the
+    CUDA device's; under the interpreter (or on a CPU) a small fixed INTERPRETER_SMS. On an H200
+    (132 SMs, 8 KV heads) this picks 32 splits for one 32K request, 3 at batch 16, 1 from batch 64.
+
+    >>> auto_splits(1, 1, 1000, "cpu", min_chunk=16), auto_splits(1, 1, 20, "cpu", min_chunk=16)
+    (8, 2)
+    """
+    want = -(-WAVES * _sms(device) // (batch * kv_heads))
+    return max(1, min(want, -(-longest // min_chunk)))
+
+
+def auto_block_n(programs: int, device) -> int:
+    """Keys per tile: 128 while the blocks fit WAVES per SM (few, long chunks: fewer loop steps),
+    else 64 (the H200 sweep's best at batch 64 and 256); 16 under the interpreter."""
+    if interpreting():
+        return 16
+    return 128 if programs <= WAVES * _sms(device) else 64
 
 
 def _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size):
@@ -182,18 +196,19 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     """
     B, hq, d, hkv = _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
     interp = interpreting()
-    block_n = block_n or (16 if interp else 64)
-    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16 or block_n & (block_n - 1):
-        raise ValueError(f"block_n={block_n!r} must be a power of two >= 16")
+    if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16
+                                or block_n & (block_n - 1)):
+        raise ValueError(f"block_n={block_n!r} must be a power of two >= 16, or None")
     longest = page_size * (kv_indices.numel() - B + 1)        # no request of this table is longer
     if splits is None:
-        min_chunk = block_n if interp else MIN_CHUNK
+        min_chunk = (block_n or 16) if interp else MIN_CHUNK
         splits = auto_splits(B, hkv, longest, q.device, min_chunk=min_chunk)
     elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= longest:
         raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= {longest} (the "
                          f"longest request {kv_indices.numel()} pages can hold), or None")
     else:
         min_chunk = 1                                  # as asked: `splits` chunks per request
+    block_n = block_n or auto_block_n(B * hkv * splits, q.device)
     if out is None:
         out = torch.empty((B, hq, d), dtype=q.dtype, device=q.device)
     elif (not isinstance(out, torch.Tensor) or out.shape != (B, hq, d) or out.dtype != q.dtype
@@ -206,7 +221,7 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
                          f"this call needs splits={splits} and o {(B * hq, d)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     block_d = max(16, triton.next_power_of_2(d))
-    kw = {} if interp else {"num_warps": num_warps or 4, **({"num_stages": num_stages} if num_stages else {})}
+    kw = {} if interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}   # the sweep's best
     one = splits == 1                                  # the first stage writes the answer itself
     lse = ws["lp"] if one else ws["lse"]
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds to nearest): there the kernels
