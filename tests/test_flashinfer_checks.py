@@ -61,3 +61,18 @@ def test_paper_table_names_its_figures():
     text = paper_table()
     for figure in ("29-69 %", "28-30 %", "13-17 %"):
         assert figure in text
+
+
+def test_paged_summary_reads_the_recorded_run_and_its_ratios():
+    from attnlab.explore import measured
+    res = measured.paged_results()
+    text = measured.paged_summary(res)
+    assert res["device"] in text and res["flashinfer"] in text
+    rows = [line.split() for line in text.splitlines() if re.match(r"\s*\d+ x \d+K", line)]
+    assert len(rows) == len({(r["batch"], r["context"], r["page_size"]) for r in res["rows"] if r["page_size"]})
+    for cells in rows:
+        b, ps = int(cells[0]), int(cells[3])
+        at = [r for r in res["rows"] if r["batch"] == b and r["page_size"] == ps]
+        ours = min(r["us"] for r in at if r["impl"] == "paged" and not r.get("auto"))
+        fi = next(r["us"] for r in at if r["impl"] == "flashinfer-tc")
+        assert float(cells[4]) == round(ours, 1) and float(cells[-1]) == round(fi / ours, 2)

@@ -14,7 +14,8 @@ from ..hardware import data_path
 from . import style
 
 __all__ = ["prefill_results", "live_prefill", "prefill_summary", "prefill_figure", "decode_results",
-           "live_decode", "decode_summary", "decode_figure", "not_live"]
+           "live_decode", "decode_summary", "decode_figure", "paged_results", "live_paged", "paged_summary",
+           "not_live"]
 
 IMPL_LABELS = {"standard": "standard (eager torch, S and P in HBM)",
                "triton": "FlashAttention-2 in Triton (this course)",
@@ -167,3 +168,45 @@ def decode_figure(res: dict, cases=((1, 32768), (2, 16384), (16, 8192), (256, 10
                  fontsize=9)
     ax.legend(fontsize=style.SMALL, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
+
+
+def paged_results(name: str = "h200-2026-12-01-paged.json") -> dict:
+    """A recorded `python -m attnlab.gpu.bench_paged` run from data/measurements/."""
+    with open(data_path("gpus.json").parent / "measurements" / name) as f:
+        return json.load(f)
+
+
+def live_paged(**kw) -> dict | None:
+    """Run the paged decode benchmark here if a CUDA GPU is visible (a minute or two; FlashInfer's
+    columns need `pip install flashinfer-python`); None otherwise."""
+    return _live("bench_paged", **kw)
+
+
+def paged_summary(res: dict) -> str:
+    """Per batch x context and page size: our paged decode (best split and the automatic one)
+    beside FlashInfer's decode wrapper (tensor cores on, off), our kernel on contiguous KV and
+    cuDNN, in µs, and FlashInfer (tensor cores) over ours: above 1 means ours is faster."""
+    head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
+            f"FlashInfer {res['flashinfer']}; bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, "
+            f"d = {res['shape']['head_dim']}; µs per call, CUDA-graph replay\n")
+    rows = []
+    for (b, n) in sorted({(r["batch"], r["context"]) for r in res["rows"]}):
+        case = [r for r in res["rows"] if (r["batch"], r["context"]) == (b, n)]
+        flat: dict = {}
+        for r in case:                                   # the best split of each contiguous kernel
+            if r["page_size"] is None:
+                flat[r["impl"]] = min(r["us"], flat.get(r["impl"], float("inf")))
+        for ps in sorted({r["page_size"] for r in case if r["page_size"]}, reverse=True):
+            at = [r for r in case if r["page_size"] == ps]
+            ours = min(r["us"] for r in at if r["impl"] == "paged" and not r.get("auto"))
+            auto = next(r["us"] for r in at if r["impl"] == "paged" and r.get("auto"))
+            fi = {r["impl"]: r["us"] for r in at if r["impl"].startswith("flashinfer")}
+            rows.append({"case": f"{b} x {n // 1024}K", "ps": ps, "ours": ours, "auto": auto,
+                         "fi_tc": fi.get("flashinfer-tc", float("nan")), "fi": fi.get("flashinfer", float("nan")),
+                         "contig": flat.get("contiguous", float("nan")), "cudnn": flat.get("sdpa-cudnn", float("nan")),
+                         "ratio": fi.get("flashinfer-tc", float("nan")) / ours})
+    return head + style.table(
+        rows, {"case": "batch x context", "ps": "page", "ours": "ours (best split)", "auto": "ours (auto)",
+               "fi_tc": "FlashInfer TC", "fi": "FlashInfer CUDA cores", "contig": "ours contiguous",
+               "cudnn": "cuDNN contiguous", "ratio": "FlashInfer TC / ours"},
+        {k: ".1f" for k in ("ours", "auto", "fi_tc", "fi", "contig", "cudnn")} | {"ratio": ".2f"})
