@@ -3,6 +3,7 @@
     flash_triton.flash_attention_triton   FlashAttention-2 forward (prefill)    bench.py
     decode_triton.split_kv_decode         split-KV decode, contiguous KV         bench_decode.py
     paged_triton.paged_decode             split-KV decode over a paged KV cache  bench_paged.py
+    cascade_triton.cascade_decode         shared prefix read once + paged decode  bench_cascade.py
 
 Nothing in the rest of attnlab imports this package; it imports torch and triton lazily. On a
 machine without a GPU the kernels still run under Triton's interpreter (set TRITON_INTERPRET=1
