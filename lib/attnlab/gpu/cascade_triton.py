@@ -34,7 +34,7 @@ from .flash_triton import _dot, finish, online_update
 from .paged_triton import _check as _check_paged
 from .paged_triton import auto_splits, paged_decode
 
-__all__ = ["cascade_decode", "PREFIX_MIN_CHUNK"]
+__all__ = ["cascade_decode", "prefix_plan", "PREFIX_MIN_CHUNK"]
 
 LOG2E = 1.4426950408889634
 #: With splits=None on a GPU no prefix chunk is shorter than this many tokens.
@@ -127,6 +127,30 @@ def _check_prefix(q, prefix_k, prefix_v, k_pool):
                          f"pool's kv_heads, d = {tuple(k_pool.shape[2:])}")
 
 
+def prefix_plan(n: int, q_heads: int, kv_heads: int, prefix_len: int, device, *, splits=None,
+                block_m=None, block_n=None):
+    """(block_m, block_n, splits, chunk) of the prefix kernel: rows per block (16 under the
+    interpreter, else up to 64 of the n g rows), keys per tile, the prefix cut into `splits`
+    chunks of `chunk` tokens (whole tiles; splits=None: `auto_splits` over the KV heads x row
+    blocks, chunks >= PREFIX_MIN_CHUNK). On an H200 (Llama-3-8B, prefix 4096): 8 splits at n = 8
+    and at n = 64."""
+    interp = interpreting()
+    for name, val in (("block_m", block_m), ("block_n", block_n)):
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 16 or val & (val - 1)):
+            raise ValueError(f"{name}={val!r} must be a power of two >= 16, or None")
+    rows, longest = n * (q_heads // kv_heads), max(prefix_len, 1)
+    block_m = block_m or (16 if interp else min(64, max(16, triton.next_power_of_2(rows))))
+    block_n = block_n or (16 if interp else 64)
+    if splits is None:
+        splits = auto_splits(triton.cdiv(rows, block_m), kv_heads, longest, device,
+                             min_chunk=block_n if interp else PREFIX_MIN_CHUNK)
+    elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= longest:
+        raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= prefix_len={prefix_len} "
+                         f"(1 for an empty prefix), or None")
+    chunk = triton.cdiv(triton.cdiv(longest, splits), block_n) * block_n    # whole tiles
+    return block_m, block_n, triton.cdiv(longest, chunk), chunk          # no split left without keys
+
+
 def cascade_decode(q, prefix_k, prefix_v, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *,
                    page_size: int, splits: int | None = None, unique_splits: int | None = None,
                    scale: float | None = None, out=None, return_lse: bool = False,
@@ -147,21 +171,12 @@ def cascade_decode(q, prefix_k, prefix_v, k_pool, v_pool, kv_indptr, kv_indices,
     _check_prefix(q, prefix_k, prefix_v, k_pool)
     interp = interpreting()
     P, g = prefix_k.shape[0], hq // hkv
-    for name, val, lo in (("block_m", block_m, 16), ("block_n", block_n, 16)):
-        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < lo or val & (val - 1)):
-            raise ValueError(f"{name}={val!r} must be a power of two >= {lo}, or None")
-    rows = B * g
-    block_m = block_m or (16 if interp else min(64, max(16, triton.next_power_of_2(rows))))
-    block_n = block_n or (16 if interp else 64)
-    row_blocks = triton.cdiv(rows, block_m)
-    if splits is None:
-        splits = auto_splits(row_blocks, hkv, max(P, 1), q.device,
-                             min_chunk=block_n if interp else PREFIX_MIN_CHUNK)
-    elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= max(P, 1):
-        raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= prefix_len={P} "
-                         f"(1 for an empty prefix), or None")
-    chunk = triton.cdiv(triton.cdiv(max(P, 1), splits), block_n) * block_n    # whole tiles
-    splits = triton.cdiv(max(P, 1), chunk)             # no program left without prefix tokens
+    if unique_splits is not None and (isinstance(unique_splits, bool) or not isinstance(unique_splits, int)
+                                      or unique_splits < 1):
+        raise ValueError(f"unique_splits={unique_splits!r} must be an int >= 1, or None")
+    block_m, block_n, splits, chunk = prefix_plan(B, hq, hkv, P, q.device, splits=splits,
+                                                  block_m=block_m, block_n=block_n)
+    rows, row_blocks = B * g, triton.cdiv(B * g, block_m)
     if out is None:
         out = torch.empty((B, hq, d), dtype=q.dtype, device=q.device)
     elif (not isinstance(out, torch.Tensor) or out.shape != (B, hq, d) or out.dtype != q.dtype
