@@ -14,6 +14,13 @@ alpha x (its packed query rows) + beta x (its KV chunk's length), FlashInfer's H
 2 qo_len + kv_len. Every plan carries its merge plan: for each output tile, the items whose partial
 states (o, lse) fold with ⊕, in a fixed order, so the result is bitwise reproducible.
 
+How it is computed, since a planner runs on the CPU before every batch: the pieces of one KV head
+(request, query tile, KV chunk) are built with numpy, the KV heads added as copies of them, and
+the items assigned by `_lpt.list_schedule`, which hands them out a round of up to one per CTA at
+a time and gives exactly the plain heap loop's assignment (its docstring proves it). A Plan holds
+int arrays, one entry per item in the order the CTAs take them; `work` and `merge` are built from
+them on first use.
+
 What this leaves out on purpose: the prefill/decode split into separate kernels, the tile-size
 search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_share_time`'s
 "SMs share the bandwidth" model for memory-bound decode.
@@ -21,33 +28,26 @@ search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_sha
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
+from . import _pieces
+from ._pieces import query_tile
 from ._check import as_array, as_int, choice
+from ._lpt import list_schedule
 from .hardware import get_gpu, sm_share_time
 from .softmax import attention_state, merge_states
 
-__all__ = ["query_tile", "KV_TILES", "WorkItem", "Plan", "plan_per_request", "plan_fixed_split",
-           "plan_balanced", "run_plan", "Workspace", "fixed_size_workspace", "lengths", "DISTS"]
+__all__ = ["query_tile", "KV_TILES", "WorkItem", "Plan", "PLAN_COLUMNS", "plan_per_request",
+           "plan_fixed_split", "plan_balanced", "run_plan", "Workspace", "fixed_size_workspace",
+           "lengths", "DISTS"]
 
 KV_TILES = (32, 64, 128)              # FlashInfer's KV tile menu
 DISTS = ("constant", "uniform", "zipf", "longtail")
-
-
-def query_tile(avg_packed_qo_len: float, head_dim: int = 128) -> int:
-    """FlashInfer's query tile for an average packed query length (l_qo x group).
-
-    >>> [query_tile(n) for n in (1, 16, 17, 64, 65)], query_tile(65, head_dim=256)
-    ([16, 16, 64, 64, 128], 64)
-    """
-    head_dim = as_int("head_dim", head_dim, 1, None)
-    if isinstance(avg_packed_qo_len, bool) or not np.isfinite(avg_packed_qo_len) or avg_packed_qo_len <= 0:
-        raise ValueError(f"avg_packed_qo_len={avg_packed_qo_len!r}; valid: a positive number")
-    if avg_packed_qo_len > 64 and head_dim < 256:
-        return 128
-    return 64 if avg_packed_qo_len > 16 else 16
+PLAN_COLUMNS = ("request", "kv_head", "q_start", "q_end", "kv_start", "kv_end", "cost", "cta", "start")
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,74 @@ class WorkItem:
     cost: int
 
 
-@dataclass(frozen=True)
+def _column(index: int, doc: str):
+    """A read-only item column gathered from the pieces of one KV head on first use."""
+    def column(self) -> np.ndarray:
+        col = self._items.pieces[index][self._piece_and_head[0]]
+        col.setflags(write=False)
+        return col
+    column.__doc__ = doc
+    return cached_property(column)
+
+
+@dataclass(frozen=True, eq=False)
 class Plan:
+    """A schedule as columns: read-only int64 arrays with one entry per item, in the order the
+    CTAs take the items (PLAN_COLUMNS). Item j covers packed query rows q_start[j]:q_end[j] and
+    KV positions kv_start[j]:kv_end[j] of request[j] under KV head kv_head[j], costs cost[j] and
+    runs on CTA cta[j] from start[j] (the load of that CTA before it) to start[j] + cost[j].
+
+    The planner computes cta, start, cost and loads; the columns that say which piece an item is
+    are gathered from the pieces of one KV head when first read, and `work` (WorkItems) and
+    `merge` are built from the columns when first read."""
     name: str
-    work: tuple               # WorkItem, in the order the CTAs take them
     num_ctas: int
-    loads: np.ndarray         # summed cost per CTA (read-only)
-    merge: tuple              # ((request, kv_head, q_tile), (item indices by kv_start)) per output
     tile_q: int
+    loads: np.ndarray         # summed cost per CTA
+    cta: np.ndarray
+    start: np.ndarray
+    cost: np.ndarray
+    _items: _Items = field(repr=False)
+
+    request = _column(0, "The request of each item.")
+    q_start = _column(1, "First packed query row (l_qo x group rows, tiled by tile_q).")
+    q_end = _column(2, "One past the last packed query row.")
+    kv_start = _column(3, "First KV position of the item's chunk.")
+    kv_end = _column(4, "One past the last KV position.")
+
+    @cached_property
+    def _piece_and_head(self):
+        src = self._items
+        blocks = src.blocks
+        if src.longest_first:
+            blocks = _pieces.runs(src.cost[src.order], src.pieces[0][src.order])
+        piece, head = _pieces.expand(src.order, blocks, src.kv_heads)
+        head.setflags(write=False)
+        return piece, head
+
+    @property
+    def kv_head(self) -> np.ndarray:
+        """The KV head of each item."""
+        return self._piece_and_head[1]
+
+    @cached_property
+    def work(self) -> tuple:
+        """WorkItem per item, in the order the CTAs take them."""
+        cols = (self.request, self.kv_head, self.q_start, self.q_end, self.kv_start, self.kv_end,
+                self.cta, self.cost)
+        return tuple(WorkItem(r, h, range(q0, q1), a, b, c, x)
+                     for r, h, q0, q1, a, b, c, x in zip(*(col.tolist() for col in cols)))
+
+    @cached_property
+    def merge(self) -> tuple:
+        """((request, kv_head, q_tile), item indices by kv_start) per output tile, outputs sorted."""
+        tile = self.q_start // self.tile_q
+        order = np.lexsort((self.kv_start, tile, self.kv_head, self.request))
+        r, h, t = self.request[order], self.kv_head[order], tile[order]
+        cut = np.flatnonzero((r[1:] != r[:-1]) | (h[1:] != h[:-1]) | (t[1:] != t[:-1])) + 1
+        ends = [0, *cut.tolist(), len(order)]
+        idx, r, h, t = order.tolist(), r.tolist(), h.tolist(), t.tolist()
+        return tuple(((r[a], h[a], t[a]), tuple(idx[a:b])) for a, b in zip(ends, ends[1:]))
 
     @property
     def makespan(self) -> int:
@@ -82,101 +142,72 @@ class Plan:
         """Seconds under the SM-sharing model: the busiest CTA streams its K and V chunks (and
         its query tiles in, partial outputs out) at bandwidth / SMs."""
         g = get_gpu(gpu)
-        per = np.zeros(self.num_ctas)
-        for w in self.work:
-            per[w.cta] += (2 * (w.kv_end - w.kv_start) + 2 * len(w.q_rows)) * head_dim * dtype_bytes
+        moved = (2 * (self.kv_end - self.kv_start) + 2 * (self.q_end - self.q_start)) * (head_dim * dtype_bytes)
+        per = np.bincount(self.cta, weights=moved, minlength=self.num_ctas)
         return sm_share_time(1, float(per.max()), g, sms=max(g.sms, self.num_ctas)).time
 
 
-def _batch(lens, kv_heads, num_ctas, group):
-    if isinstance(lens, (str, bytes)) or not hasattr(lens, "__iter__"):
-        raise TypeError(f"lengths must be a list of (l_qo, l_kv) pairs, got {lens!r}")
-    pairs = []
-    for i, p in enumerate(lens):
-        if not isinstance(p, (tuple, list)) or len(p) != 2:
-            raise TypeError(f"lengths[{i}]={p!r} must be an (l_qo, l_kv) pair")
-        pairs.append((as_int(f"lengths[{i}] l_qo", p[0], 1, None), as_int(f"lengths[{i}] l_kv", p[1], 1, None)))
-    if not pairs:
-        raise ValueError("lengths is empty; valid: at least one request")
-    return (pairs, as_int("kv_heads", kv_heads, 1, None), as_int("num_ctas", num_ctas, 1, None),
-            as_int("group", group, 1, None))
+class _Items(NamedTuple):
+    """Which piece each item is, worked out when a column asks: the pieces of one KV head,
+    their costs, the order they are taken in, blocks of that order taken head-major (None:
+    one piece each), kv_heads, and whether the blocks are runs of a longest-first order."""
+    pieces: tuple
+    cost: np.ndarray
+    order: np.ndarray
+    blocks: tuple | None
+    kv_heads: int
+    longest_first: bool
 
 
-def _tiles(pairs, group, tile_q):
-    packed = [l_qo * group for l_qo, _ in pairs]
-    tq = query_tile(float(np.mean(packed))) if tile_q is None else as_int("tile_q", tile_q, 1, None)
-    return packed, tq
+def _plan(name, pieces, cost, num_ctas, tq, items: _Items) -> Plan:
+    """Each item, in the order of `items`, to the least-loaded CTA."""
+    if items.blocks is None:                        # each piece's KV heads in a row: copies
+        c = cost[items.order]
+        start, cta, loads = list_schedule(c, num_ctas, items.kv_heads, descending=items.longest_first)
+        item_cost = np.repeat(c, items.kv_heads)
+    else:
+        item_cost = cost[_pieces.expand(items.order, items.blocks, items.kv_heads)[0]]
+        start, cta, loads = list_schedule(item_cost, num_ctas)
+    for a in (item_cost, cta, start, loads):
+        a.setflags(write=False)
+    return Plan(name, num_ctas, tq, loads, cta, start, item_cost, items)
 
 
-def _pieces(pairs, kv_heads, packed, tq, chunk_of, alpha, beta):
-    """Unassigned items (request, kv_head, q rows, kv_start, kv_end, cost) in arrival order."""
-    items = []
-    for r, ((_, l_kv), p) in enumerate(zip(pairs, packed)):
-        chunk = chunk_of(l_kv)
-        for h in range(kv_heads):
-            for t0 in range(0, p, tq):
-                rows = range(t0, min(t0 + tq, p))
-                for a in range(0, l_kv, chunk):
-                    b = min(a + chunk, l_kv)
-                    items.append((r, h, rows, a, b, alpha * len(rows) + beta * (b - a)))
-    return items
-
-
-def _assign(name, items, num_ctas, tq, order):
-    """Hand items, in `order`, each to the least-loaded CTA (ties: the lower index)."""
-    heap = [(0, c) for c in range(num_ctas)]
-    loads = np.zeros(num_ctas, np.int64)
-    work = []
-    for i in order:
-        load, cta = heapq.heappop(heap)
-        r, h, rows, a, b, cost = items[i]
-        work.append(WorkItem(r, h, rows, a, b, cta, cost))
-        loads[cta] = load + cost
-        heapq.heappush(heap, (load + cost, cta))
-    outputs: dict = {}
-    for j, w in enumerate(work):
-        outputs.setdefault((w.request, w.kv_head, w.q_rows.start // tq), []).append(j)
-    merge = tuple((key, tuple(sorted(js, key=lambda j: work[j].kv_start)))
-                  for key, js in sorted(outputs.items()))
-    loads.setflags(write=False)
-    return Plan(name, tuple(work), num_ctas, loads, merge, tq)
+def _in_arrival_order(name, pieces, per, cost, kv_heads, num_ctas, tq):
+    blocks = None if len(cost) == len(per) else (np.cumsum(per) - per, per)
+    return _plan(name, pieces, cost, num_ctas, tq,
+                 _Items(pieces, cost, np.arange(len(cost)), blocks, kv_heads, False))
 
 
 def plan_per_request(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
                      beta: int = 1, tile_q=None) -> Plan:
     """One item per (request, KV head, query tile) over its whole KV, in arrival order."""
-    pairs, kv_heads, num_ctas, group = _batch(lengths, kv_heads, num_ctas, group)
-    packed, tq = _tiles(pairs, group, tile_q)
-    items = _pieces(pairs, kv_heads, packed, tq, lambda l_kv: l_kv, alpha, beta)
-    return _assign("per-request", items, num_ctas, tq, range(len(items)))
+    split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, None)
+    return _in_arrival_order("per-request", *split)
 
 
 def plan_fixed_split(lengths, *, chunk: int = 1024, kv_heads: int, num_ctas: int, group: int = 1,
                      alpha: int = 2, beta: int = 1, tile_q=None) -> Plan:
     """The KV cut into chunks of `chunk` tokens, items in arrival order."""
-    pairs, kv_heads, num_ctas, group = _batch(lengths, kv_heads, num_ctas, group)
-    chunk = as_int("chunk", chunk, 1, None)
-    packed, tq = _tiles(pairs, group, tile_q)
-    items = _pieces(pairs, kv_heads, packed, tq, lambda l_kv: chunk, alpha, beta)
-    return _assign(f"fixed {chunk}", items, num_ctas, tq, range(len(items)))
+    split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk)
+    return _in_arrival_order(f"fixed {as_int('chunk', chunk)}", *split)
 
 
 def plan_balanced(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
                   beta: int = 1, tile_q=None) -> Plan:
     """FlashInfer's Algorithm 1. L_kv = ceil(kv_heads sum_i ceil(packed_i / T_q) l_kv_i / #CTA);
-    chunks of at most L_kv; longest item first, each to the least-loaded CTA.
+    chunks of at most L_kv; longest item first (ties: in arrival order), each to the
+    least-loaded CTA (ties: the lower index).
 
     >>> p = plan_balanced([(1, 1000)] + [(1, 100)] * 7, kv_heads=1, num_ctas=4)
     >>> p.makespan, round(p.utilization, 2)
     (458, 0.94)
     """
-    pairs, kv_heads, num_ctas, group = _batch(lengths, kv_heads, num_ctas, group)
-    packed, tq = _tiles(pairs, group, tile_q)
-    total = kv_heads * sum(-(-p // tq) * l_kv for p, (_, l_kv) in zip(packed, pairs))
-    max_chunk = max(1, -(-total // num_ctas))
-    items = _pieces(pairs, kv_heads, packed, tq, lambda l_kv: max_chunk, alpha, beta)
-    order = sorted(range(len(items)), key=lambda i: -items[i][5])       # stable: ties by arrival
-    return _assign("balanced", items, num_ctas, tq, order)
+    pieces, _, cost, kv_heads, num_ctas, tq = _pieces.split(lengths, kv_heads, num_ctas, group,
+                                                            alpha, beta, tile_q, "balanced")
+    order = np.argsort(-cost, kind="stable")        # ties: arrival order
+    return _plan("balanced", pieces, cost, num_ctas, tq,
+                 _Items(pieces, cost, order, None, kv_heads, True))
 
 
 def run_plan(plan: Plan, q, k, v) -> np.ndarray:
