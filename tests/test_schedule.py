@@ -588,7 +588,8 @@ def test_list_schedule_rounds_equal_the_heap_loop(seed):
         desc = bool(np.all(np.diff(costs) <= 0))
         got = list_schedule(np.ascontiguousarray(costs), m, copies, descending=desc)
         want = _independent_list_schedule(np.repeat(costs, copies).tolist(), m)
-        assert [a.tolist() for a in got] == [list(w) for w in want], (n, m, copies, kind)
+        assert [got.start.tolist(), got.cta.tolist(), got.loads.tolist()] == [list(w) for w in want], \
+            (n, m, copies, kind)
 
 
 # --- determinism and the fixed merge order ----------------------------------------------------
@@ -820,11 +821,29 @@ def test_bad_plan_input_is_refused_by_name(fn, kw, exc, name, value):
 def test_lengths_in_other_forms_give_the_same_plan():
     lens = [(1, 10), (3, 200), (2, 77)]
     kw = dict(kv_heads=2, num_ctas=5, group=2)
-    want = plan_balanced(lens, **kw)
-    for other in ([list(p) for p in lens], tuple(lens), [(1.0, 10.0), (3, 200.0), (2, 77)],
-                  [(np.int64(1), np.int32(10)), (3, 200), (2, np.uint16(77))], iter(lens),
-                  ((q, k) for q, k in lens)):
-        _same_plan(plan_balanced(other, **kw), want)
+    for make in (plan_balanced, plan_per_request, plan_fixed_split):
+        want = make(lens, **kw)
+        for other in ([list(p) for p in lens], tuple(lens), [(1.0, 10.0), (3, 200.0), (2, 77)],
+                      [(np.int64(1), np.int32(10)), (3, 200), (2, np.uint16(77))], iter(lens),
+                      ((q, k) for q, k in lens), np.array(lens), np.array(lens, np.int32),
+                      np.array(lens, np.uint16)):
+            _same_plan(make(other, **kw), want)
+    big = lengths("longtail", 256, seed=0)
+    _same_plan(plan_balanced(np.array(big), kv_heads=8, num_ctas=132, group=4),
+               plan_balanced(big, kv_heads=8, num_ctas=132, group=4))
+
+
+@pytest.mark.parametrize("bad, exc, value", [
+    (np.array([[1, 10], [0, 5]]), ValueError, "0"), (np.array([[1, 2**31]]), ValueError, "2147483648"),
+    (np.array([[1.0, 10.0]]), TypeError, "float64"), (np.array([[True, False]]), TypeError, "bool"),
+    (np.array([1, 10]), TypeError, "(2,)"), (np.zeros((1, 3), int), TypeError, "(1, 3)"),
+    (np.zeros((0, 2), int), ValueError, "empty"),
+])
+def test_bad_length_arrays_are_refused_by_name(bad, exc, value):
+    for make in (plan_balanced, plan_per_request, plan_fixed_split):
+        with pytest.raises(exc) as info:
+            make(bad, kv_heads=2, num_ctas=4)
+        assert type(info.value) is exc and "lengths" in str(info.value) and value in str(info.value)
 
 
 @pytest.mark.parametrize("args, exc, name, value", [

@@ -1,135 +1,147 @@
 """List scheduling: items taken in a fixed order, each handed to the least-loaded CTA (ties: the
 lower CTA index). With the items sorted longest first this is LPT, FlashInfer's Algorithm 1.
 
-`list_schedule_heapq` is the plain heap loop, one pop and push per item: the reference.
-`list_schedule` gives exactly the same assignment with numpy work per *round* of up to one item
-per CTA, not per item.
+The plain way is a heap of (load, cta): one pop and one push per item, a Python loop that costs
+about a third of a microsecond per item. `list_schedule` gives exactly the same assignment with
+numpy work per *round*, up to one item per CTA, instead.
 
-Why the rounds are exact. Give CTA c with load L the key L * 2^k + c (2^k > num_ctas - 1): the
+Why a round is exact. Give CTA c with load L the key L * 2^k + c, with 2^k > num_ctas - 1: the
 least-loaded-lower-index rule takes the smallest key, all keys differ, and integer costs keep
-them exact. Sort the keys, K_1 < K_2 < ... < K_m, and let the next items cost c_1, c_2, ....
-Item i goes to the CTA of K_i for every i <= b exactly when K_i < min_{j<i} (K_j + c_j 2^k) for
-every i <= b: by induction, once items 1..i-1 went to K_1..K_{i-1}, the heap holds their new
-keys K_j + c_j 2^k and the untouched K_i < K_{i+1} < ...; the smallest is K_i exactly when it is
-below every new key. K_i rises with i and the prefix minimum falls, so the condition holds for
-a prefix: the largest b is the number of keys below min_j (K_j + c_j 2^k), taken over the
-round's window (a key j past b is at least K_j + 2^k > K_b and does not move the count; a zero
-cost is why the count takes keys equal to the minimum, so that a round hands out >= 1 item).
-A round costs a few numpy calls on m numbers; the longest-first batch of the lecture (2,056
-items on 132 CTAs) takes 17 rounds.
+them exact. Sort the keys, K_1 < K_2 < ..., let the next items cost c_1, c_2, ... and let
+N_j = K_j + c_j 2^k, CTA j's key once it takes item j. Items 1..b go to the CTAs of K_1..K_b in
+turn exactly when no K_i (i <= b) lies above an N_j with j < i: by induction the heap then holds
+N_1..N_{i-1} and K_i < K_{i+1} < ..., whose smallest is K_i. Over a window of w items, with
+T = min_{j<=w} N_j, the largest such b is #{i <= w: K_i <= T}: a K_i above T = N_j has j < i
+(N_j >= K_j), so it waits, and a K_i <= T is below every N_j of another CTA. Since every
+N_j >= K_j >= K_1, b >= 1 even for zero costs. A round adds c_i 2^k to K_i for i <= b and sorts
+the keys again: the longest-first batch of the lecture (2,056 items, 132 CTAs, 8 KV heads)
+takes 17 rounds.
 
-Copies. When every cost stands for `copies` consecutive items (FlashInfer's KV heads of one
-piece) and g = gcd(copies, m) > 1, CTAs g q .. g q + g - 1 stay in step: their keys are adjacent
-(equal loads, consecutive indices), so g equal items in a row go one to each of them, in index
-order (the first one's new key is above the others' while its cost is positive). The schedule
-is then that of m / g CTAs on copies / g copies of each cost, CTA q standing for g q + r.
+Copies. When each cost stands for `copies` equal items in a row (the KV heads of one piece) and
+g = gcd(copies, m) > 1, CTAs g q, ..., g q + g - 1 move in step: equal loads and consecutive
+indices make their keys adjacent, so g equal items in a row go one to each, in index order (the
+first one's new key is above the others' while its cost is positive). The schedule is that of
+m / g CTAs on copies / g copies of each cost, CTA q standing for g q .. g q + g - 1.
 """
 from __future__ import annotations
 
 import heapq
+from functools import cached_property
 from math import gcd
 
 import numpy as np
 
-__all__ = ["list_schedule", "list_schedule_heapq"]
+__all__ = ["Schedule", "list_schedule"]
 
 _KEY_LIMIT = 1 << 62            # keys, and a key plus one item's cost, stay below 2^63
-_HEAP_BELOW = 10                # fewer CTAs than this (after copies): the heap loop is quicker
+_HEAP_BELOW = 10                # rounds of fewer items than this: the heap loop is quicker
+_SEARCH = np.ndarray.searchsorted
+_CAT = np.concatenate
 
 
-def list_schedule_heapq(cost, num_ctas: int):
-    """(start, cta, loads) by a heap of (load, cta): item i goes to `cta[i]`, whose load before
-    it was `start[i]`; `loads` is each CTA's final sum. The reference for `list_schedule`.
+class Schedule:
+    """Where each item runs: cta[i] and start[i] (its CTA's load before it), read-only int64,
+    worked out from the popped keys of the m / g CTAs when first read; loads per CTA."""
 
-    >>> start, cta, loads = list_schedule_heapq([5, 4, 3, 3], 2)
-    >>> cta.tolist(), start.tolist(), loads.tolist()
+    def __init__(self, loads: np.ndarray, keys: np.ndarray, bits: int, g: int):
+        self.loads, self._keys, self._bits, self._g = loads, keys, bits, g
+
+    @cached_property
+    def cta(self) -> np.ndarray:
+        cta = self._keys & ((1 << self._bits) - 1)
+        if self._g > 1:                         # CTA q stands for g q, g q + 1, ..., in turn
+            cta = np.repeat(cta * self._g, self._g)
+            cta += np.arange(len(cta)) % self._g
+        cta.setflags(write=False)
+        return cta
+
+    @cached_property
+    def start(self) -> np.ndarray:
+        start = self._keys >> self._bits
+        if self._g > 1:
+            start = np.repeat(start, self._g)
+        start.setflags(write=False)
+        return start
+
+
+def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = False) -> Schedule:
+    """The Schedule of the items np.repeat(cost, copies), taken in that order, each to the
+    least-loaded CTA (ties: the lower index). cost: int64, >= 0; descending: it is sorted
+    longest first, so its ends are its bounds.
+
+    >>> s = list_schedule(np.array([5, 4, 3, 3]), 2)
+    >>> s.cta.tolist(), s.start.tolist(), s.loads.tolist()
     ([0, 1, 1, 0], [0, 0, 4, 5], [8, 7])
-    """
-    heap = [(0, c) for c in range(num_ctas)]
-    n = len(cost)
-    start, cta = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    for i, x in enumerate(np.asarray(cost).tolist()):
-        load, c = heap[0]
-        start[i], cta[i] = load, c
-        heapq.heapreplace(heap, (load + x, c))
-    loads = np.zeros(num_ctas, np.int64)
-    for load, c in heap:
-        loads[c] = load
-    return start, cta, loads
-
-
-def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = False):
-    """The same (start, cta, loads) as `list_schedule_heapq(np.repeat(cost, copies), num_ctas)`
-    for non-negative int64 `cost`, in rounds (the module docstring proves them). `descending`:
-    cost is sorted longest first, so its ends are its bounds.
-
-    >>> start, cta, loads = list_schedule(np.array([5, 4, 3, 3]), 2)
-    >>> cta.tolist(), start.tolist(), loads.tolist()
-    ([0, 1, 1, 0], [0, 0, 4, 5], [8, 7])
-    >>> list_schedule(np.array([9, 2]), 4, copies=2)[1].tolist()      # 9, 9, 2, 2 on 4 CTAs
+    >>> list_schedule(np.array([9, 2]), 4, copies=2).cta.tolist()      # 9, 9, 2, 2 on 4 CTAs
     [0, 1, 2, 3]
     """
     cost = np.asarray(cost, dtype=np.int64)
-    n, m = len(cost), num_ctas
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(m, np.int64)
+    if len(cost) == 0:
+        return Schedule(np.zeros(num_ctas, np.int64), np.zeros(0, np.int64), 0, 1)
     lo, hi = (int(cost[-1]), int(cost[0])) if descending else (int(cost.min()), int(cost.max()))
-    g = gcd(copies, m) if lo > 0 else 1         # a zero cost breaks the lock-step of copies
-    mr, rep = m // g, copies // g
-    if rep > 1:
-        cost = np.repeat(cost, rep)
-    k = (mr - 1).bit_length()
-    if lo < 0 or ((hi * len(cost)) << k) >= _KEY_LIMIT:
-        raise ValueError(f"costs in [{lo}, {hi}] on {m} CTAs: list_schedule needs costs >= 0 "
-                         f"whose total times 2^{k} stays below 2^62")
+    g = gcd(copies, num_ctas) if lo > 0 else 1  # a zero cost breaks the lock-step of copies
+    m, rep = num_ctas // g, copies // g
+    k = (m - 1).bit_length()
+    if lo < 0 or ((hi * len(cost) * rep) << k) >= _KEY_LIMIT:
+        raise ValueError(f"costs in [{lo}, {hi}] on {num_ctas} CTAs: list_schedule needs costs "
+                         f">= 0 whose total times 2^{k} stays below 2^62")
     w = cost << k
-    if mr < _HEAP_BELOW:
-        keys, last = _heap_rounds(w, np.arange(mr, dtype=np.int64))
-    else:
-        keys, last = _rounds(w, mr)
-    mask = (1 << k) - 1
-    start, cta = keys >> k, keys & mask
-    loads = np.empty(mr, np.int64)
-    loads[last & mask] = last >> k
+    if rep > 1:
+        w = np.repeat(w, rep)
+    first = np.arange(m, dtype=np.int64)        # sorted keys: every load 0
+    keys, last = _heap(w, first) if m < _HEAP_BELOW else _rounds(w, first)
+    loads = np.empty(m, np.int64)
+    loads[last & ((1 << k) - 1)] = last >> k
     if g > 1:
-        cta = (cta[:, None] * g + np.arange(g)).ravel()
-        start, loads = np.repeat(start, g), np.repeat(loads, g)
-    return start, cta, loads
+        loads = np.repeat(loads, g)
+    loads.setflags(write=False)
+    return Schedule(loads, keys, k, g)
 
 
-def _rounds(w, m):
-    """Popped keys for shifted costs `w` (cost * 2^k) on m CTAs, and the final keys."""
-    n = len(w)
-    keys = np.arange(m, dtype=np.int64)         # sorted; CTA c starts with load 0: key c
-    popped, pos = [], 0
+def _rounds(w, keys):
+    """Popped keys for shifted costs w (cost * 2^k) from the sorted keys, and the keys after.
+
+    A round hands an item to each *active* key. The keys are kept sorted in two parts, active
+    and frozen, every frozen key above every active one, so a frozen key is never the smallest
+    while an active one waits and the batch condition (module docstring) decides alone. After a
+    round the keys it left untouched are frozen, and frozen keys below the largest new key join
+    the active ones again, which restores the split: a round then covers about the batch that
+    can go, with no search for it first."""
+    n, popped, pos = len(w), [], 0
+    act, frozen = keys, None
     while pos < n:
-        top = keys[0] + w[pos]                  # the lowest CTA's key after its item
-        if n - pos >= m and keys[-1] < top:     # a round for every CTA, perhaps
-            b = m
-            new = keys + w[pos:pos + m]
-        else:                                   # the CTAs below `top`: an upper bound
-            b = min(int(keys.searchsorted(top, "right")), n - pos)
-            if b < _HEAP_BELOW:                 # short rounds: the heap is cheaper per item,
-                done, keys = _heap_rounds(w[pos:pos + m], keys)     # for a while
-                popped.append(done)
-                pos += len(done)
-                continue
-            new = keys.copy()
-            new[:b] += w[pos:pos + b]
+        b = len(act)
+        if b > n - pos:
+            b = n - pos
+        if b < _HEAP_BELOW and pos:             # short rounds: the heap for a while
+            every = act if frozen is None else _CAT((act, frozen))
+            done, act = _heap(w[pos:pos + len(every)], every)
+            frozen = None
+            popped.append(done)
+            pos += len(done)
+            continue
+        new = act[:b] + w[pos:pos + b]
         new.sort()
-        if not keys[b - 1] < new[0]:            # a touched CTA is back below an untouched one
-            b = int(keys.searchsorted(new[0], "right"))     # new[0] = min(touched): exact b
-            new = keys.copy()
-            new[:b] += w[pos:pos + b]
+        if act.item(b - 1) >= new.item(0):      # some N_j <= K_b: new[0] = T, b = #{K_i <= T}
+            b = int(_SEARCH(act, new.item(0) + 1))
+            new = act[:b] + w[pos:pos + b]
             new.sort()
-        popped.append(keys[:b])
-        keys, pos = new, pos + b
-    return np.concatenate(popped), keys
+        popped.append(act[:b])
+        pos += b
+        if b < len(act):                        # the untouched wait, frozen
+            frozen = act[b:] if frozen is None else _CAT((act[b:], frozen))
+        if frozen is not None and frozen.item(0) < new.item(-1):
+            j = int(_SEARCH(frozen, new.item(-1)))
+            act = _CAT((new, frozen[:j]))
+            act.sort()
+            frozen = frozen[j:] if j < len(frozen) else None
+        else:
+            act = new
+    return np.concatenate(popped), (act if frozen is None else _CAT((act, frozen)))
 
 
-def _heap_rounds(w, keys):
-    """The plain heap loop on keys (load * 2^k + cta) from the sorted `keys` (a valid heap):
-    the popped keys and the keys after, sorted."""
+def _heap(w, keys):
+    """The plain heap loop on the keys, from sorted keys (a valid heap): popped keys, keys after."""
     heap = keys.tolist()
     out = []
     for x in w.tolist():

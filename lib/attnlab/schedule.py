@@ -14,12 +14,12 @@ alpha x (its packed query rows) + beta x (its KV chunk's length), FlashInfer's H
 2 qo_len + kv_len. Every plan carries its merge plan: for each output tile, the items whose partial
 states (o, lse) fold with ⊕, in a fixed order, so the result is bitwise reproducible.
 
-How it is computed, since a planner runs on the CPU before every batch: the pieces of one KV head
-(request, query tile, KV chunk) are built with numpy, the KV heads added as copies of them, and
-the items assigned by `_lpt.list_schedule`, which hands them out a round of up to one per CTA at
-a time and gives exactly the plain heap loop's assignment (its docstring proves it). A Plan holds
-int arrays, one entry per item in the order the CTAs take them; `work` and `merge` are built from
-them on first use.
+How it is computed, since a planner runs on the CPU before every batch: the batch is cut with
+numpy (`_pieces`), and the items, each piece under every KV head, are handed to the CTAs by
+`_lpt.list_schedule`, a round of up to one item per CTA at a time, which gives exactly the
+assignment of the plain heap loop (its docstring proves it). A Plan is that decision and the
+loads; its per-item columns (cta, start, cost, request, ...), `work` and `merge` are built when
+first read. The lengths may also come as an (n, 2) integer array, which skips checking each pair.
 
 What this leaves out on purpose: the prefill/decode split into separate kernels, the tile-size
 search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_share_time`'s
@@ -27,17 +27,15 @@ search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_sha
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
 
 import numpy as np
 
 from . import _pieces
-from ._pieces import query_tile
 from ._check import as_array, as_int, choice
-from ._lpt import list_schedule
+from ._lpt import Schedule, list_schedule
+from ._pieces import query_tile
 from .hardware import get_gpu, sm_share_time
 from .softmax import attention_state, merge_states
 
@@ -64,7 +62,7 @@ class WorkItem:
 def _column(index: int, doc: str):
     """A read-only item column gathered from the pieces of one KV head on first use."""
     def column(self) -> np.ndarray:
-        col = self._items.pieces[index][self._piece_and_head[0]]
+        col = self._items.pieces[index][self._items.piece_and_head[0]]
         col.setflags(write=False)
         return col
     column.__doc__ = doc
@@ -73,22 +71,21 @@ def _column(index: int, doc: str):
 
 @dataclass(frozen=True, eq=False)
 class Plan:
-    """A schedule as columns: read-only int64 arrays with one entry per item, in the order the
-    CTAs take the items (PLAN_COLUMNS). Item j covers packed query rows q_start[j]:q_end[j] and
-    KV positions kv_start[j]:kv_end[j] of request[j] under KV head kv_head[j], costs cost[j] and
-    runs on CTA cta[j] from start[j] (the load of that CTA before it) to start[j] + cost[j].
+    """A schedule. Its items, in the order the CTAs take them, are columns: read-only int64
+    arrays with one entry per item (PLAN_COLUMNS). Item j covers packed query rows
+    q_start[j]:q_end[j] and KV positions kv_start[j]:kv_end[j] of request[j] under KV head
+    kv_head[j], costs cost[j] and runs on CTA cta[j] from start[j], the load of that CTA before
+    it, to start[j] + cost[j].
 
-    The planner computes cta, start, cost and loads; the columns that say which piece an item is
-    are gathered from the pieces of one KV head when first read, and `work` (WorkItems) and
-    `merge` are built from the columns when first read."""
+    The planner decides the CTAs and their loads; each column is built when first read, and
+    `work` (WorkItems) and `merge` from the columns, so a plan read only for its loads costs no
+    more than the decision."""
     name: str
     num_ctas: int
     tile_q: int
     loads: np.ndarray         # summed cost per CTA
-    cta: np.ndarray
-    start: np.ndarray
-    cost: np.ndarray
-    _items: _Items = field(repr=False)
+    _schedule: Schedule = field(repr=False)
+    _items: _pieces.Items = field(repr=False)
 
     request = _column(0, "The request of each item.")
     q_start = _column(1, "First packed query row (l_qo x group rows, tiled by tile_q).")
@@ -96,20 +93,25 @@ class Plan:
     kv_start = _column(3, "First KV position of the item's chunk.")
     kv_end = _column(4, "One past the last KV position.")
 
-    @cached_property
-    def _piece_and_head(self):
-        src = self._items
-        blocks = src.blocks
-        if src.longest_first:
-            blocks = _pieces.runs(src.cost[src.order], src.pieces[0][src.order])
-        piece, head = _pieces.expand(src.order, blocks, src.kv_heads)
-        head.setflags(write=False)
-        return piece, head
+    @property
+    def cta(self) -> np.ndarray:
+        """The CTA of each item."""
+        return self._schedule.cta
+
+    @property
+    def start(self) -> np.ndarray:
+        """The load of the item's CTA before it: where the item begins on that CTA's timeline."""
+        return self._schedule.start
+
+    @property
+    def cost(self) -> np.ndarray:
+        """alpha x query rows + beta x KV tokens of each item."""
+        return self._items.cost
 
     @property
     def kv_head(self) -> np.ndarray:
         """The KV head of each item."""
-        return self._piece_and_head[1]
+        return self._items.piece_and_head[1]
 
     @cached_property
     def work(self) -> tuple:
@@ -147,67 +149,49 @@ class Plan:
         return sm_share_time(1, float(per.max()), g, sms=max(g.sms, self.num_ctas)).time
 
 
-class _Items(NamedTuple):
-    """Which piece each item is, worked out when a column asks: the pieces of one KV head,
-    their costs, the order they are taken in, blocks of that order taken head-major (None:
-    one piece each), kv_heads, and whether the blocks are runs of a longest-first order."""
-    pieces: tuple
-    cost: np.ndarray
-    order: np.ndarray
-    blocks: tuple | None
-    kv_heads: int
-    longest_first: bool
+def _plan(name: str, split: _pieces.Split, seq, copies, order, blocks, index) -> Plan:
+    schedule = list_schedule(seq, split.num_ctas, copies, descending=order is None)
+    return Plan(name, split.num_ctas, split.tile_q, schedule.loads, schedule,
+                _pieces.Items(split, seq, copies, order, blocks, index))
 
 
-def _plan(name, pieces, cost, num_ctas, tq, items: _Items) -> Plan:
-    """Each item, in the order of `items`, to the least-loaded CTA."""
-    if items.blocks is None:                        # each piece's KV heads in a row: copies
-        c = cost[items.order]
-        start, cta, loads = list_schedule(c, num_ctas, items.kv_heads, descending=items.longest_first)
-        item_cost = np.repeat(c, items.kv_heads)
-    else:
-        item_cost = cost[_pieces.expand(items.order, items.blocks, items.kv_heads)[0]]
-        start, cta, loads = list_schedule(item_cost, num_ctas)
-    for a in (item_cost, cta, start, loads):
-        a.setflags(write=False)
-    return Plan(name, num_ctas, tq, loads, cta, start, item_cost, items)
-
-
-def _in_arrival_order(name, pieces, per, cost, kv_heads, num_ctas, tq):
-    blocks = None if len(cost) == len(per) else (np.cumsum(per) - per, per)
-    return _plan(name, pieces, cost, num_ctas, tq,
-                 _Items(pieces, cost, np.arange(len(cost)), blocks, kv_heads, False))
+def _in_arrival_order(name: str, split: _pieces.Split) -> Plan:
+    order = np.arange(len(split.cost))
+    if len(split.cost) == len(split.per):           # one piece per request: its heads in a row
+        return _plan(name, split, split.cost, split.kv_heads, order, None, None)
+    blocks = (np.cumsum(split.per) - split.per, split.per)
+    piece, head = _pieces.expand(order, blocks, split.kv_heads)
+    return _plan(name, split, split.cost[piece], 1, order, blocks, (piece, head))
 
 
 def plan_per_request(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
                      beta: int = 1, tile_q=None) -> Plan:
     """One item per (request, KV head, query tile) over its whole KV, in arrival order."""
-    split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, None)
-    return _in_arrival_order("per-request", *split)
+    return _in_arrival_order("per-request", _pieces.split(lengths, kv_heads, num_ctas, group,
+                                                          alpha, beta, tile_q, None))
 
 
 def plan_fixed_split(lengths, *, chunk: int = 1024, kv_heads: int, num_ctas: int, group: int = 1,
                      alpha: int = 2, beta: int = 1, tile_q=None) -> Plan:
     """The KV cut into chunks of `chunk` tokens, items in arrival order."""
     split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk)
-    return _in_arrival_order(f"fixed {as_int('chunk', chunk)}", *split)
+    return _in_arrival_order(f"fixed {as_int('chunk', chunk)}", split)
 
 
 def plan_balanced(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
                   beta: int = 1, tile_q=None) -> Plan:
     """FlashInfer's Algorithm 1. L_kv = ceil(kv_heads sum_i ceil(packed_i / T_q) l_kv_i / #CTA);
     chunks of at most L_kv; longest item first (ties: in arrival order), each to the
-    least-loaded CTA (ties: the lower index).
+    least-loaded CTA (ties: the lower index). The lengths: (l_qo, l_kv) pairs, or an integer
+    array of shape (n, 2).
 
     >>> p = plan_balanced([(1, 1000)] + [(1, 100)] * 7, kv_heads=1, num_ctas=4)
     >>> p.makespan, round(p.utilization, 2)
     (458, 0.94)
     """
-    pieces, _, cost, kv_heads, num_ctas, tq = _pieces.split(lengths, kv_heads, num_ctas, group,
-                                                            alpha, beta, tile_q, "balanced")
-    order = np.argsort(-cost, kind="stable")        # ties: arrival order
-    return _plan("balanced", pieces, cost, num_ctas, tq,
-                 _Items(pieces, cost, order, None, kv_heads, True))
+    split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, "balanced")
+    longest_first = np.sort(split.cost)[::-1]       # the costs are all the rounds need
+    return _plan("balanced", split, longest_first, split.kv_heads, None, None, None)
 
 
 def run_plan(plan: Plan, q, k, v) -> np.ndarray:
