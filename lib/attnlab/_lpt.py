@@ -99,7 +99,8 @@ def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = Fa
 
 
 def _rounds(w, keys):
-    """Popped keys for shifted costs w (cost * 2^k) from the sorted keys, and the keys after.
+    """Popped keys for shifted costs w (cost * 2^k) from the sorted keys, and the keys after
+    (in any order).
 
     A round hands an item to each *active* key. The keys are kept sorted in two parts, active
     and frozen, every frozen key above every active one, so a frozen key is never the smallest
@@ -120,16 +121,21 @@ def _rounds(w, keys):
             popped.append(done)
             pos += len(done)
             continue
-        new = act[:b] + w[pos:pos + b]
+        new = (act if b == len(act) else act[:b]) + w[pos:pos + b]
         new.sort()
         if act.item(b - 1) >= new.item(0):      # some N_j <= K_b: new[0] = T, b = #{K_i <= T}
             b = int(_SEARCH(act, new.item(0) + 1))
             new = act[:b] + w[pos:pos + b]
             new.sort()
-        popped.append(act[:b])
         pos += b
-        if b < len(act):                        # the untouched wait, frozen
+        if b == len(act):
+            popped.append(act)
+        else:                                   # the untouched wait, frozen
+            popped.append(act[:b])
             frozen = act[b:] if frozen is None else _CAT((act[b:], frozen))
+        if pos == n:                            # done: the keys after, in any order
+            act, frozen = (new if frozen is None else _CAT((new, frozen))), None
+            break
         if frozen is not None and frozen.item(0) < new.item(-1):
             j = int(_SEARCH(frozen, new.item(-1)))
             act = _CAT((new, frozen[:j]))
@@ -137,11 +143,12 @@ def _rounds(w, keys):
             frozen = frozen[j:] if j < len(frozen) else None
         else:
             act = new
-    return np.concatenate(popped), (act if frozen is None else _CAT((act, frozen)))
+    return np.concatenate(popped), act
 
 
 def _heap(w, keys):
-    """The plain heap loop on the keys, from sorted keys (a valid heap): popped keys, keys after."""
+    """The plain heap loop on the keys, from sorted keys (a valid heap): popped keys, keys after
+    (sorted)."""
     heap = keys.tolist()
     out = []
     for x in w.tolist():

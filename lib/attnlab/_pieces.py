@@ -56,9 +56,11 @@ def _count(name, value, lo, hi=None) -> int:
 
 
 class Split(NamedTuple):
-    """A checked batch cut for one KV head: each piece's cost, pieces per request, and what
-    `pieces` needs to list them (cols: already listed, else None)."""
-    cost: np.ndarray
+    """A checked batch cut for one KV head: the pieces' costs (values: in no particular order;
+    cost: in arrival order, None until `arrival_cost` when a longest-first plan needed only the
+    values), pieces per request, and what `pieces` needs to list them (cols: already listed)."""
+    values: np.ndarray
+    cost: np.ndarray | None
     per: np.ndarray
     kv_heads: int
     num_ctas: int
@@ -68,10 +70,19 @@ class Split(NamedTuple):
     tiles: np.ndarray | None
     chunk: int | None
     cols: tuple | None
+    alpha: int
+    beta: int
 
     def pieces(self) -> tuple:
         """(request, q_start, q_end, kv_start, kv_end) of every piece, in arrival order."""
         return self.cols or pieces(self.kv, self.packed, self.tiles, self.tile_q, self.chunk)[0]
+
+    def arrival_cost(self, cols=None) -> np.ndarray:
+        """Each piece's cost in arrival order (cols: the pieces, when already listed)."""
+        if self.cost is not None:
+            return self.cost
+        _, q_start, q_end, kv_start, kv_end = cols or self.pieces()
+        return self.alpha * (q_end - q_start) + self.beta * (kv_end - kv_start)
 
 
 class Items:
@@ -92,7 +103,7 @@ class Items:
     def piece_and_head(self) -> tuple:
         piece_head = self.index
         if piece_head is None and self.order is None:   # longest first: equal costs of one
-            cost = self.split.cost                        # request are one block, heads then
+            cost = self.split.arrival_cost(self.pieces)   # request are one block, heads then
             order = np.argsort(-cost, kind="stable")      # pieces, as they arrived
             piece_head = expand(order, runs(cost[order], self.pieces[0][order]), self.split.kv_heads)
         elif piece_head is None:
@@ -125,7 +136,8 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk) -> Split:
     tq = _tile(int(packed.sum()) / len(packed)) if tile_q is None else _count("tile_q", tile_q, 1, INT32_MAX)
     most = -(-longest // tq)                        # the most tiles of one request
     tiles = None if most == 1 else (packed + (tq - 1)) // tq
-    if chunk == "balanced":                         # L_kv = ceil(kv_heads sum_i tiles_i l_kv_i / #CTA)
+    longest_first = chunk == "balanced"
+    if longest_first:                               # L_kv = ceil(kv_heads sum_i tiles_i l_kv_i / #CTA)
         kv_sum = int(kv.sum())
         if most * kv_sum * kv_heads >= 2**62:
             raise ValueError(f"lengths: up to {most * kv_sum * kv_heads:.3g} query tiles x KV "
@@ -135,15 +147,22 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk) -> Split:
     if tiles is None:                               # one query tile each: costs without pieces
         per = np.ones(len(kv), np.int64) if chunk is None else (kv + (chunk - 1)) // chunk
         rows = alpha * packed
-        cost = rows + beta * kv
+        cost = values = rows + beta * kv
         if len(cost) < int(per.sum()):              # chunks of `chunk` tokens, then the rest
-            last = cost - beta * chunk * (per - 1)
-            cost = np.repeat(rows + beta * chunk, per)
-            cost[np.cumsum(per) - 1] = last
-        return Split(cost, per, kv_heads, num_ctas, tq, kv, packed, None, chunk, None)
+            more = per - 1
+            last = cost - (beta * chunk) * more
+            full = rows + beta * chunk
+            values = np.concatenate((last, np.repeat(full, more)))
+            if longest_first:                       # only the values are needed now
+                cost = None
+            else:
+                cost = np.repeat(full, per)
+                cost[np.cumsum(per) - 1] = last
+        return Split(values, cost, per, kv_heads, num_ctas, tq, kv, packed, None, chunk, None,
+                     alpha, beta)
     cols, per, rows, kv_len = pieces(kv, packed, tiles, tq, chunk)
-    return Split(alpha * rows + beta * kv_len, per, kv_heads, num_ctas, tq, kv, packed, tiles,
-                 chunk, cols)
+    cost = alpha * rows + beta * kv_len
+    return Split(cost, cost, per, kv_heads, num_ctas, tq, kv, packed, tiles, chunk, cols, alpha, beta)
 
 
 def requests(lens) -> tuple[np.ndarray, np.ndarray]:

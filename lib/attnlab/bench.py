@@ -86,6 +86,8 @@ def _balanced_heapq(lens, kv_heads: int, num_ctas: int, group: int):
 
 
 def _median_time(fn, repeats: int) -> float:
+    for _ in range(min(repeats, 100)):              # warm up
+        fn()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -94,21 +96,33 @@ def _median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def planner_line(batch: int = 256, repeats: int = 200) -> str:
-    """The balanced plan's cost for a long-tailed batch (8 KV heads, 132 CTAs, group 4), beside
-    the straightforward heapq planner's on the same batch, and whether their plans agree."""
-    from .schedule import lengths, plan_balanced
+def planner_line(batch: int = 256, repeats: int = 300) -> str:
+    """The balanced plan's cost for a long-tailed batch (8 KV heads, 132 CTAs, group 4): from a
+    list of pairs, from an (n, 2) array, and with every column built; beside the
+    straightforward heapq planner's on the same batch, and whether their plans agree."""
+    import numpy as np
+
+    from .schedule import PLAN_COLUMNS, lengths, plan_balanced
     lens = lengths("longtail", batch, seed=0)
+    array = np.array(lens)
     kw = dict(kv_heads=8, num_ctas=132, group=4)
     fast = _median_time(lambda: plan_balanced(lens, **kw), repeats)
-    slow = _median_time(lambda: _balanced_heapq(lens, **kw), max(3, repeats // 40))
+    from_array = _median_time(lambda: plan_balanced(array, **kw), repeats)
+
+    def with_columns():
+        plan = plan_balanced(lens, **kw)
+        return [getattr(plan, c) for c in PLAN_COLUMNS]
+
+    columns = _median_time(with_columns, repeats)
+    slow = _median_time(lambda: _balanced_heapq(lens, **kw), 5)
     plan = plan_balanced(lens, **kw)
     work, loads, merge = _balanced_heapq(lens, **kw)
     same = plan.work == work and plan.loads.tolist() == loads and plan.merge == merge
-    return (f"plan_balanced, batch {batch}, 8 KV heads, 132 CTAs: {fast * 1e6:.0f} us "
-            f"(target {PLANNER_TARGET_US:.0f} us; {len(plan.work):,} work items, utilization "
-            f"{plan.utilization:.1%}); the plain heapq planner: {slow * 1e3:.2f} ms; plans "
-            + ("identical" if same else "DIFFER"))
+    return (f"plan_balanced, batch {batch}, 8 KV heads, 132 CTAs, {len(plan.work):,} items: "
+            f"{fast * 1e6:.0f} us from a list of pairs (target {PLANNER_TARGET_US:.0f} us), "
+            f"{from_array * 1e6:.0f} us from an (n, 2) array, {columns * 1e6:.0f} us with every "
+            f"column built;\n  the plain heapq planner: {slow * 1e3:.1f} ms; plans "
+            + ("identical" if same else "DIFFER") + f" (utilization {plan.utilization:.1%})")
 
 
 def main(argv=None) -> int:

@@ -190,7 +190,7 @@ def plan_balanced(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alph
     (458, 0.94)
     """
     split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, "balanced")
-    longest_first = np.sort(split.cost)[::-1]       # the costs are all the rounds need
+    longest_first = np.sort(split.values)[::-1]     # the costs are all the rounds need
     return _plan("balanced", split, longest_first, split.kv_heads, None, None, None)
 
 
