@@ -90,10 +90,8 @@ def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = Fa
         w = np.repeat(w, rep)
     first = np.arange(m, dtype=np.int64)        # sorted keys: every load 0
     keys, last = _heap(w, first) if m < _HEAP_BELOW else _rounds(w, first)
-    loads = np.empty(m, np.int64)
-    loads[last & ((1 << k) - 1)] = last >> k
-    if g > 1:
-        loads = np.repeat(loads, g)
+    loads = np.empty(num_ctas, np.int64)       # CTA q's load is that of g q .. g q + g - 1
+    loads.reshape(m, g)[last & ((1 << k) - 1)] = (last >> k)[:, None]
     loads.setflags(write=False)
     return Schedule(loads, keys, k, g)
 

@@ -147,7 +147,7 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk) -> Split:
     if tiles is None:                               # one query tile each: costs without pieces
         per = np.ones(len(kv), np.int64) if chunk is None else (kv + (chunk - 1)) // chunk
         rows = alpha * packed
-        cost = values = rows + beta * kv
+        cost = values = rows + (kv if beta == 1 else beta * kv)
         if len(cost) < int(per.sum()):              # chunks of `chunk` tokens, then the rest
             more = per - 1
             last = cost - (beta * chunk) * more
