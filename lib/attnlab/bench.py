@@ -5,9 +5,10 @@ stops of a discrete slider; ends and middle of a continuous one) and back; the m
 `set()` (numbers + artists + draw + PNG) is one line, beside the same median on a last pass with
 no background cached (every change a first visit: panels whose axes move are redrawn) and the
 median time of the numbers alone.
-Target on the course's 2-core CPU: under 100 ms per change, under 20 ms for the numbers. A last
-line times `schedule.plan_balanced` (target under 100 us) against the straightforward heapq
-planner it replaced, kept here as `_balanced_heapq`, and checks that both make the same plan.
+Target on the course's 2-core CPU: under 100 ms per change, under 20 ms for the numbers. The
+last lines time `schedule.plan_balanced` (target under 100 us) from a list of pairs, from an
+(n, 2) array and with every column built, against the straightforward heapq planner it
+replaced, kept here as `_balanced_heapq`, and check that both make the same plan.
 """
 from __future__ import annotations
 

@@ -150,6 +150,8 @@ class Plan:
 
 
 def _plan(name: str, split: _pieces.Split, seq, copies, order, blocks, index) -> Plan:
+    """The items, costs seq (each entry `copies` items in a row), to the CTAs in that order;
+    order None: the pieces longest first, seq sorted so (see `_pieces.Items` for the rest)."""
     schedule = list_schedule(seq, split.num_ctas, copies, descending=order is None)
     return Plan(name, split.num_ctas, split.tile_q, schedule.loads, schedule,
                 _pieces.Items(split, seq, copies, order, blocks, index))
