@@ -23,8 +23,8 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from attnlab.schedule import (Plan, fixed_size_workspace, lengths, plan_balanced, plan_fixed_split,
-                              plan_per_request, query_tile, run_plan)
+from attnlab.schedule import (Plan, WorkItem, fixed_size_workspace, lengths, plan_balanced,
+                              plan_fixed_split, plan_per_request, query_tile, run_plan)
 
 F64_TOL = 1e-12
 DISTS = ("constant", "uniform", "zipf", "longtail")
@@ -413,6 +413,185 @@ def test_balanced_makespan_within_four_thirds_of_optimum():
         cases += 1
 
 
+# --- the batched assignment, item by item -------------------------------------------------------
+# The planner hands items out a round at a time (attnlab._lpt); here every item of the plan, in
+# the order the CTAs take it, is checked against a heap loop over the items built from the
+# specification: same piece, same CTA, same start on that CTA, same loads, same merge plan.
+
+def _items_natural(lens, kv_heads, group, tq, cap_of, alpha, beta):
+    """Items in arrival order (request, kv_head, tile, chunk): (request, kv_head, q_start, q_stop,
+    kv_start, kv_end, cost); cap_of(l_kv) is the chunk of a request's KV."""
+    out = []
+    for r, (lq, lk) in enumerate(lens):
+        packed, cap = lq * group, cap_of(lk)
+        for h in range(kv_heads):
+            for t in range(_n_tiles(lq, group, tq)):
+                q0, q1 = t * tq, min((t + 1) * tq, packed)
+                for s in range(0, lk, cap):
+                    e = min(s + cap, lk)
+                    out.append((r, h, q0, q1, s, e, alpha * (q1 - q0) + beta * (e - s)))
+    return out
+
+
+def _heap_assign(items, num_ctas, longest_first):
+    """The items in the order the CTAs take them, each with (cta, start), and the loads: longest
+    first (stable) or in arrival order, each to the least-loaded CTA, lower index on ties."""
+    order = sorted(range(len(items)), key=lambda i: -items[i][6]) if longest_first else range(len(items))
+    heap = [(0, c) for c in range(num_ctas)]
+    out = []
+    for i in order:
+        load, c = heapq.heappop(heap)
+        out.append((*items[i], c, load))
+        heapq.heappush(heap, (load + items[i][6], c))
+    loads = [0] * num_ctas
+    for load, c in heap:
+        loads[c] = load
+    return out, loads
+
+
+def _merge_of(rows, tq):
+    outputs = {}
+    for j, x in enumerate(rows):
+        outputs.setdefault((x[0], x[1], x[2] // tq), []).append(j)
+    return [(k, tuple(sorted(js, key=lambda j: rows[j][4]))) for k, js in sorted(outputs.items())]
+
+
+def _columns(plan):
+    names = ("request", "kv_head", "q_start", "q_end", "kv_start", "kv_end", "cost", "cta", "start")
+    cols = [getattr(plan, n) for n in names]
+    for n, c in zip(names, cols):
+        assert isinstance(c, np.ndarray) and c.ndim == 1 and len(c) == len(plan.work), n
+        assert np.issubdtype(c.dtype, np.integer) and not c.flags.writeable, n
+    return list(zip(*(c.tolist() for c in cols)))
+
+
+def _check_against_heap(plan, lens, kv_heads, num_ctas, group, alpha, beta, kind, chunk=None, tq=None):
+    tq = _tile_of(lens, group) if tq is None else tq
+    if kind == "balanced":
+        cap = _l_kv_max(lens, kv_heads, num_ctas, group, tq)
+        cap_of = lambda lk: cap                     # noqa: E731
+    elif kind == "fixed":
+        cap_of = lambda lk: chunk                   # noqa: E731
+    else:
+        cap_of = lambda lk: lk                      # noqa: E731
+    items = _items_natural(lens, kv_heads, group, tq, cap_of, alpha, beta)
+    want, loads = _heap_assign(items, num_ctas, kind == "balanced")
+    got = _columns(plan)
+    first_bad = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    assert len(got) == len(want) and first_bad is None, (first_bad, got[first_bad:first_bad + 3],
+                                                         want[first_bad:first_bad + 3])
+    assert np.asarray(plan.loads).tolist() == loads
+    assert _merge_entries(plan) == _merge_of(want, tq)
+    assert plan.work == tuple(WorkItem(r, h, range(q0, q1), s, e, c, x)
+                              for r, h, q0, q1, s, e, x, c, _ in want)
+
+
+def _random_lens(rng):
+    """Batches with many ties: a few repeated KV lengths (1 among them), decode or prefill."""
+    b = int(rng.integers(1, 9))
+    menu = [1, 2, 7, 64, 64, 100, 333] if rng.random() < 0.5 else [int(x) for x in rng.integers(1, 900, 4)]
+    decode = rng.random() < 0.5
+    lq = [1] * b if decode else [int(x) for x in rng.choice([1, 2, 5, 17, 33, 70], size=b)]
+    return [(q, int(rng.choice(menu))) for q in lq]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_plan_is_the_heap_loop_item_by_item(seed):
+    rng = np.random.default_rng(7000 + seed)
+    for _ in range(6):
+        lens = _random_lens(rng)
+        kv_heads, group = int(rng.integers(1, 10)), int(rng.choice([1, 2, 4, 8]))
+        num_ctas = int(rng.choice([1, 2, 3, 5, 8, 9, 12, 16, 33, 132, 400]))
+        alpha, beta = [(2, 1), (2, 1), (0, 1), (1, 0), (3, 5), (1, 1), (7, 2)][int(rng.integers(0, 7))]
+        kw = dict(kv_heads=kv_heads, num_ctas=num_ctas, group=group, alpha=alpha, beta=beta)
+        _check_against_heap(plan_balanced(lens, **kw), lens, kv_heads, num_ctas, group, alpha, beta,
+                            "balanced")
+        _check_against_heap(plan_per_request(lens, **kw), lens, kv_heads, num_ctas, group, alpha, beta,
+                            "per-request")
+        chunk = int(rng.choice([1, 3, 64, 1024]))
+        _check_against_heap(plan_fixed_split(lens, chunk=chunk, **kw), lens, kv_heads, num_ctas, group,
+                            alpha, beta, "fixed", chunk=chunk)
+
+
+def test_zero_costs_all_go_to_cta_zero():
+    lens = [(1, 5), (3, 9), (2, 1)]
+    for make in (plan_balanced, plan_per_request, plan_fixed_split):
+        p = make(lens, kv_heads=3, num_ctas=7, group=2, alpha=0, beta=0)
+        assert set(p.cta.tolist()) == {0} and set(p.start.tolist()) == {0}
+        assert np.asarray(p.loads).tolist() == [0] * 7
+
+
+@pytest.mark.parametrize("batch", [16, 256])
+def test_balanced_longtail_is_the_heap_loop_item_by_item(batch):
+    lens = lengths("longtail", batch, seed=0)
+    p = plan_balanced(lens, kv_heads=8, num_ctas=132, group=4)
+    _check_against_heap(p, lens, 8, 132, 4, ALPHA, BETA, "balanced")
+    if batch == 256:
+        assert len(p.work) == 2056
+
+
+def test_prefill_tiles_and_chunks_item_by_item():
+    # several query tiles and KV chunks per request, and equal costs within one request (its
+    # tiles of T_q rows, its chunks of L_kv tokens): their KV heads keep the arrival order
+    lens = [(100, 4096), (100, 4096), (37, 1000), (1, 8192), (64, 2048)]
+    for kw in (dict(kv_heads=4, num_ctas=132, group=2), dict(kv_heads=2, num_ctas=10, group=1),
+               dict(kv_heads=8, num_ctas=132, group=8, tile_q=16), dict(kv_heads=1, num_ctas=3)):
+        p = plan_balanced(lens, **kw)
+        kv_heads, num_ctas, group = kw["kv_heads"], kw["num_ctas"], kw.get("group", 1)
+        _check_against_heap(p, lens, kv_heads, num_ctas, group, ALPHA, BETA, "balanced", tq=kw.get("tile_q"))
+        for chunk in (256, 1024):
+            q = plan_fixed_split(lens, chunk=chunk, **kw)
+            _check_against_heap(q, lens, kv_heads, num_ctas, group, ALPHA, BETA, "fixed", chunk=chunk,
+                                tq=kw.get("tile_q"))
+
+
+def test_start_is_the_load_of_the_cta_before_the_item():
+    lens = lengths("zipf", 40, seed=2)
+    p = plan_balanced(lens, kv_heads=4, num_ctas=20, group=4)
+    load = [0] * 20
+    for c, s, x in zip(p.cta.tolist(), p.start.tolist(), p.cost.tolist()):
+        assert s == load[c]
+        load[c] += x
+    assert load == np.asarray(p.loads).tolist()
+
+
+def _independent_list_schedule(costs, m):
+    heap = [(0, c) for c in range(m)]
+    cta, start = [], []
+    for x in costs:
+        load, c = heapq.heappop(heap)
+        cta.append(c)
+        start.append(load)
+        heapq.heappush(heap, (load + x, c))
+    loads = [0] * m
+    for load, c in heap:
+        loads[c] = load
+    return start, cta, loads
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_list_schedule_rounds_equal_the_heap_loop(seed):
+    """attnlab._lpt on bare cost sequences: sorted or not, with copies (KV heads), zeros, ties,
+    one CTA, more CTAs than items, rounds short enough to hand over to the heap for a while."""
+    from attnlab._lpt import list_schedule
+    rng = np.random.default_rng(8000 + seed)
+    for _ in range(20):
+        n, m = int(rng.integers(1, 300)), int(rng.choice([1, 2, 4, 9, 10, 11, 32, 33, 64, 132, 1000]))
+        copies = int(rng.choice([1, 2, 3, 4, 8]))
+        kind = int(rng.integers(0, 4))
+        if kind == 0:
+            costs = rng.integers(0, 4, n)                       # zeros and ties
+        elif kind == 1:
+            costs = rng.integers(1, 10**6, n)                   # arrival order, unsorted
+        else:
+            costs = np.sort(np.round(rng.lognormal(5, 1.5 if kind == 2 else 0.3, n)).astype(np.int64) + 1)[::-1]
+        desc = bool(np.all(np.diff(costs) <= 0))
+        got = list_schedule(np.ascontiguousarray(costs), m, copies, descending=desc)
+        want = _independent_list_schedule(np.repeat(costs, copies).tolist(), m)
+        assert [got.start.tolist(), got.cta.tolist(), got.loads.tolist()] == [list(w) for w in want], \
+            (n, m, copies, kind)
+
+
 # --- determinism and the fixed merge order ----------------------------------------------------
 
 def test_three_calls_give_identical_plans():
@@ -606,6 +785,16 @@ for _pname, _fn in PLANS.items():
         (dict(lengths=[("3", 5)]), TypeError, "lengths|l_qo", "'3'"),
         (dict(lengths=[(True, 5)]), TypeError, "lengths|l_qo", "True"),
         (dict(lengths=[(1, True)]), TypeError, "lengths|l_kv", "True"),
+        (dict(lengths=[(1, 10), (1, 2**31)]), ValueError, "lengths|l_kv", "2147483648"),
+        (dict(lengths=[(1, 10, 5)]), TypeError, "lengths", "(1, 10, 5)"),
+        (dict(lengths=[(1, None)]), TypeError, "lengths|l_kv", "None"),
+        (dict(lengths=[{1: 2, 3: 4}]), TypeError, "lengths", "{1: 2, 3: 4}"),
+        (dict(lengths=[(1, 10)] * 300 + [(True, 4)]), TypeError, "lengths|l_qo", "True"),
+        (dict(lengths=[(2, 10)] * 3 + [(2, True)]), TypeError, "lengths|l_kv", "True"),
+        (dict(group=2**30), ValueError, "group", "1073741824"),
+        (dict(alpha=True), TypeError, "alpha", "True"), (dict(alpha=2.5), TypeError, "alpha", "2.5"),
+        (dict(alpha=-1), ValueError, "alpha", "-1"), (dict(beta=-2), ValueError, "beta", "-2"),
+        (dict(beta="1"), TypeError, "beta", "'1'"), (dict(beta=2**21), ValueError, "beta", "2097152"),
     ]:
         BAD.append(pytest.param(_fn, _kw, _exc, _name, _val, id=f"{_pname}-{_name}-{_val}"))
 for _kw, _exc, _name, _val in [(dict(chunk=0), ValueError, "chunk", "0"), (dict(chunk=True), TypeError, "chunk", "True")]:
@@ -627,6 +816,34 @@ def test_bad_plan_input_is_refused_by_name(fn, kw, exc, name, value):
     assert re.search(rf"(?<![A-Za-z0-9_])({name})(?![A-Za-z0-9_])", msg), f"{name!r} not named in: {msg}"
     if value is not None:
         assert value in msg, f"value {value!r} not shown in: {msg}"
+
+
+def test_lengths_in_other_forms_give_the_same_plan():
+    lens = [(1, 10), (3, 200), (2, 77)]
+    kw = dict(kv_heads=2, num_ctas=5, group=2)
+    for make in (plan_balanced, plan_per_request, plan_fixed_split):
+        want = make(lens, **kw)
+        for other in ([list(p) for p in lens], tuple(lens), [(1.0, 10.0), (3, 200.0), (2, 77)],
+                      [(np.int64(1), np.int32(10)), (3, 200), (2, np.uint16(77))], iter(lens),
+                      ((q, k) for q, k in lens), np.array(lens), np.array(lens, np.int32),
+                      np.array(lens, np.uint16)):
+            _same_plan(make(other, **kw), want)
+    big = lengths("longtail", 256, seed=0)
+    _same_plan(plan_balanced(np.array(big), kv_heads=8, num_ctas=132, group=4),
+               plan_balanced(big, kv_heads=8, num_ctas=132, group=4))
+
+
+@pytest.mark.parametrize("bad, exc, value", [
+    (np.array([[1, 10], [0, 5]]), ValueError, "0"), (np.array([[1, 2**31]]), ValueError, "2147483648"),
+    (np.array([[1.0, 10.0]]), TypeError, "float64"), (np.array([[True, False]]), TypeError, "bool"),
+    (np.array([1, 10]), TypeError, "(2,)"), (np.zeros((1, 3), int), TypeError, "(1, 3)"),
+    (np.zeros((0, 2), int), ValueError, "empty"),
+])
+def test_bad_length_arrays_are_refused_by_name(bad, exc, value):
+    for make in (plan_balanced, plan_per_request, plan_fixed_split):
+        with pytest.raises(exc) as info:
+            make(bad, kv_heads=2, num_ctas=4)
+        assert type(info.value) is exc and "lengths" in str(info.value) and value in str(info.value)
 
 
 @pytest.mark.parametrize("args, exc, name, value", [

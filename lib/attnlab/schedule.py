@@ -14,41 +14,38 @@ alpha x (its packed query rows) + beta x (its KV chunk's length), FlashInfer's H
 2 qo_len + kv_len. Every plan carries its merge plan: for each output tile, the items whose partial
 states (o, lse) fold with ⊕, in a fixed order, so the result is bitwise reproducible.
 
+How it is computed, since a planner runs on the CPU before every batch: the batch is cut with
+numpy (`_pieces`), and the items, each piece under every KV head, are handed to the CTAs by
+`_lpt.list_schedule`, a round of up to one item per CTA at a time, which gives exactly the
+assignment of the plain heap loop (its docstring proves it). A Plan is that decision and the
+loads; its per-item columns (cta, start, cost, request, ...), `work` and `merge` are built when
+first read. The lengths may also come as an (n, 2) integer array, which skips checking each pair.
+
 What this leaves out on purpose: the prefill/decode split into separate kernels, the tile-size
 search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_share_time`'s
 "SMs share the bandwidth" model for memory-bound decode.
 """
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
+from . import _pieces
 from ._check import as_array, as_int
+from ._lpt import Schedule, list_schedule
+from ._pieces import query_tile
 from .hardware import get_gpu, sm_share_time
 from .softmax import attention_state, merge_states
-from .workload import DISTS, RECORDED_BATCHES, lengths, recorded_lengths  # noqa: F401 (re-exported)
+from .workload import DISTS, RECORDED_BATCHES, TileWaste, lengths, recorded_lengths, tile_waste  # noqa: F401
 
-__all__ = ["query_tile", "KV_TILES", "WorkItem", "Plan", "plan_per_request", "plan_fixed_split",
-           "plan_balanced", "run_plan", "Workspace", "fixed_size_workspace", "lengths", "DISTS",
-           "recorded_lengths", "RECORDED_BATCHES"]
+__all__ = ["query_tile", "KV_TILES", "WorkItem", "Plan", "PLAN_COLUMNS", "plan_per_request",
+           "plan_fixed_split", "plan_balanced", "run_plan", "Workspace", "fixed_size_workspace",
+           "lengths", "DISTS", "recorded_lengths", "RECORDED_BATCHES", "TileWaste", "tile_waste"]
 
 KV_TILES = (32, 64, 128)              # FlashInfer's KV tile menu
-
-
-def query_tile(avg_packed_qo_len: float, head_dim: int = 128) -> int:
-    """FlashInfer's query tile for an average packed query length (l_qo x group).
-
-    >>> [query_tile(n) for n in (1, 16, 17, 64, 65)], query_tile(65, head_dim=256)
-    ([16, 16, 64, 64, 128], 64)
-    """
-    head_dim = as_int("head_dim", head_dim, 1, None)
-    if isinstance(avg_packed_qo_len, bool) or not np.isfinite(avg_packed_qo_len) or avg_packed_qo_len <= 0:
-        raise ValueError(f"avg_packed_qo_len={avg_packed_qo_len!r}; valid: a positive number")
-    if avg_packed_qo_len > 64 and head_dim < 256:
-        return 128
-    return 64 if avg_packed_qo_len > 16 else 16
+PLAN_COLUMNS = ("request", "kv_head", "q_start", "q_end", "kv_start", "kv_end", "cost", "cta", "start")
 
 
 @dataclass(frozen=True)
@@ -62,14 +59,78 @@ class WorkItem:
     cost: int
 
 
-@dataclass(frozen=True)
+def _column(index: int, doc: str):
+    """A read-only item column gathered from the pieces of one KV head on first use."""
+    def column(self) -> np.ndarray:
+        col = self._items.pieces[index][self._items.piece_and_head[0]]
+        col.setflags(write=False)
+        return col
+    column.__doc__ = doc
+    return cached_property(column)
+
+
+@dataclass(frozen=True, eq=False)
 class Plan:
+    """A schedule. Its items, in the order the CTAs take them, are columns: read-only int64
+    arrays with one entry per item (PLAN_COLUMNS). Item j covers packed query rows
+    q_start[j]:q_end[j] and KV positions kv_start[j]:kv_end[j] of request[j] under KV head
+    kv_head[j], costs cost[j] and runs on CTA cta[j] from start[j], the load of that CTA before
+    it, to start[j] + cost[j].
+
+    The planner decides the CTAs and their loads; each column is built when first read, and
+    `work` (WorkItems) and `merge` from the columns, so a plan read only for its loads costs no
+    more than the decision."""
     name: str
-    work: tuple               # WorkItem, in the order the CTAs take them
     num_ctas: int
-    loads: np.ndarray         # summed cost per CTA (read-only)
-    merge: tuple              # ((request, kv_head, q_tile), (item indices by kv_start)) per output
     tile_q: int
+    loads: np.ndarray         # summed cost per CTA
+    _schedule: Schedule = field(repr=False)
+    _items: _pieces.Items = field(repr=False)
+
+    request = _column(0, "The request of each item.")
+    q_start = _column(1, "First packed query row (l_qo x group rows, tiled by tile_q).")
+    q_end = _column(2, "One past the last packed query row.")
+    kv_start = _column(3, "First KV position of the item's chunk.")
+    kv_end = _column(4, "One past the last KV position.")
+
+    @property
+    def cta(self) -> np.ndarray:
+        """The CTA of each item."""
+        return self._schedule.cta
+
+    @property
+    def start(self) -> np.ndarray:
+        """The load of the item's CTA before it: where the item begins on that CTA's timeline."""
+        return self._schedule.start
+
+    @property
+    def cost(self) -> np.ndarray:
+        """alpha x query rows + beta x KV tokens of each item."""
+        return self._items.cost
+
+    @property
+    def kv_head(self) -> np.ndarray:
+        """The KV head of each item."""
+        return self._items.piece_and_head[1]
+
+    @cached_property
+    def work(self) -> tuple:
+        """WorkItem per item, in the order the CTAs take them."""
+        cols = (self.request, self.kv_head, self.q_start, self.q_end, self.kv_start, self.kv_end,
+                self.cta, self.cost)
+        return tuple(WorkItem(r, h, range(q0, q1), a, b, c, x)
+                     for r, h, q0, q1, a, b, c, x in zip(*(col.tolist() for col in cols)))
+
+    @cached_property
+    def merge(self) -> tuple:
+        """((request, kv_head, q_tile), item indices by kv_start) per output tile, outputs sorted."""
+        tile = self.q_start // self.tile_q
+        order = np.lexsort((self.kv_start, tile, self.kv_head, self.request))
+        r, h, t = self.request[order], self.kv_head[order], tile[order]
+        cut = np.flatnonzero((r[1:] != r[:-1]) | (h[1:] != h[:-1]) | (t[1:] != t[:-1])) + 1
+        ends = [0, *cut.tolist(), len(order)]
+        idx, r, h, t = order.tolist(), r.tolist(), h.tolist(), t.tolist()
+        return tuple(((r[a], h[a], t[a]), tuple(idx[a:b])) for a, b in zip(ends, ends[1:]))
 
     @property
     def makespan(self) -> int:
@@ -83,101 +144,56 @@ class Plan:
         """Seconds under the SM-sharing model: the busiest CTA streams its K and V chunks (and
         its query tiles in, partial outputs out) at bandwidth / SMs."""
         g = get_gpu(gpu)
-        per = np.zeros(self.num_ctas)
-        for w in self.work:
-            per[w.cta] += (2 * (w.kv_end - w.kv_start) + 2 * len(w.q_rows)) * head_dim * dtype_bytes
+        moved = (2 * (self.kv_end - self.kv_start) + 2 * (self.q_end - self.q_start)) * (head_dim * dtype_bytes)
+        per = np.bincount(self.cta, weights=moved, minlength=self.num_ctas)
         return sm_share_time(1, float(per.max()), g, sms=max(g.sms, self.num_ctas)).time
 
 
-def _batch(lens, kv_heads, num_ctas, group):
-    if isinstance(lens, (str, bytes)) or not hasattr(lens, "__iter__"):
-        raise TypeError(f"lengths must be a list of (l_qo, l_kv) pairs, got {lens!r}")
-    pairs = []
-    for i, p in enumerate(lens):
-        if not isinstance(p, (tuple, list)) or len(p) != 2:
-            raise TypeError(f"lengths[{i}]={p!r} must be an (l_qo, l_kv) pair")
-        pairs.append((as_int(f"lengths[{i}] l_qo", p[0], 1, None), as_int(f"lengths[{i}] l_kv", p[1], 1, None)))
-    if not pairs:
-        raise ValueError("lengths is empty; valid: at least one request")
-    return (pairs, as_int("kv_heads", kv_heads, 1, None), as_int("num_ctas", num_ctas, 1, None),
-            as_int("group", group, 1, None))
+def _plan(name: str, split: _pieces.Split, seq, copies, order, blocks, index) -> Plan:
+    """The items, costs seq (each entry `copies` items in a row), to the CTAs in that order;
+    order None: the pieces longest first, seq sorted so (see `_pieces.Items` for the rest)."""
+    schedule = list_schedule(seq, split.num_ctas, copies, descending=order is None)
+    return Plan(name, split.num_ctas, split.tile_q, schedule.loads, schedule,
+                _pieces.Items(split, seq, copies, order, blocks, index))
 
 
-def _tiles(pairs, group, tile_q):
-    packed = [l_qo * group for l_qo, _ in pairs]
-    tq = query_tile(float(np.mean(packed))) if tile_q is None else as_int("tile_q", tile_q, 1, None)
-    return packed, tq
-
-
-def _pieces(pairs, kv_heads, packed, tq, chunk_of, alpha, beta):
-    """Unassigned items (request, kv_head, q rows, kv_start, kv_end, cost) in arrival order."""
-    items = []
-    for r, ((_, l_kv), p) in enumerate(zip(pairs, packed)):
-        chunk = chunk_of(l_kv)
-        for h in range(kv_heads):
-            for t0 in range(0, p, tq):
-                rows = range(t0, min(t0 + tq, p))
-                for a in range(0, l_kv, chunk):
-                    b = min(a + chunk, l_kv)
-                    items.append((r, h, rows, a, b, alpha * len(rows) + beta * (b - a)))
-    return items
-
-
-def _assign(name, items, num_ctas, tq, order):
-    """Hand items, in `order`, each to the least-loaded CTA (ties: the lower index)."""
-    heap = [(0, c) for c in range(num_ctas)]
-    loads = np.zeros(num_ctas, np.int64)
-    work = []
-    for i in order:
-        load, cta = heapq.heappop(heap)
-        r, h, rows, a, b, cost = items[i]
-        work.append(WorkItem(r, h, rows, a, b, cta, cost))
-        loads[cta] = load + cost
-        heapq.heappush(heap, (load + cost, cta))
-    outputs: dict = {}
-    for j, w in enumerate(work):
-        outputs.setdefault((w.request, w.kv_head, w.q_rows.start // tq), []).append(j)
-    merge = tuple((key, tuple(sorted(js, key=lambda j: work[j].kv_start)))
-                  for key, js in sorted(outputs.items()))
-    loads.setflags(write=False)
-    return Plan(name, tuple(work), num_ctas, loads, merge, tq)
+def _in_arrival_order(name: str, split: _pieces.Split) -> Plan:
+    order = np.arange(len(split.cost))
+    if len(split.cost) == len(split.per):           # one piece per request: its heads in a row
+        return _plan(name, split, split.cost, split.kv_heads, order, None, None)
+    blocks = (np.cumsum(split.per) - split.per, split.per)
+    piece, head = _pieces.expand(order, blocks, split.kv_heads)
+    return _plan(name, split, split.cost[piece], 1, order, blocks, (piece, head))
 
 
 def plan_per_request(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
                      beta: int = 1, tile_q=None) -> Plan:
     """One item per (request, KV head, query tile) over its whole KV, in arrival order."""
-    pairs, kv_heads, num_ctas, group = _batch(lengths, kv_heads, num_ctas, group)
-    packed, tq = _tiles(pairs, group, tile_q)
-    items = _pieces(pairs, kv_heads, packed, tq, lambda l_kv: l_kv, alpha, beta)
-    return _assign("per-request", items, num_ctas, tq, range(len(items)))
+    return _in_arrival_order("per-request", _pieces.split(lengths, kv_heads, num_ctas, group,
+                                                          alpha, beta, tile_q, None))
 
 
 def plan_fixed_split(lengths, *, chunk: int = 1024, kv_heads: int, num_ctas: int, group: int = 1,
                      alpha: int = 2, beta: int = 1, tile_q=None) -> Plan:
     """The KV cut into chunks of `chunk` tokens, items in arrival order."""
-    pairs, kv_heads, num_ctas, group = _batch(lengths, kv_heads, num_ctas, group)
-    chunk = as_int("chunk", chunk, 1, None)
-    packed, tq = _tiles(pairs, group, tile_q)
-    items = _pieces(pairs, kv_heads, packed, tq, lambda l_kv: chunk, alpha, beta)
-    return _assign(f"fixed {chunk}", items, num_ctas, tq, range(len(items)))
+    split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk)
+    return _in_arrival_order(f"fixed {as_int('chunk', chunk)}", split)
 
 
 def plan_balanced(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
                   beta: int = 1, tile_q=None) -> Plan:
     """FlashInfer's Algorithm 1. L_kv = ceil(kv_heads sum_i ceil(packed_i / T_q) l_kv_i / #CTA);
-    chunks of at most L_kv; longest item first, each to the least-loaded CTA.
+    chunks of at most L_kv; longest item first (ties: in arrival order), each to the
+    least-loaded CTA (ties: the lower index). The lengths: (l_qo, l_kv) pairs, or an integer
+    array of shape (n, 2).
 
     >>> p = plan_balanced([(1, 1000)] + [(1, 100)] * 7, kv_heads=1, num_ctas=4)
     >>> p.makespan, round(p.utilization, 2)
     (458, 0.94)
     """
-    pairs, kv_heads, num_ctas, group = _batch(lengths, kv_heads, num_ctas, group)
-    packed, tq = _tiles(pairs, group, tile_q)
-    total = kv_heads * sum(-(-p // tq) * l_kv for p, (_, l_kv) in zip(packed, pairs))
-    max_chunk = max(1, -(-total // num_ctas))
-    items = _pieces(pairs, kv_heads, packed, tq, lambda l_kv: max_chunk, alpha, beta)
-    order = sorted(range(len(items)), key=lambda i: -items[i][5])       # stable: ties by arrival
-    return _assign("balanced", items, num_ctas, tq, order)
+    split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, "balanced")
+    longest_first = np.sort(split.values)[::-1]     # the costs are all the rounds need
+    return _plan("balanced", split, longest_first, split.kv_heads, None, None, None)
 
 
 def run_plan(plan: Plan, q, k, v) -> np.ndarray:
@@ -235,41 +251,3 @@ def fixed_size_workspace(plan: Plan, max_ctas: int, max_items: int) -> Workspace
     for a in (items, valid, count):
         a.setflags(write=False)
     return Workspace(items, valid, count)
-
-
-@dataclass(frozen=True)
-class TileWaste:
-    """A batch's packed query rows cut into T_q-row tiles, per request (arrays read-only)."""
-    tile_q: int
-    packed: np.ndarray        # l_qo x group rows
-    tiles: np.ndarray         # ceil(packed / tile_q): query tiles, each one pass over the request's KV
-    idle: np.ndarray          # tiles x tile_q - packed: tensor-core rows that compute nothing
-
-    @property
-    def idle_fraction(self) -> float:
-        return float(self.idle.sum() / (self.tiles.sum() * self.tile_q))
-
-
-def tile_waste(l_qo, group: int = 1, head_dim: int = 128, tile_q=None) -> TileWaste:
-    """Tiles and idle rows when each request's l_qo x group rows fill tiles of T_q rows; T_q is
-    `query_tile` of the batch's average packed length unless `tile_q` fixes it.
-
-    >>> w = tile_waste([1, 1, 129])                   # average 43.7 packed rows -> 64-row tiles
-    >>> w.tile_q, w.tiles.tolist(), w.idle.tolist(), f"{w.idle_fraction:.0%}"
-    (64, [1, 1, 3], [63, 63, 63], '59%')
-    """
-    if isinstance(l_qo, (str, bytes)) or not hasattr(l_qo, "__iter__"):
-        raise TypeError(f"l_qo must be a list of query lengths, got {l_qo!r}")
-    group, head_dim = as_int("group", group, 1, None), as_int("head_dim", head_dim, 1, None)
-    packed = np.array([as_int(f"l_qo[{i}]", n, 1, None) for i, n in enumerate(l_qo)], np.int64) * group
-    if not packed.size:
-        raise ValueError("l_qo is empty; valid: at least one request")
-    tq = query_tile(float(packed.mean()), head_dim) if tile_q is None else as_int("tile_q", tile_q, 1, None)
-    tiles = -(-packed // tq)
-    idle = tiles * tq - packed
-    for a in (packed, tiles, idle):
-        a.setflags(write=False)
-    return TileWaste(tq, packed, tiles, idle)
-
-
-__all__ += ["TileWaste", "tile_waste"]

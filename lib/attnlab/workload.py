@@ -1,17 +1,20 @@
-"""Request lengths for the scheduling demos: seeded length distributions, and the exact batches
+"""Request lengths for the scheduling demos: seeded length distributions, the exact batches
 notebook 05 uses, committed in data/request_lengths.json (written by `python -m attnlab.tools.batches`,
-which records the seed and the generator's parameters beside every batch)."""
+which records the seed and the generator's parameters beside every batch), and what a batch's
+query lengths do to FlashInfer's query tiles (`tile_waste`)."""
 from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
 from ._catalog import data_path
 from ._check import as_int, choice
+from ._pieces import query_tile
 
-__all__ = ["DISTS", "lengths", "RECORDED_BATCHES", "recorded_lengths"]
+__all__ = ["DISTS", "lengths", "RECORDED_BATCHES", "recorded_lengths", "TileWaste", "tile_waste"]
 
 DISTS = ("constant", "uniform", "zipf", "longtail")
 
@@ -61,3 +64,38 @@ def recorded_lengths(dist: str, batch: int) -> list[tuple[int, int]]:
         raise ValueError(f"batch={batch} is not recorded in data/request_lengths.json; valid: "
                          f"{', '.join(table)} (schedule.lengths makes a batch of any size)")
     return [(int(q), int(k)) for q, k in table[str(batch)]]
+
+
+@dataclass(frozen=True)
+class TileWaste:
+    """A batch's packed query rows cut into T_q-row tiles, per request (arrays read-only)."""
+    tile_q: int
+    packed: np.ndarray        # l_qo x group rows
+    tiles: np.ndarray         # ceil(packed / tile_q): query tiles, each one pass over the request's KV
+    idle: np.ndarray          # tiles x tile_q - packed: tensor-core rows that compute nothing
+
+    @property
+    def idle_fraction(self) -> float:
+        return float(self.idle.sum() / (self.tiles.sum() * self.tile_q))
+
+
+def tile_waste(l_qo, group: int = 1, head_dim: int = 128, tile_q=None) -> TileWaste:
+    """Tiles and idle rows when each request's l_qo x group rows fill tiles of T_q rows; T_q is
+    `query_tile` of the batch's average packed length unless `tile_q` fixes it.
+
+    >>> w = tile_waste([1, 1, 129])                   # average 43.7 packed rows -> 64-row tiles
+    >>> w.tile_q, w.tiles.tolist(), w.idle.tolist(), f"{w.idle_fraction:.0%}"
+    (64, [1, 1, 3], [63, 63, 63], '59%')
+    """
+    if isinstance(l_qo, (str, bytes)) or not hasattr(l_qo, "__iter__"):
+        raise TypeError(f"l_qo must be a list of query lengths, got {l_qo!r}")
+    group, head_dim = as_int("group", group, 1, None), as_int("head_dim", head_dim, 1, None)
+    packed = np.array([as_int(f"l_qo[{i}]", n, 1, None) for i, n in enumerate(l_qo)], np.int64) * group
+    if not packed.size:
+        raise ValueError("l_qo is empty; valid: at least one request")
+    tq = query_tile(float(packed.mean()), head_dim) if tile_q is None else as_int("tile_q", tile_q, 1, None)
+    tiles = -(-packed // tq)
+    idle = tiles * tq - packed
+    for a in (packed, tiles, idle):
+        a.setflags(write=False)
+    return TileWaste(tq, packed, tiles, idle)
