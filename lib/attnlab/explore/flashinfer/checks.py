@@ -4,7 +4,6 @@ variant's definition written out densely, full attention), in a few lines of tex
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 
@@ -131,16 +130,13 @@ def determinism_check(batch: int = 4, kv_heads: int = 2, group: int = 4, d: int 
             + ", ".join(style.magnitude(np.abs(s - base).max()) for s in shuffled))
 
 
-def planner_cost(batch: int = 256, repeats: int = 20) -> str:
+def planner_cost(batch: int = 256, repeats: int = 50) -> str:
     """Median wall time of `plan_balanced` for a long-tailed batch (Llama-3-8B: 8 KV heads, group 4,
     132 CTAs) on this machine, and per layer of a 32-layer model (one plan serves every layer)."""
+    from ...bench import _median_time                   # the one timer `make bench` uses
     lens = lengths("longtail", batch, seed=0)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        plan = plan_balanced(lens, kv_heads=8, num_ctas=132, group=4)
-        times.append(time.perf_counter() - t0)
-    t = float(np.median(times))
+    plan = plan_balanced(lens, kv_heads=8, num_ctas=132, group=4)
+    t = _median_time(lambda: plan_balanced(lens, kv_heads=8, num_ctas=132, group=4), repeats)
     return (f"plan_balanced, batch {batch}: {t * 1e6:,.0f} µs per plan ({len(plan.work):,} work items), "
             f"{t * 1e6 / 32:,.1f} µs per layer over 32 layers")
 
