@@ -117,8 +117,9 @@ def _sms(device) -> int:
     return INTERPRETER_SMS
 
 
-def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK) -> int:
-    """Splits so that batch x kv_heads x splits work blocks come to about WAVES blocks per SM,
+def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK,
+                waves: int = WAVES) -> int:
+    """Splits so that batch x kv_heads x splits work blocks come to about `waves` blocks per SM,
     and no chunk of a `longest`-token request is shorter than `min_chunk`. The SM count is the
     CUDA device's; under the interpreter (or on a CPU) a small fixed INTERPRETER_SMS. On an H200
     (132 SMs, 8 KV heads) this picks 32 splits for one 32K request, 4 at batch 16, 1 from batch 64
@@ -127,7 +128,7 @@ def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: i
     >>> auto_splits(1, 1, 1000, "cpu", min_chunk=16), auto_splits(1, 1, 20, "cpu", min_chunk=16)
     (8, 2)
     """
-    want = 1 << (-(-WAVES * _sms(device) // (batch * kv_heads)) - 1).bit_length()   # a power of two
+    want = 1 << (-(-waves * _sms(device) // (batch * kv_heads)) - 1).bit_length()   # a power of two
     return max(1, min(want, -(-longest // min_chunk)))
 
 
