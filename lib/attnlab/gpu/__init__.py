@@ -4,6 +4,7 @@
     decode_triton.split_kv_decode         split-KV decode, contiguous KV         bench_decode.py
     paged_triton.paged_decode             split-KV decode over a paged KV cache  bench_paged.py
     cascade_triton.cascade_decode         shared prefix read once + paged decode  bench_cascade.py
+    variants_triton.variant_prefill       prefill, soft-cap / window compiled in  bench_variants.py
 
 Nothing in the rest of attnlab imports this package; it imports torch and triton lazily. On a
 machine without a GPU the kernels still run under Triton's interpreter (set TRITON_INTERPRET=1

@@ -1,0 +1,168 @@
+"""`variant_prefill` (soft-cap, sliding window, causal compiled into one Triton kernel) against a
+float64 reference written from the definition and against `attnlab.variants.variant_attention`.
+
+Under Triton's interpreter (no GPU) with 16 x 16 blocks, so the sizes below divide no block.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.gpu.variants_triton import blocks, kv_block_range, variant_prefill
+from attnlab.variants import causal as causal_v, sliding_window, soft_cap, variant_attention
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def dense_reference(q, k, v, *, causal=False, cap=None, window=None, scale=None):
+    """float64 by definition: s = scale q k^T, cap, mask (bottom-right), softmax, times v; 0 for a
+    row with no visible key. Returns (o, visible mask (N_q, N_k))."""
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+    n_q, n_k = q.shape[2], k.shape[2]
+    s = np.einsum("bhid,bhjd->bhij", q, k) * (1 / math.sqrt(q.shape[3]) if scale is None else scale)
+    if cap:
+        s = cap * np.tanh(s / cap)
+    q_idx = np.arange(n_q)[:, None] + n_k - n_q
+    kv_idx = np.arange(n_k)[None, :]
+    vis = np.ones((n_q, n_k), bool)
+    if causal or window:
+        vis &= kv_idx <= q_idx
+    if window:
+        vis &= kv_idx > q_idx - window
+    s = np.where(vis, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.where(vis, np.exp(s - np.where(np.isfinite(m), m, 0)), 0.0)
+    l = p.sum(-1, keepdims=True)
+    return np.einsum("bhij,bhjd->bhid", p / np.where(l > 0, l, 1), v), vis
+
+
+def _variants(causal, cap, window):
+    vs = [soft_cap(cap)] if cap else []
+    if window:
+        vs.append(sliding_window(window))
+    elif causal:
+        vs.append(causal_v())
+    return vs
+
+
+def _inputs(seed, b, hq, hk, nq, nk, d, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g).to(dtype=dtype, device=DEVICE)
+            for s in ((b, hq, nq, d), (b, hk, nk, d), (b, hk, nk, d))]
+
+
+CASES = [  # (batch, q heads, kv heads, n_q, n_k, d, causal, soft_cap, window)
+    (1, 2, 1, 37, 53, 16, False, None, None),
+    (1, 2, 2, 37, 53, 16, True, None, None),
+    (1, 2, 1, 45, 45, 16, False, 30.0, None),
+    (1, 2, 1, 45, 45, 24, True, 1.0, None),       # causal with a cap, d not a power of two
+    (1, 2, 1, 37, 53, 16, True, 30.0, None),
+    (1, 2, 2, 37, 53, 16, False, None, 1),        # window 1: the diagonal only
+    (1, 2, 1, 45, 45, 32, False, None, 7),
+    (2, 2, 1, 53, 37, 16, False, 30.0, 7),        # N_q > N_k: the first 16 rows see nothing
+    (1, 2, 1, 37, 53, 16, True, 1.0, 100),        # window larger than N: plain causal
+    (1, 1, 1, 1, 1, 16, False, 30.0, 1),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_fp32_matches_definition_and_variant_attention(case):
+    b, hq, hk, nq, nk, d, causal, cap, window = case
+    q, k, v = _inputs(sum(case[:6]), b, hq, hk, nq, nk, d)
+    out = torch.full_like(q, float("nan"))                  # the kernel must write every element
+    variant_prefill(q, k, v, causal=causal, soft_cap=cap, window=window, out=out)
+    o = out.double().cpu().numpy()
+    ref, vis = dense_reference(*(t.cpu().numpy() for t in (q, k, v)), causal=causal, cap=cap, window=window)
+    assert not np.isnan(o).any()
+    assert np.abs(o - ref).max() < 2e-5
+    alt = variant_attention(*(t.double().cpu().numpy() for t in (q, k, v)), *_variants(causal, cap, window),
+                            block_c=16)
+    assert np.abs(o - alt).max() < 2e-5
+    blind = ~vis.any(1)                                     # rows that see no key: exactly 0
+    assert np.all(o[:, :, blind] == 0)
+    assert blind.any() == (nq > nk and bool(causal or window))
+
+
+def test_any_strides_no_copy():
+    """q in (B, N, H, d) memory, k with a head-dim stride of 2, out a transposed view."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 37, 2, 16, generator=g).transpose(1, 2)
+    k = torch.randn(1, 1, 53, 32, generator=g)[..., ::2]
+    v = torch.randn(1, 53, 1, 16, generator=g).transpose(1, 2)
+    out = torch.full((1, 37, 2, 16), float("nan")).transpose(1, 2)
+    variant_prefill(q, k, v, soft_cap=30.0, window=7, out=out)
+    ref, _ = dense_reference(q.numpy(), k.numpy(), v.numpy(), cap=30.0, window=7)
+    assert np.abs(out.double().numpy() - ref).max() < 2e-5
+
+
+def _sdpa_err(q, k, v, vis, ref):
+    mask = torch.as_tensor(vis, device=q.device)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    return np.abs(o.double().cpu().numpy() - ref).max()
+
+
+@pytest.mark.parametrize("causal, cap, window", [(True, None, None), (False, None, 7), (True, 30.0, None),
+                                                 (False, 1.0, 16)])
+def test_bf16_within_twice_sdpa(causal, cap, window):
+    q, k, v = _inputs(11, 1, 4, 2, 45, 53, 32, torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    variant_prefill(q, k, v, causal=causal, soft_cap=cap, window=window, out=out)
+    assert out.dtype == torch.bfloat16 and not torch.isnan(out).any()
+    x = [t.double().cpu().numpy() for t in (q, k, v)]       # the rounded inputs: only kernel rounding
+    ref, vis = dense_reference(*x, causal=causal, cap=cap, window=window)
+    err = np.abs(out.double().cpu().numpy() - ref).max()
+    # SDPA has no soft-cap: its error on the same inputs and mask without the cap is the yardstick
+    plain, _ = dense_reference(*x, causal=causal, window=window)
+    assert err <= 2 * _sdpa_err(q, k, v, vis, plain)
+
+
+def test_fp16_output_dtype():
+    q, k, v = _inputs(2, 1, 2, 1, 37, 45, 16, torch.float16)
+    o = variant_prefill(q, k, v, soft_cap=30.0, causal=True)
+    ref, _ = dense_reference(*(t.double().cpu().numpy() for t in (q, k, v)), causal=True, cap=30.0)
+    assert o.dtype == torch.float16 and np.abs(o.double().cpu().numpy() - ref).max() < 2e-3
+
+
+@pytest.mark.parametrize("nq, nk, causal, window, bm, bn", [
+    (45, 45, False, 0, 16, 16), (37, 53, True, 0, 16, 16), (53, 37, True, 7, 16, 16),
+    (256, 256, False, 16, 16, 16), (200, 300, False, 40, 32, 16), (100, 100, False, 1, 16, 32)])
+def test_kernel_loop_bounds(nq, nk, causal, window, bm, bn):
+    """The blocks the kernel's loops ran over (recorded by the kernel) are kv_block_range's; they
+    cover every block with a visible pair, and the unmasked ones have every pair visible."""
+    q, k, v = _inputs(3, 1, 1, 1, nq, nk, 16)
+    o, rec = variant_prefill(q, k, v, causal=causal, window=window, block_m=bm, block_n=bn,
+                             return_ranges=True)
+    _, vis = dense_reference(q.numpy(), k.numpy(), v.numpy(), causal=causal, window=window)
+    for i, (lo, flo, fhi, hi) in enumerate(rec.tolist()):
+        assert (lo, flo, fhi, hi) == kv_block_range(i, nq, nk, bm, bn, causal, window)
+        assert lo <= flo <= fhi <= hi
+        rows = vis[i * bm:(i + 1) * bm]
+        used = [j for j in range(-(-nk // bn)) if rows[:, j * bn:(j + 1) * bn].any()]
+        assert not used or (lo <= used[0] and used[-1] < hi)
+        for j in range(flo, fhi):
+            assert rows[:, j * bn:(j + 1) * bn].all() and (j + 1) * bn <= nk
+
+
+def test_window_work_is_n_times_w():
+    """Past the first w rows each query block visits (w + BLOCK_M) / BLOCK_N tiles, whatever N is
+    (O(N w)); causal alone visits about four times as many when N doubles."""
+    w = {n: blocks(n, n, window=1024, block_m=128, block_n=64)["visited"] for n in (8192, 16384)}
+    c = {n: blocks(n, n, causal=True, block_m=128, block_n=64)["visited"] for n in (8192, 16384)}
+    assert w[16384] - w[8192] == (16384 - 8192) // 128 * (1024 + 128) // 64
+    assert w[8192] < 8192 // 128 * (1024 + 128) // 64
+    assert abs(c[16384] / c[8192] - 4) < 0.1
+    full = blocks(4096, 4096, causal=True, block_m=128, block_n=64)
+    assert full["masked"] == 4096 // 128 * 2                # only the two diagonal tiles per row block
+
+
+@pytest.mark.parametrize("kw, match", [({"soft_cap": -1.0}, "soft_cap"), ({"soft_cap": float("inf")}, "soft_cap"),
+                                       ({"window": -3}, "window"), ({"window": 2.5}, "window")])
+def test_bad_parameters(kw, match):
+    q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
+    with pytest.raises(ValueError, match=match):
+        variant_prefill(q, k, v, **kw)
