@@ -76,3 +76,19 @@ def test_paged_summary_reads_the_recorded_run_and_its_ratios():
         ours = min(r["us"] for r in at if r["impl"] == "paged" and not r.get("auto"))
         fi = next(r["us"] for r in at if r["impl"] == "flashinfer-tc")
         assert float(cells[4]) == round(ours, 1) and float(cells[-1]) == round(fi / ours, 2)
+
+
+def test_variants_summary_ratios_come_from_the_recorded_rows():
+    from attnlab.explore import measured
+    text = measured.variants_summary()
+    runs = [measured._measurement(n) for n in ("h200-2026-12-01-variants-4x4096.json",
+                                                "h200-2026-12-01-variants-1x16384.json")]
+    rows = [r for res in runs for r in res["rows"]]
+    cases = {(r["batch"], r["N"], r["variant"]) for r in rows}
+    lines = [line for line in text.splitlines() if re.match(r"\d+ x [\d,]+\s", line)]
+    assert len(lines) == len(cases)
+    for b, n, var in cases:
+        at = {r["impl"]: r["us"] for r in rows if (r["batch"], r["N"], r["variant"]) == (b, n, var)}
+        ratio = min(v for k, v in at.items() if k != "ours") / at["ours"]
+        line = next(s for s in lines if s.startswith(f"{b} x {n:,} ") and f" {var} " in f" {s} ")
+        assert line.split()[-1] == f"{ratio:.2f}"

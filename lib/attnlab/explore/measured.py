@@ -15,7 +15,7 @@ from . import style
 
 __all__ = ["prefill_results", "live_prefill", "prefill_summary", "prefill_figure", "decode_results",
            "live_decode", "decode_summary", "decode_figure", "paged_results", "live_paged", "paged_summary",
-           "not_live"]
+           "variants_summary", "not_live"]
 
 IMPL_LABELS = {"standard": "standard (eager torch, S and P in HBM)",
                "triton": "FlashAttention-2 in Triton (this course)",
@@ -170,10 +170,38 @@ def decode_figure(res: dict, cases=((1, 32768), (2, 16384), (16, 8192), (256, 10
     return fig
 
 
-def paged_results(name: str = "h200-2026-12-01-paged.json") -> dict:
-    """A recorded `python -m attnlab.gpu.bench_paged` run from data/measurements/."""
+def _measurement(name: str) -> dict:
     with open(data_path("gpus.json").parent / "measurements" / name) as f:
         return json.load(f)
+
+
+def paged_results(name: str = "h200-2026-12-01-paged.json") -> dict:
+    """A recorded `python -m attnlab.gpu.bench_paged` run from data/measurements/."""
+    return _measurement(name)
+
+
+def variants_summary(names=("h200-2026-12-01-variants-4x4096.json",
+                            "h200-2026-12-01-variants-1x16384.json")) -> str:
+    """Recorded `python -m attnlab.gpu.bench_variants` runs: `variant_prefill` (the variant compiled
+    into the kernel) beside compiled FlexAttention and, for plain causal, SDPA; TFLOP/s on the
+    FLOPs the mask leaves, and the best peer's time over ours (above 1: ours is faster)."""
+    runs = [_measurement(n) for n in names]
+    r0 = runs[0]
+    rows = []
+    for res in runs:
+        for key in dict.fromkeys((r["batch"], r["N"], r["variant"]) for r in res["rows"]):
+            at = {r["impl"]: r for r in res["rows"] if (r["batch"], r["N"], r["variant"]) == key}
+            peers = {k: r for k, r in at.items() if k != "ours"}
+            best = min(peers, key=lambda k: peers[k]["us"])
+            rows.append({"case": f"{key[0]} x {key[1]:,}", "variant": key[2], "ours": at["ours"]["tflops"],
+                         "flex": at.get("flex", {}).get("tflops", float("nan")), "best": best,
+                         "ratio": peers[best]["us"] / at["ours"]["us"]})
+    head = (f"{r0['device']} ({r0['sms']} SMs), {r0['date']}: torch {r0['torch']}, Triton {r0['triton']}; "
+            f"bf16, {r0['shape']['heads']}/{r0['shape']['kv_heads']} heads, d = {r0['shape']['head_dim']}\n")
+    return head + style.table(rows, {"case": "batch x N", "variant": "variant", "ours": "ours TFLOP/s",
+                                     "flex": "FlexAttention TFLOP/s", "best": "best peer",
+                                     "ratio": "best peer time / ours"},
+                              {"ours": ".0f", "flex": ".0f", "ratio": ".2f"})
 
 
 def live_paged(**kw) -> dict | None:
