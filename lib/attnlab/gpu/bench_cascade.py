@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 import traceback
@@ -239,23 +238,10 @@ def table(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="write the full result as JSON here (rewritten after every row)")
-    ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
-    ap.add_argument("--cases", help="n x prefix x unique list, e.g. 8x4096x256,64x4096x256")
-    ap.add_argument("--peers", default=",".join(PEERS), help=f"subset of {','.join(PEERS)}")
-    args = ap.parse_args(argv)
-    import torch
-    if args.dry and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")   # before any kernel is defined
-    cases = ([tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")] if args.cases
-             else DRY["cases"] if args.dry else CASES)
-    peers = tuple(p for p in args.peers.split(",") if p)
-    if set(peers) - set(PEERS):
-        ap.error(f"--peers takes {','.join(PEERS)}; got {args.peers}")
-    res = run(cases, peers, dry=args.dry, out=args.out)
-    print(table(res))
+    from ._cli import parse
+    args, cases, peers = parse(argv, __doc__, "n x prefix x unique list, e.g. 8x4096x256,64x4096x256",
+                               CASES, DRY["cases"], ("--peers", PEERS))
+    print(table(run(cases, peers, dry=args.dry, out=args.out)))
     return 0
 
 

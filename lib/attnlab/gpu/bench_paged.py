@@ -251,25 +251,11 @@ def table(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="write the full result as JSON here (rewritten after every case)")
-    ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
-    ap.add_argument("--cases", help="batch x context list, e.g. 1x32768,16x8192")
-    ap.add_argument("--page-sizes", help="e.g. 16,1")
-    ap.add_argument("--peers", default=",".join(PEERS), help=f"subset of {','.join(PEERS)}")
-    args = ap.parse_args(argv)
-    import torch
-    if args.dry and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")   # before any kernel is defined
-    cases = ([tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")] if args.cases
-             else DRY["cases"] if args.dry else CASES)
+    from ._cli import parse
+    args, cases, peers = parse(argv, __doc__, "batch x context list, e.g. 1x32768,16x8192", CASES, DRY["cases"],
+                               ("--peers", PEERS), extra=[("--page-sizes", "e.g. 16,1")])
     page_sizes = tuple(int(x) for x in args.page_sizes.split(",")) if args.page_sizes else PAGE_SIZES
-    peers = tuple(p for p in args.peers.split(",") if p)
-    if set(peers) - set(PEERS):
-        ap.error(f"--peers takes {','.join(PEERS)}; got {args.peers}")
-    res = run(cases, page_sizes, peers, dry=args.dry, out=args.out)
-    print(table(res))
+    print(table(run(cases, page_sizes, peers, dry=args.dry, out=args.out)))
     return 0
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import traceback
 
@@ -225,23 +224,10 @@ def table(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="write the full result as JSON here (rewritten after every row)")
-    ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
-    ap.add_argument("--cases", help="batch x N list, e.g. 4x4096,1x16384")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)}")
-    args = ap.parse_args(argv)
-    import torch
-    if args.dry and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")   # before any kernel is defined
-    cases = ([tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")] if args.cases
-             else DRY["cases"] if args.dry else CASES)
-    variants = tuple(v for v in args.variants.split(",") if v)
-    if set(variants) - set(VARIANTS):
-        ap.error(f"--variants takes {','.join(VARIANTS)}; got {args.variants}")
-    res = run(cases, variants, dry=args.dry, out=args.out)
-    print(table(res))
+    from ._cli import parse
+    args, cases, variants = parse(argv, __doc__, "batch x N list, e.g. 4x4096,1x16384", CASES, DRY["cases"],
+                                  ("--variants", VARIANTS))
+    print(table(run(cases, variants, dry=args.dry, out=args.out)))
     return 0
 
 

@@ -1,0 +1,33 @@
+"""The command line the GPU harnesses share: --out, --dry, --cases "AxB,..." and one subset flag."""
+from __future__ import annotations
+
+import argparse
+import os
+
+__all__ = ["parse"]
+
+
+def parse(argv, doc: str, cases_help: str, default_cases, dry_cases, subset=None, extra=()):
+    """(args, cases, chosen subset). `subset` = (flag, allowed names); `extra` = (flag, help) pairs.
+    --dry on a machine without CUDA sets TRITON_INTERPRET=1 before any kernel is defined."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", help="write the full result as JSON here (rewritten as rows come in)")
+    ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
+    ap.add_argument("--cases", help=cases_help)
+    for flag, text in extra:
+        ap.add_argument(flag, help=text)
+    if subset:
+        ap.add_argument(subset[0], default=",".join(subset[1]), help=f"subset of {','.join(subset[1])}")
+    args = ap.parse_args(argv)
+    import torch
+    if args.dry and not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    cases = ([tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")] if args.cases
+             else dry_cases if args.dry else default_cases)
+    chosen = None
+    if subset:
+        given = getattr(args, subset[0].lstrip("-").replace("-", "_"))
+        chosen = tuple(p for p in given.split(",") if p)
+        if set(chosen) - set(subset[1]):
+            ap.error(f"{subset[0]} takes {','.join(subset[1])}; got {given}")
+    return args, cases, chosen
