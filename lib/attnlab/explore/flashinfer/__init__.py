@@ -1,7 +1,7 @@
 """Notebook 05 (lecture §5, FlashInfer): paged KV as block-sparse rows, composable formats,
 attention variants, tile sizes, the load-balanced scheduler and its fixed-size workspace.
 Modules are imported in notebook order (the registry lists explorers in that order)."""
-from . import checks, composable, page_table, scheduler, tile_size, variant_gallery, workspace
+from . import page_table, composable, variant_gallery, tile_size, scheduler, workspace, checks  # isort: skip
 from .page_table import *  # noqa: F401,F403
 from .composable import *  # noqa: F401,F403
 from .variant_gallery import *  # noqa: F401,F403
