@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["parse"]
+__all__ = ["parse", "flashinfer_version"]
 
 
 def parse(argv, doc: str, cases_help: str, default_cases, dry_cases, subset=None, extra=()):
@@ -31,3 +31,13 @@ def parse(argv, doc: str, cases_help: str, default_cases, dry_cases, subset=None
         if set(chosen) - set(subset[1]):
             ap.error(f"{subset[0]} takes {','.join(subset[1])}; got {given}")
     return args, cases, chosen
+
+
+def flashinfer_version() -> tuple[bool, str]:
+    """(importable, what the result file records): FlashInfer's version, or why it is absent.
+    Imported only when its rows are due, so a crash while importing it keeps the rows before."""
+    try:
+        import flashinfer
+        return True, flashinfer.__version__
+    except Exception as e:                                # noqa: BLE001
+        return False, f"absent ({type(e).__name__}: {str(e)[:100]})"

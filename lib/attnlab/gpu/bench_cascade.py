@@ -33,6 +33,7 @@ from types import SimpleNamespace
 
 from ..decode import cascade_intensity
 from . import time_per_call
+from ._cli import flashinfer_version
 from .bench_paged import SHAPE, _header
 
 __all__ = ["run", "table", "main"]
@@ -171,11 +172,8 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
                 json.dump(res, f, indent=1)
     for peer in peers:                                    # FlashInfer's JIT last: ours survive a timeout
         if peer == "flashinfer":
-            try:
-                import flashinfer
-                res["flashinfer"] = flashinfer.__version__
-            except Exception as e:                        # noqa: BLE001
-                res["flashinfer"] = f"absent ({type(e).__name__}: {str(e)[:100]})"
+            ok, res["flashinfer"] = flashinfer_version()
+            if not ok:
                 print(f"flashinfer: {res['flashinfer']}", flush=True)
                 save()
                 continue

@@ -30,6 +30,7 @@ from types import SimpleNamespace
 
 from ..models import get_model
 from . import time_per_call
+from ._cli import flashinfer_version
 
 __all__ = ["run", "table", "main"]
 
@@ -213,11 +214,8 @@ def run(cases=CASES, page_sizes=PAGE_SIZES, peers=PEERS, *, dry: bool = False, o
                 json.dump(res, f, indent=1)
     for phase in filter(None, phases):                    # FlashInfer's JIT last: ours survive a timeout
         if "flashinfer" in phase:                         # imported only now: a crash keeps the rest
-            try:
-                import flashinfer
-                res["flashinfer"] = flashinfer.__version__
-            except Exception as e:                        # noqa: BLE001
-                res["flashinfer"] = f"absent ({type(e).__name__}: {str(e)[:100]})"
+            ok, res["flashinfer"] = flashinfer_version()
+            if not ok:
                 print(f"flashinfer: {res['flashinfer']}", flush=True)
                 save()
                 continue
