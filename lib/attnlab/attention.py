@@ -176,8 +176,6 @@ class Tiles:
 
     `offset` = N_k - N_q: query row i sits at position i + offset in the key sequence."""
 
-    softmax = True                   # False: the loop's logits are log-weights summed without 1/l
-
     def __init__(self, scale: float, causal: bool, offset: int):
         self.scale, self.causal, self.offset = scale, causal, offset
 

@@ -117,7 +117,7 @@ class _VariantTiles(Tiles):
 
     def __init__(self, variant: Variant, scale: float, offset: int):
         super().__init__(scale, False, offset)
-        self.variant, self.softmax = variant, variant.use_softmax
+        self.variant = variant
 
     def _grid(self, r0, r1, c0, c1):
         return np.arange(r0, r1)[:, None] + self.offset, np.arange(c0, c1)[None, :]
@@ -134,13 +134,13 @@ class _VariantTiles(Tiles):
             if s.shape != (len(qi), len(kj)) or not np.isfinite(s).all():
                 raise ValueError(f"logits_transform of {self.variant.name!r} must return finite "
                                  f"logits of shape {(len(qi), len(kj))}")
-        if not self.softmax:
+        if not self.variant.use_softmax:
             s = -np.logaddexp(0.0, -s)                          # log sigma(s): sigma(s) = e^s'
         m = _mask_of(self.variant, q_idx, kv_idx)
         return s if m is None else np.where(m, s, -np.inf)
 
     def finish(self, acc, l, m):
-        if self.softmax:
+        if self.variant.use_softmax:
             return super().finish(acc, l, m)
         return acc * np.exp(m)[:, None]                          # sum sigma V; 0 where m = -inf
 
