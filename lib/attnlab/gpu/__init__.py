@@ -1,6 +1,7 @@
 """Optional GPU path: Triton kernels and their benchmark harnesses.
 
     flash_triton.flash_attention_triton   FlashAttention-2 forward (prefill)    bench.py
+    hopper_triton.flash_attention_hopper  prefill + Hopper steps (TMA, WS, ...)  tune_hopper.py
     decode_triton.split_kv_decode         split-KV decode, contiguous KV         bench_decode.py
     paged_triton.paged_decode             split-KV decode over a paged KV cache  bench_paged.py
     cascade_triton.cascade_decode         shared prefix read once + paged decode  bench_cascade.py

@@ -48,6 +48,9 @@ interpreter's bf16 dot is wrong), and a half-precision O written in float32 and 
 (the interpreter truncates on the cast). The interpreter runs the tensor-descriptor loads too, so
 the tests check every step's arithmetic; warp_specialize changes nothing there.
 
+The file is long because each step is a compile-time switch of one kernel (so the harness times
+exactly one change at a time), and the launcher checks and falls back per step.
+
 What it leaves out on purpose: the backward pass, FP8 (FA3's third idea), dropout, paged or varlen
 KV, autotuning (the sweep picks block sizes), persistent kernels, and FA3's two explicit schedules
 that Triton does not expose on Hopper: the ping-pong of two consumer warpgroups and the
@@ -311,7 +314,6 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
     if descriptors not in ("device", "host"):
         raise ValueError(f"descriptors must be 'device' or 'host', got {descriptors!r}")
     B, H, n_q, d = q.shape
-    n_k = k.shape[2]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
