@@ -254,16 +254,19 @@ class ScheduledDecoder:
         fixed_size_workspace at this decoder's maxima) or a Workspace of exactly these maxima;
         q (batch, q_heads, head_dim) and the int32 page table on this decoder's device. Checks
         the table's contents and that the plan covers it when they are on the CPU."""
-        B, hq, d, _ = _check(q, self._pool_shape, self._pool_shape, kv_indptr, kv_indices,
-                             kv_last_page_len, self.page_size)
+        if isinstance(kv_indices, torch.Tensor) and kv_indices.numel() > self.max_pages:
+            raise ValueError(f"kv_indices has {kv_indices.numel()} pages; valid: <= max_pages={self.max_pages}")
+        try:                                           # the pool as this decoder sees it: max_pages pages
+            B, hq, d, _ = _check(q, self._pool_shape, self._pool_shape, kv_indptr, kv_indices,
+                                 kv_last_page_len, self.page_size)
+        except ValueError as e:
+            raise ValueError(f"{e} (the pool: this decoder's max_pages={self.max_pages})") from None
         if q.device != self.device:
             raise ValueError(f"q is on {q.device}; this decoder's buffers are on {self.device}")
         if hq != self.q_heads:
             raise ValueError(f"q has {hq} heads; this decoder was made for q_heads={self.q_heads}")
         if B > self.max_batch:
             raise ValueError(f"q holds batch={B} requests; valid: batch <= max_batch={self.max_batch}")
-        if kv_indices.numel() > self.max_pages:
-            raise ValueError(f"kv_indices has {kv_indices.numel()} pages; valid: <= max_pages={self.max_pages}")
         if isinstance(plan, Plan):
             ws = fixed_size_workspace(plan, self.max_ctas, self.max_items, self.max_outputs)
         elif isinstance(plan, Workspace):
