@@ -287,3 +287,20 @@ def test_refusals_of_the_function():
         scheduled_decode(q, a["k"], a["v"], indptr, indices, last, plan, page_size=3, return_lse="yes")
     with pytest.raises(ValueError, match=r"kv_indptr .*\(batch \+ 1 = 3\)"):
         scheduled_decode(q, a["k"], a["v"], indptr[:2], indices, last, plan, page_size=3)
+
+
+def test_bench_dry_run(tmp_path, capsys):
+    """The GPU harness end to end at tiny sizes (eager runs stand in for the replays on a CPU)."""
+    import json
+
+    from attnlab.gpu import bench_scheduled
+    if DEVICE == "cuda":
+        pytest.skip("the dry run is for machines without a GPU")
+    bench_scheduled.main(["--dry", "--out", str(tmp_path / "r.json")])
+    res = json.loads((tmp_path / "r.json").read_text())
+    impls = {(r["batch"], r["impl"]) for r in res["rows"]}
+    assert impls == {(b, i) for b in (1, 3) for i in ("sched per-request", "sched fixed", "sched balanced",
+                                                      "paged auto")}
+    assert all(r["max_err"] < 0.05 for r in res["rows"])
+    table = capsys.readouterr().out.split("pred_us")[-1]           # the table printed last
+    assert table.count("sched balanced") == 2 and table.count("paged auto") == 2
