@@ -24,6 +24,9 @@ first read. The lengths may also come as an (n, 2) integer array, which skips ch
 What this leaves out on purpose: the prefill/decode split into separate kernels, the tile-size
 search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_share_time`'s
 "SMs share the bandwidth" model for memory-bound decode.
+
+This file is long because the fixed-size workspace (items and merge plan) packs the Plan's own
+columns and merge order: the decision and its GPU form stay beside each other.
 """
 from __future__ import annotations
 

@@ -30,6 +30,9 @@ Under TRITON_INTERPRET=1 the dot products run in float32 and a bf16 output is ro
 as in `paged_triton`. What it leaves out on purpose: prefill items (l_qo > 1), FlashInfer's
 direct write of single-item outputs (every partial goes through the buffers here), the HND layout
 (pass a permuted view), fp8 KV.
+
+This file is long because the two kernels, the check that a plan fits its batch and the decoder
+that owns their buffers are one mechanism: what the graph captures is all of them together.
 """
 from __future__ import annotations
 
