@@ -763,6 +763,35 @@ def test_fixed_size_workspace_overflow_is_refused_by_name():
             fixed_size_workspace(p, *args)
 
 
+def test_fixed_size_workspace_merge_plan_is_plan_merge_in_fixed_shapes():
+    """Output g folds the slots merge_slots[merge_indptr[g]:merge_indptr[g + 1]]: exactly Plan.merge's
+    items, by kv_start, each at slot cta * max_items + (its index among its CTA's items)."""
+    shapes = set()
+    for batch in (3, 40):
+        p = plan_fixed_split(lengths("longtail", batch, seed=2, mean=300), chunk=64, kv_heads=2,
+                             num_ctas=5, group=4, tile_q=2)
+        ws = fixed_size_workspace(p, 8, 200, 400)
+        shapes.add((ws.merge_indptr.shape, ws.merge_slots.shape, ws.merge_out.shape))
+        slot_of = {}
+        for c in range(8):
+            for j in range(int(ws.count[c])):
+                slot_of[tuple(int(x) for x in ws.items[c, j])] = c * 200 + j
+        for g, ((r, h, t), js) in enumerate(p.merge):
+            got = ws.merge_slots[ws.merge_indptr[g]:ws.merge_indptr[g + 1]].tolist()
+            assert got == [slot_of[_key(p.work[j])] for j in js]
+            q = p.work[js[0]].q_rows
+            assert ws.merge_out[g].tolist() == [r, h, q.start, q.stop] and q.start // 2 == t
+        g = len(p.merge)
+        assert ws.num_outputs == g == p.num_outputs
+        assert (ws.merge_indptr[g:] == len(p.work)).all() and not ws.merge_out[g:].any()
+        assert (ws.merge_slots[len(p.work):] == -1).all()
+    assert shapes == {((401,), (1600,), (400, 4))}
+    with pytest.raises(ValueError, match=r"outputs .* max_outputs=10 holds fewer"):
+        fixed_size_workspace(p, 8, 200, 10)
+    with pytest.raises(TypeError, match=r"max_outputs .*True"):
+        fixed_size_workspace(p, 8, 200, True)
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 GOOD = [(1, 10), (2, 20)]

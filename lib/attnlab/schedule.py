@@ -24,6 +24,9 @@ first read. The lengths may also come as an (n, 2) integer array, which skips ch
 What this leaves out on purpose: the prefill/decode split into separate kernels, the tile-size
 search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_share_time`'s
 "SMs share the bandwidth" model for memory-bound decode.
+
+This file is long because the fixed-size workspace (items and merge plan) packs the Plan's own
+columns and merge order: the decision and its GPU form stay beside each other.
 """
 from __future__ import annotations
 
@@ -122,15 +125,28 @@ class Plan:
                      for r, h, q0, q1, a, b, c, x in zip(*(col.tolist() for col in cols)))
 
     @cached_property
-    def merge(self) -> tuple:
-        """((request, kv_head, q_tile), item indices by kv_start) per output tile, outputs sorted."""
+    def _merge_order(self) -> tuple:
+        """(item indices sorted by output, then kv_start; where each output's run begins, and the
+        end): the order `merge` lists and `fixed_size_workspace` packs."""
         tile = self.q_start // self.tile_q
         order = np.lexsort((self.kv_start, tile, self.kv_head, self.request))
         r, h, t = self.request[order], self.kv_head[order], tile[order]
         cut = np.flatnonzero((r[1:] != r[:-1]) | (h[1:] != h[:-1]) | (t[1:] != t[:-1])) + 1
-        ends = [0, *cut.tolist(), len(order)]
-        idx, r, h, t = order.tolist(), r.tolist(), h.tolist(), t.tolist()
+        return order, np.concatenate([[0], cut, [len(order)]])
+
+    @cached_property
+    def merge(self) -> tuple:
+        """((request, kv_head, q_tile), item indices by kv_start) per output tile, outputs sorted."""
+        order, ends = self._merge_order
+        tile = self.q_start // self.tile_q
+        idx, ends = order.tolist(), ends.tolist()
+        r, h, t = self.request[order].tolist(), self.kv_head[order].tolist(), tile[order].tolist()
         return tuple(((r[a], h[a], t[a]), tuple(idx[a:b])) for a, b in zip(ends, ends[1:]))
+
+    @property
+    def num_outputs(self) -> int:
+        """Output tiles (request, KV head, query tile): the merge groups."""
+        return len(self._merge_order[1]) - 1
 
     @property
     def makespan(self) -> int:
@@ -224,30 +240,79 @@ def run_plan(plan: Plan, q, k, v) -> np.ndarray:
 @dataclass(frozen=True)
 class Workspace:
     """A plan packed into fixed shapes, as a CUDA-graph-replayed persistent kernel reads it:
-    item j of CTA c is (request, kv_head, q_start, q_end, kv_start, kv_end)[c, j] where valid."""
+    item j of CTA c is (request, kv_head, q_start, q_end, kv_start, kv_end)[c, j] where valid, and
+    its partial state goes to slot c * max_items + j.
+
+    The merge plan, in fixed shapes too: output g (request, kv_head, q_start, q_end) = merge_out[g]
+    folds the partial states in slots merge_slots[merge_indptr[g]:merge_indptr[g + 1]] with ⊕, in
+    that order (kv_start ascending, as `Plan.merge`). Outputs are numbered as Plan.merge lists them;
+    padding outputs past the plan's have an empty range and merge_out (0, 0, 0, 0); padding slots
+    of merge_slots are -1."""
     items: np.ndarray         # int32 (max_ctas, max_items, 6)
     valid: np.ndarray         # bool (max_ctas, max_items)
     count: np.ndarray         # int32 (max_ctas,): items per CTA
+    merge_indptr: np.ndarray  # int32 (max_outputs + 1,)
+    merge_slots: np.ndarray   # int32 (max_ctas * max_items,)
+    merge_out: np.ndarray     # int32 (max_outputs, 4): (request, kv_head, q_start, q_end)
+
+    @property
+    def max_ctas(self) -> int:
+        return self.items.shape[0]
+
+    @property
+    def max_items(self) -> int:
+        return self.items.shape[1]
+
+    @property
+    def max_outputs(self) -> int:
+        return self.merge_out.shape[0]
+
+    @property
+    def num_outputs(self) -> int:
+        """Outputs that have items (the rest is padding)."""
+        return int(np.count_nonzero(np.diff(self.merge_indptr)))
 
 
-def fixed_size_workspace(plan: Plan, max_ctas: int, max_items: int) -> Workspace:
-    """Shapes depend on max_ctas and max_items only: a new batch changes contents, not shapes."""
+def fixed_size_workspace(plan: Plan, max_ctas: int, max_items: int, max_outputs: int | None = None) -> Workspace:
+    """Shapes depend on max_ctas, max_items and max_outputs only: a new batch changes contents,
+    not shapes. max_outputs (output tiles the merge can hold) defaults to max_ctas x max_items,
+    which every plan that fits the items fits (each output has at least one item); a decode
+    engine passes max_batch x kv_heads (x query tiles per KV head), a smaller merge grid."""
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a Plan, got {type(plan).__name__}")
     max_ctas = as_int("max_ctas", max_ctas, 1, None)
     max_items = as_int("max_items", max_items, 1, None)
+    max_outputs = max_ctas * max_items if max_outputs is None else as_int("max_outputs", max_outputs, 1, None)
     if plan.num_ctas > max_ctas:
         raise ValueError(f"the plan uses {plan.num_ctas} CTAs; max_ctas={max_ctas} holds fewer")
+    cta = plan.cta
+    n = len(cta)
+    by_cta = np.argsort(cta, kind="stable")            # each CTA's items in plan order
+    counts = np.bincount(cta, minlength=max_ctas)
+    slot_j = np.empty(n, np.int64)
+    slot_j[by_cta] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    over = np.flatnonzero(slot_j >= max_items)
+    if over.size:
+        raise ValueError(f"CTA {int(cta[over[0]])} has more than max_items={max_items} work items")
+    if plan.num_outputs > max_outputs:
+        raise ValueError(f"the plan has {plan.num_outputs} outputs (request, KV head, query tile); "
+                         f"max_outputs={max_outputs} holds fewer")
     items = np.zeros((max_ctas, max_items, 6), np.int32)
     valid = np.zeros((max_ctas, max_items), bool)
-    count = np.zeros(max_ctas, np.int32)
-    for w in plan.work:
-        j = count[w.cta]
-        if j >= max_items:
-            raise ValueError(f"CTA {w.cta} has more than max_items={max_items} work items")
-        items[w.cta, j] = (w.request, w.kv_head, w.q_rows.start, w.q_rows.stop, w.kv_start, w.kv_end)
-        valid[w.cta, j] = True
-        count[w.cta] += 1
-    for a in (items, valid, count):
+    items[cta, slot_j] = np.stack([plan.request, plan.kv_head, plan.q_start, plan.q_end,
+                                   plan.kv_start, plan.kv_end], axis=1)
+    valid[cta, slot_j] = True
+    count = counts.astype(np.int32)
+    order, ends = plan._merge_order
+    merge_slots = np.full(max_ctas * max_items, -1, np.int32)
+    merge_slots[:n] = (cta * max_items + slot_j)[order]
+    merge_indptr = np.full(max_outputs + 1, n, np.int32)
+    merge_indptr[:len(ends)] = ends
+    merge_out = np.zeros((max_outputs, 4), np.int32)
+    first = order[ends[:-1]]
+    merge_out[:len(first)] = np.stack([plan.request[first], plan.kv_head[first], plan.q_start[first],
+                                       plan.q_end[first]], axis=1)
+    ws = Workspace(items, valid, count, merge_indptr, merge_slots, merge_out)
+    for a in (items, valid, count, merge_indptr, merge_slots, merge_out):
         a.setflags(write=False)
-    return Workspace(items, valid, count)
+    return ws

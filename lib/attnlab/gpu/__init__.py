@@ -6,6 +6,8 @@
     paged_triton.paged_decode             split-KV decode over a paged KV cache  bench_paged.py
     cascade_triton.cascade_decode         shared prefix read once + paged decode  bench_cascade.py
     variants_triton.variant_prefill       prefill, soft-cap / window compiled in  bench_variants.py
+    scheduled_triton.scheduled_decode     persistent decode driven by a schedule  bench_scheduled.py
+      (.ScheduledDecoder: static buffers, one CUDA graph replayed across batches)
 
 Nothing in the rest of attnlab imports this package; it imports torch and triton lazily. On a
 machine without a GPU the kernels still run under Triton's interpreter (set TRITON_INTERPRET=1

@@ -106,10 +106,10 @@ def _sdpa(torch, c, add):
         add(name, fn)
 
 
-def _flashinfer(torch, c, add):
+def _flashinfer(torch, c, add, tensor_cores=(True, False)):
     import flashinfer
     p, (B, hq, d) = c.pool, c.q.shape
-    for tc in (True, False):
+    for tc in tensor_cores:
         def plan(w):                                      # host seconds, synchronised
             t0 = time.perf_counter()
             w.plan(p.indptr, p.indices, p.last, hq, p.k_pool.shape[2], d, p.page_size,
