@@ -1,155 +1,186 @@
-"""Prefill attention on a real GPU: correctness at real sizes and timings beside the model.
+"""One GPU harness for the course: every kernel beside the libraries a user would pick instead,
+measured in one run on one GPU, written to one file.
 
-    python -m attnlab.gpu.bench --out results.json      # on a CUDA machine
+    python -m attnlab.gpu.bench                          # every section -> data/measurements/<gpu>-<date>.json
+    python -m attnlab.gpu.bench --sections prefill,decode --out run.json --merge
+    python -m attnlab.gpu.bench --dry                    # tiny sizes on a CPU (Triton interpreter): the code path
 
-For a Llama-3-8B-shaped layer (32 query heads, 8 KV heads, d = 128, bf16, batch 1) and N from 1K
-to 16K it times three implementations with CUDA events (triton.testing.do_bench, median):
-- "standard": Algorithm 0 in eager torch: S = QK^T written to HBM, softmax writes P, then PV
-  (non-causal only: the mask would add a fourth pass);
-- "triton": `flash_attention_triton`, this course's FlashAttention-2 kernel;
-- "sdpa": torch.nn.functional.scaled_dot_product_attention (the fastest backend torch picks).
-Each row carries the model's prediction: roofline time max(FLOPs / peak, bytes / bandwidth) with
-bytes from `attnlab.iomodel` (standard_io for Algorithm 0; Q, K, V read once and O written once for
-the fused kernels) and the ceilings measured in the same run (a device copy, a bf16 matmul).
-Correctness first: each implementation against a float32 reference on upcast inputs, at sizes
-that do not divide the blocks, causal and not.
+Sections (each a harness of its own, runnable alone; this module runs them in order and keeps
+their full results under "sections"):
+
+    prefill    bench_prefill    ours (FA2, Hopper) vs SDPA flash / cuDNN, FlexAttention, FlashInfer fa2 / fa3
+    decode     bench_decode     split-KV decode, a split sweep measured beside `hardware.decode_time`
+    paged      bench_paged      paged decode vs contiguous, SDPA and FlashInfer's decode wrapper
+    cascade    bench_cascade    cascade decode vs paged decode over full tables and FlashInfer's wrappers
+    variants   bench_variants   variants compiled into the prefill kernel vs compiled FlexAttention
+    scheduled  bench_scheduled  the persistent kernel under three plans, replayed in one CUDA graph
+
+The ceilings (copy bandwidth, bf16 matmul rate) are measured once, first, and every section reads
+against them. Beside the sections the file holds one flat table, "rows", with the same columns for
+every row: section, case, impl, us, flops, bytes, tflops, tb_per_s, frac (of the ceiling the row
+is bound by: matmul rate if it has FLOPs and is compute-heavy, else copy bandwidth), x_best (the
+fastest peer's time in the same case / this row's: above 1, faster than every library), err.
+The file is rewritten after each section, so a timeout keeps what came before.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import math
-import platform
+import importlib
+import json
+import os
+import re
 import sys
+import traceback
 
-from ..models import get_model
+__all__ = ["SECTIONS", "OURS", "flatten", "run", "default_path", "main"]
 
-__all__ = ["run", "main"]
-
-#: The layer measured: Llama-3-8B's attention shape, from data/models.json.
-_SHAPE = get_model("Llama-3-8B")
-HEADS, KV_HEADS, HEAD_DIM = _SHAPE.q_heads, _SHAPE.kv_heads, _SHAPE.head_dim
-
-
-def _ceilings(torch, do_bench):
-    n = 1 << 28                                    # 512 MiB of bf16 per buffer
-    a = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    b = torch.empty_like(a)
-    ms = do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median")
-    copy_bw = 2 * a.numel() * 2 / (ms * 1e-3)
-    del a, b
-    m = 8192
-    x = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
-    y = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
-    ms = do_bench(lambda: x @ y, warmup=50, rep=300, return_mode="median")
-    return {"copy_bytes_per_s": copy_bw, "bf16_matmul_flops": 2 * m ** 3 / (ms * 1e-3)}
+SECTIONS = ("prefill", "decode", "paged", "cascade", "variants", "scheduled")
+#: impl names that are this course's kernels, by section; every other impl is a peer
+OURS = {"prefill": ("ours-fa2", "ours-hopper"), "decode": ("ours",), "paged": ("paged", "contiguous"),
+        "cascade": ("cascade", "paged", "paged-unique"), "variants": ("ours",),
+        "scheduled": ("per-request", "fixed", "balanced", "paged")}
+#: the keys that make a row's case (all rows of a case are compared), and those that name its impl
+_CASE = {"prefill": ("batch", "N", "causal"), "decode": ("batch", "context"), "paged": ("batch", "context"),
+         "cascade": ("n", "prefix", "unique"), "variants": ("batch", "N", "variant"),
+         "scheduled": ("batch", "dist")}
+_IMPL = {"prefill": (), "decode": ("splits",), "paged": ("page_size", "splits", "auto"),
+         "cascade": ("splits", "auto"), "variants": (), "scheduled": ()}
 
 
-def _standard(torch, q, k, v, scale):
-    g = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(g, dim=1)
-    v = v.repeat_interleave(g, dim=1)
-    s = torch.matmul(q * scale, k.transpose(-1, -2))    # kernel 1: S to HBM (scale folded into Q)
-    p = torch.softmax(s, dim=-1)                          # kernel 2: S in, P out
-    return torch.matmul(p, v)                             # kernel 3: P, V in, O out
+def _case(section: str, r: dict) -> str:
+    parts = []
+    for k in _CASE[section]:
+        v = r.get(k)
+        parts.append(("causal" if v else "") if k == "causal" else f"{k} {v}")
+    return ", ".join(p for p in parts if p)
 
 
-def _rel(torch, out, ref):
-    return float((out.float() - ref).norm() / ref.norm())
+def _impl(section: str, r: dict) -> str:
+    name = r.get("impl", "ours")
+    for k in _IMPL[section]:
+        v = r.get(k)
+        if k == "auto":
+            name += " auto" if v else ""
+        elif v is not None:
+            name += f" {'ps' if k == 'page_size' else 's'}{v}"
+    return name
 
 
-def run(Ns=(1024, 2048, 4096, 8192, 16384), check_sizes=((1000, 1000), (1025, 4097), (4096, 4096)),
-        seed: int = 0) -> dict:
-    import torch
-    import torch.nn.functional as F
-    from triton.testing import do_bench
-
-    from ..iomodel import standard_io
-    from .flash_triton import flash_attention_triton
-
-    torch.manual_seed(seed)
-    dev = torch.cuda.get_device_properties(0)
-    result = {"device": torch.cuda.get_device_name(0), "sms": dev.multi_processor_count,
-              "torch": torch.__version__, "triton": __import__("triton").__version__,
-              "python": platform.python_version(),
-              "date": _dt.date.today().isoformat(), "shape": {"batch": 1, "heads": HEADS,
-              "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "dtype": "bf16"}}
-    result["ceilings"] = _ceilings(torch, do_bench)
-    scale = 1 / math.sqrt(HEAD_DIM)
-
-    checks = []
-    for n_q, n_k in check_sizes:
-        q = torch.randn(1, HEADS, n_q, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(1, KV_HEADS, n_k, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(1, KV_HEADS, n_k, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        for causal in (False, True):
-            qf, kf, vf = (t.float() for t in (q, k, v))
-            kr, vr = (t.repeat_interleave(HEADS // KV_HEADS, dim=1) for t in (kf, vf))
-            s = torch.matmul(qf, kr.transpose(-1, -2)) * scale
-            if causal:                             # bottom-right alignment, as the kernel
-                i = torch.arange(n_q, device="cuda")[:, None]
-                j = torch.arange(n_k, device="cuda")[None, :]
-                s = s.masked_fill(j > i + (n_k - n_q), float("-inf"))
-            ref = torch.nan_to_num(torch.softmax(s, dim=-1)) @ vr
-            out = flash_attention_triton(q, k, v, causal=causal)
-            checks.append({"impl": "triton", "n_q": n_q, "n_k": n_k, "causal": causal,
-                           "rel_err": _rel(torch, out, ref), "nan": bool(torch.isnan(out).any())})
-            if n_q == n_k:
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-                checks.append({"impl": "sdpa", "n_q": n_q, "n_k": n_k, "causal": causal,
-                               "rel_err": _rel(torch, out, ref), "nan": bool(torch.isnan(out).any())})
-                if not causal:
-                    out = _standard(torch, q, k, v, scale)
-                    checks.append({"impl": "standard", "n_q": n_q, "n_k": n_k, "causal": causal,
-                                   "rel_err": _rel(torch, out, ref), "nan": bool(torch.isnan(out).any())})
-        del q, k, v
-    result["checks"] = checks
-
-    peak = result["ceilings"]["bf16_matmul_flops"]
-    bw = result["ceilings"]["copy_bytes_per_s"]
+def flatten(section: str, res: dict, ceil: dict) -> list[dict]:
+    """One section's rows in the shared columns (see the module's docstring)."""
+    peak, copy = ceil["bf16_matmul_flops"], ceil["copy_bytes_per_s"]
     rows = []
-    for N in Ns:
-        q = torch.randn(1, HEADS, N, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(1, KV_HEADS, N, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(1, KV_HEADS, N, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        for causal in (False, True):
-            flops = 4 * HEADS * N * N * HEAD_DIM * (0.5 if causal else 1.0)
-            fused_bytes = 2 * (2 * HEADS * N * HEAD_DIM + 2 * KV_HEADS * N * HEAD_DIM)
-            impls = {"triton": lambda: flash_attention_triton(q, k, v, causal=causal),
-                     "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                                    enable_gqa=True)}
-            if not causal:
-                impls["standard"] = lambda: _standard(torch, q, k, v, scale)
-            for name, fn in impls.items():
-                ms = do_bench(fn, warmup=25, rep=200, return_mode="median")
-                nbytes = 2 * HEADS * standard_io(N, HEAD_DIM) if name == "standard" else fused_bytes
-                model_s = max(flops / peak, nbytes / bw)
-                rows.append({"impl": name, "N": N, "causal": causal, "ms": ms,
-                             "tflops": flops / (ms * 1e-3) / 1e12, "model_bytes": nbytes,
-                             "model_ms": model_s * 1e3,
-                             "model_bound": "memory" if nbytes / bw > flops / peak else "compute"})
-        del q, k, v
-        torch.cuda.empty_cache()
-    result["rows"] = rows
-    return result
+    for r in res.get("rows", []):
+        us = r["us"]
+        flops = r.get("flops")
+        nbytes = r.get("bytes", r.get("kv_bytes"))
+        frac = None
+        if flops and (not nbytes or flops / peak > nbytes / copy):
+            frac = flops / us * 1e6 / peak
+        elif nbytes:
+            frac = nbytes / us * 1e6 / copy
+        rows.append({"section": section, "case": _case(section, r), "impl": _impl(section, r),
+                     "ours": r.get("impl", "ours").split(" ")[0] in OURS[section], "us": us,
+                     "flops": flops, "bytes": nbytes, "tflops": flops / us * 1e-6 if flops else None,
+                     "tb_per_s": nbytes / us * 1e-6 if nbytes else None, "frac": frac,
+                     "err": r.get("max_err", r.get("rel_err")), "model_us": r.get("model_us_measured_bw",
+                                                                                 r.get("model_us"))})
+    for row in rows:
+        peers = [x["us"] for x in rows if x["case"] == row["case"] and not x["ours"] and x is not row
+                 and x["impl"] != "standard"]
+        row["x_best"] = min(peers) / row["us"] if peers else None
+    return rows
 
 
-def table(result: dict) -> str:
-    lines = [f"{result['device']} ({result['sms']} SMs), torch {result['torch']}, triton {result['triton']}",
-             f"measured ceilings: copy {result['ceilings']['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
-             f"bf16 matmul {result['ceilings']['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s"]
-    for c in result["checks"]:
-        lines.append(f"check {c['impl']:8s} n_q={c['n_q']:5d} n_k={c['n_k']:5d} causal={c['causal']!s:5s} "
-                     f"rel_err={c['rel_err']:.1e} nan={c['nan']}")
-    lines.append(f"{'impl':9s} {'N':>6s} {'causal':>6s} {'ms':>9s} {'TFLOP/s':>8s} {'model ms':>9s} bound")
-    for r in result["rows"]:
-        lines.append(f"{r['impl']:9s} {r['N']:6d} {r['causal']!s:>6s} {r['ms']:9.3f} {r['tflops']:8.1f} "
-                     f"{r['model_ms']:9.3f} {r['model_bound']}")
+def default_path(device: str, date: str) -> str:
+    """data/measurements/<gpu>-<date>.json, the gpu the last word of the device's name (h200)."""
+    from ..hardware import data_path
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower().split()[-1]).strip("-") or "gpu"
+    return str(data_path("gpus.json").parent / "measurements" / f"{slug}-{date}.json")
+
+
+def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: bool = False) -> dict:
+    import torch
+
+    from .bench_paged import _header
+    from .bench_prefill import ceilings
+    cuda = torch.cuda.is_available()
+    res = _header(torch, {})
+    res.pop("shape")
+    res.pop("rows")
+    res.pop("copy_bytes_per_s", None)
+    res["ceilings"] = ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10}
+    out = out or (None if dry else default_path(res["device"], res["date"]))
+    if merge and out and os.path.exists(out):
+        with open(out) as f:
+            old = json.load(f)
+        res["sections"] = old.get("sections", {})
+        res["ceilings_by_section"] = old.get("ceilings_by_section", {})
+    res.setdefault("sections", {})
+    res.setdefault("ceilings_by_section", {})
+    c = res["ceilings"]
+    print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}; copy "
+          f"{c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s",
+          flush=True)
+
+    def save():
+        res["rows"] = [row for name, sec in res["sections"].items()
+                       for row in flatten(name, sec, res["ceilings_by_section"].get(name, c))]
+        if out:
+            with open(out, "w") as f:
+                json.dump(res, f, indent=1)
+    for name in sections:
+        print(f"=== {name}", flush=True)
+        try:
+            mod = importlib.import_module(f".bench_{name}", __package__)
+            kw = {"ceil": c} if name in ("prefill", "decode") else {}
+            if dry and name != "decode":                  # bench_decode picks its own dry cases
+                kw["cases"] = mod.DRY["cases"]
+            sec = mod.run(dry=dry, **kw)
+        except Exception:                                 # noqa: BLE001 - keep the other sections
+            print(f"{name}: failed\n" + traceback.format_exc(limit=6), flush=True)
+            continue
+        for key in ("flashinfer",):
+            if sec.get(key) and not res.get(key):
+                res[key] = sec[key]
+        res["sections"][name] = sec
+        res["ceilings_by_section"][name] = c
+        save()
+    save()
+    return res
+
+
+def table(res: dict) -> str:
+    lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
+             f"flashinfer {res.get('flashinfer')}, commit {res.get('commit')}",
+             f"{'section':9s} {'case':34s} {'impl':22s} {'us':>9} {'TFLOP/s':>7} {'TB/s':>5} {'frac':>5} "
+             f"{'x_best':>6} {'err':>7}"]
+
+    def f(v, spec):
+        return format(v, spec) if v is not None else " " * len(format(0.0, spec))
+    for r in res["rows"]:
+        lines.append(f"{r['section']:9s} {r['case'][:34]:34s} {r['impl'][:22]:22s} {r['us']:9.1f} "
+                     f"{f(r['tflops'], '7.1f')} {f(r['tb_per_s'], '5.2f')} {f(r['frac'], '5.2f')} "
+                     f"{f(r['x_best'], '6.2f')} {f(r['err'], '7.1e')}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    from . import bench_cli
-    return bench_cli(run, table, __doc__.splitlines()[0], argv)
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
+    ap.add_argument("--out", help="result file (default data/measurements/<gpu>-<date>.json; none on --dry)")
+    ap.add_argument("--merge", action="store_true", help="keep the other sections already in --out")
+    ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
+    args = ap.parse_args(argv)
+    sections = tuple(s for s in args.sections.split(",") if s)
+    if set(sections) - set(SECTIONS):
+        ap.error(f"--sections takes {','.join(SECTIONS)}; got {args.sections}")
+    import torch
+    if args.dry and not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    res = run(sections, dry=args.dry, out=args.out, merge=args.merge)
+    print(table(res))
+    return 0
 
 
 if __name__ == "__main__":

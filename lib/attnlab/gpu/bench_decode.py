@@ -3,14 +3,15 @@
     python -m attnlab.gpu.bench_decode --out results.json      # on a CUDA machine
 
 A Llama-3-8B-shaped layer (32 query heads, 8 KV heads, d = 128, bf16): for each (batch, context)
-case and split count, `split_kv_decode` (split kernel + merge kernel) is timed with CUDA-graph
-graph replay (median, launch overhead excluded; the plain per-call time with launches is kept too), beside `attnlab.hardware.decode_time` for this GPU: once with the datasheet
+case and split count, `split_kv_decode` (split kernel + merge kernel) is timed by CUDA-graph
+replay (`time_per_call`, median, launch overhead excluded; the plain per-call time with launches
+is kept too), beside `attnlab.hardware.decode_time` for this GPU: once with the datasheet
 bandwidth and once with the copy bandwidth measured in the same run. Correctness first: each
 configuration that is timed is also checked against a float32 reference on the same inputs.
 """
 from __future__ import annotations
 
-import datetime as _dt
+import json
 import math
 import sys
 
@@ -27,86 +28,65 @@ CASES = [(1, 32768, (1, 2, 4, 8, 16, 32, 64)),
          (256, 1024, (1, 4, 16, 64)),
          (256, 4096, (1, 4, 16, 64)),
          (256, 32768, (1, 64))]
+DRY = dict(cases=[(2, 40, (1, 3))], shape=dict(heads=8, kv_heads=2, head_dim=32))
 
 
-def _bench(fn, calls: int = 20, reps: int = 15):
-    """Per-call time in ms from CUDA-graph replay: `calls` calls captured in one graph, the graph
-    replayed `reps` times, median over replays. Without the graph the host's launch overhead of
-    the two Triton kernels (~50 us here) would hide the small cases."""
-    import torch
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()                                  # compile and warm up outside the capture
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); g.replay(); b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / calls)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0) -> dict:
+def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = False,
+        out: str | None = None, ceil: dict | None = None) -> dict:
     import torch
     from triton.testing import do_bench
 
-    from ..hardware import decode_time
-    from ..hardware import get_gpu
+    from ..hardware import decode_time, get_gpu
+    from . import time_per_call
+    from .bench_paged import _header
     from .decode_triton import split_kv_decode, workspace
 
     torch.manual_seed(seed)
     spec = get_gpu(gpu_name)
-    a = torch.randn(1 << 28, device="cuda", dtype=torch.bfloat16)
-    b = torch.empty_like(a)
-    copy_bw = 2 * a.numel() * 2 / (do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median") * 1e-3)
-    del a, b
-    res = {"device": torch.cuda.get_device_name(0),
-           "sms": torch.cuda.get_device_properties(0).multi_processor_count,
-           "torch": torch.__version__, "triton": __import__("triton").__version__,
-           "date": _dt.date.today().isoformat(), "model_gpu": spec.name,
-           "shape": {"heads": HEADS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "dtype": "bf16"},
-           "copy_bytes_per_s": copy_bw, "rows": []}
-    for batch, ctx, splits_list in cases:
-        q = torch.randn(batch, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(batch, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(batch, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    shape = DRY["shape"] if dry else dict(heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
+    hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
+    res = _header(torch, shape)
+    res.pop("flashinfer", None)
+    cuda = torch.cuda.is_available()
+    if ceil:
+        res["copy_bytes_per_s"] = ceil["copy_bytes_per_s"]
+    res.setdefault("copy_bytes_per_s", 1e9)            # a dry run: no ceiling to read against
+    copy_bw = res["copy_bytes_per_s"]
+    res.update(model_gpu=spec.name)
+    dev = "cuda" if cuda else "cpu"
+    for batch, ctx, splits_list in (DRY["cases"] if dry else cases):
+        q = torch.randn(batch, hq, d, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(batch, hkv, ctx, d, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(batch, hkv, ctx, d, device=dev, dtype=torch.bfloat16)
         ref = None
         if batch * ctx <= 64 * 1024:        # fp32 reference where it is cheap
-            kr = k.float().repeat_interleave(HEADS // KV_HEADS, dim=1)
-            vr = v.float().repeat_interleave(HEADS // KV_HEADS, dim=1)
-            s = torch.einsum("bhd,bhnd->bhn", q.float(), kr) / math.sqrt(HEAD_DIM)
+            kr = k.float().repeat_interleave(hq // hkv, dim=1)
+            vr = v.float().repeat_interleave(hq // hkv, dim=1)
+            s = torch.einsum("bhd,bhnd->bhn", q.float(), kr) / math.sqrt(d)
             ref = torch.einsum("bhn,bhnd->bhd", torch.softmax(s, dim=-1), vr)
             del kr, vr, s
         for splits in splits_list:
-            err = None
-            if ref is not None:
-                out = split_kv_decode(q, k, v, splits)
-                err = float((out - ref).norm() / ref.norm())
-            ws = workspace(batch, HEADS, HEAD_DIM, splits, q.device)
-            ms = _bench(lambda: split_kv_decode(q, k, v, splits, ws=ws))
-            ms_events = do_bench(lambda: split_kv_decode(q, k, v, splits, ws=ws), warmup=10, rep=50,
-                                 return_mode="median")
-            m = decode_time(batch, ctx, KV_HEADS, splits, spec, head_dim=HEAD_DIM,
-                            group=HEADS // KV_HEADS)
-            kv_bytes = 2 * batch * KV_HEADS * ctx * HEAD_DIM * 2
+            ws = workspace(batch, hq, d, splits, q.device)
+            out_ = split_kv_decode(q, k, v, splits, ws=ws).clone()
+            err = None if ref is None else float((out_ - ref).norm() / ref.norm())
+            us, how = time_per_call(lambda: split_kv_decode(q, k, v, splits, ws=ws), out_.float())
+            us_events = (do_bench(lambda: split_kv_decode(q, k, v, splits, ws=ws), warmup=10, rep=50,
+                                  return_mode="median") * 1e3 if cuda else us)
+            m = decode_time(batch, ctx, hkv, splits, spec, head_dim=d, group=hq // hkv)
+            kv_bytes = 2 * batch * hkv * ctx * d * 2
             res["rows"].append({
-                "batch": batch, "context": ctx, "splits": splits, "us": ms * 1e3,
-                "us_with_launch": ms_events * 1e3,
+                "batch": batch, "context": ctx, "splits": splits, "us": us, "timing": how,
+                "us_with_launch": us_events,
                 "model_us": m.time * 1e6,
                 "model_us_measured_bw": m.time * 1e6 * spec.hbm_bandwidth / copy_bw,
                 "model_utilization": m.utilization, "blocks": m.blocks, "waves": m.waves,
-                "achieved_bytes_per_s": kv_bytes / (ms * 1e-3), "rel_err": err})
+                "bytes": kv_bytes, "achieved_bytes_per_s": kv_bytes / (us * 1e-6), "rel_err": err})
         del q, k, v
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
+        if out:
+            with open(out, "w") as f:
+                json.dump(res, f, indent=1)
     return res
 
 
@@ -124,8 +104,10 @@ def table(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from . import bench_cli
-    return bench_cli(run, table, __doc__.splitlines()[0], argv)
+    from ._cli import parse
+    args, _, _ = parse(argv, __doc__, "unused: the cases are CASES", CASES, DRY["cases"])
+    print(table(run(dry=args.dry, out=args.out)))
+    return 0
 
 
 if __name__ == "__main__":
