@@ -10,3 +10,28 @@ except ImportError:  # torch is a test dependency; without it the GPU tests cann
     _cuda = False
 if not _cuda:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def poisoned_alloc(monkeypatch):
+    """Every float tensor from torch.empty, torch.empty_like or Tensor.new_empty comes back filled
+    with NaN (integer and bool tensors untouched), so an element a kernel must write but does not
+    shows up as NaN in its output. The Triton kernels allocate their outputs, lse and partial-state
+    workspaces with torch.empty / torch.empty_like. Yields a dict: how many tensors were poisoned."""
+    import torch
+    count = {"poisoned": 0}
+
+    def poison(t):
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and t.numel():
+            t.fill_(float("nan"))
+            count["poisoned"] += 1
+        return t
+
+    empty, empty_like, new_empty = torch.empty, torch.empty_like, torch.Tensor.new_empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: poison(empty(*a, **kw)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: poison(empty_like(*a, **kw)))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **kw: poison(new_empty(self, *a, **kw)))
+    yield count

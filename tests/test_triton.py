@@ -2,6 +2,10 @@
 
 Without a GPU it runs under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1), so
 sizes stay small; `python -m attnlab.gpu.bench` checks it at real sizes on a GPU.
+
+Every test runs with `poisoned_alloc` (tests/conftest.py): the output and lse the kernel allocates
+start as NaN, so an element it does not write fails. bf16 / fp16 outputs are held to the rule of
+tests/kernel_rule.py (at most 2x torch SDPA's own max-abs error on the same inputs); fp32 to 1e-5.
 """
 from __future__ import annotations
 
@@ -9,12 +13,17 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab.gpu import interpreting
 from attnlab.gpu.flash_triton import flash_attention_triton
 
 try:
+    from tests.kernel_rule import assert_within_rule
     from tests.reference import attention as ref_attention
 except ImportError:  # tests/ on sys.path (rootdir-less run)
+    from kernel_rule import assert_within_rule
     from reference import attention as ref_attention
+
+pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CASES = [  # (batch, q heads, kv heads, n_q, n_k, d, causal)
@@ -24,6 +33,8 @@ CASES = [  # (batch, q heads, kv heads, n_q, n_k, d, causal)
     (2, 2, 2, 57, 40, 32, True),      # N_q > N_k: the first rows see no key
     (1, 3, 1, 17, 65, 64, False),     # GQA group 3
     (1, 2, 2, 50, 50, 20, False),
+    (1, 1, 1, 113, 203, 16, True),    # neither size a multiple of the 16 x 16 blocks
+    (1, 1, 1, 203, 113, 16, True),    # 90 rows see no key
 ]
 
 
@@ -49,17 +60,63 @@ def test_matches_reference_fp32(case):
     assert np.all(o[np.broadcast_to(np.isinf(rl)[..., None], o.shape)] == 0)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_inputs(dtype):
-    rng = np.random.default_rng(7)
-    (q, k, v), (tq, tk, tv) = _inputs(rng, 1, 2, 1, 37, 45, 32, dtype)
-    o = flash_attention_triton(tq, tk, tv, causal=True)
+LOW = [  # (batch, q heads, kv heads, n_q, n_k, d, causal, block_m, block_n)
+    (1, 2, 1, 37, 45, 32, True, None, None),
+    (1, 1, 1, 113, 203, 16, False, None, None),
+    (1, 1, 1, 203, 113, 16, True, None, None),      # N_q > N_k: 90 rows see no key (0, lse -inf)
+    # 1023 rows divide no block; the GPU's 128 x 64 blocks keep the interpreter fast (16 x 16: ~30 s)
+    (1, 1, 1, 1023, 1024, 16, True, 128, 64),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", LOW, ids=lambda c: "-".join(map(str, c[:7])))
+def test_low_precision_within_rule(case, dtype):
+    b, hq, hk, nq, nk, d, causal, bm, bn = case
+    rng = np.random.default_rng(sum(case[:6]))
+    _, (tq, tk, tv) = _inputs(rng, b, hq, hk, nq, nk, d, dtype)
+    o, lse = flash_attention_triton(tq, tk, tv, causal=causal, block_m=bm, block_n=bn, return_lse=True)
     assert o.dtype == dtype
     # reference on the rounded inputs, so only the kernel's own rounding is measured
-    rq, rk, rv = (t.double().cpu().numpy() for t in (tq, tk, tv))
-    ro, _ = ref_attention(rq, rk, rv, causal=True)
-    rel = np.linalg.norm(o.double().cpu().numpy() - ro) / np.linalg.norm(ro)
-    assert rel < 1e-2
+    ro, rl = ref_attention(*(t.double().cpu().numpy() for t in (tq, tk, tv)), causal=causal)
+    assert_within_rule(o, ro, tq, tk, tv, causal=causal, lse=lse, label=f"flash {case}")
+    fin = np.isfinite(rl)                   # lse is fp32 from the rounded inputs
+    assert np.abs(lse.double().cpu().numpy()[fin] - rl[fin]).max() < 1e-4
+
+
+@pytest.mark.xfail(interpreting(), strict=True, reason=(
+    "flash_attention_triton stores bf16 from the kernel; the interpreter truncates fp32 to bf16 "
+    "(a GPU rounds to nearest), so every output is the exact value truncated, up to 1 ulp off, "
+    "and here 4.1x SDPA's error. paged/cascade/variants write fp32 there and let torch round; "
+    "flash_triton.py does not (a fix for lib/attnlab/gpu/flash_triton.py, not for this test)."))
+def test_bf16_within_rule_where_truncation_shows():
+    """The LOW seeds above pass at 1.1-1.8x SDPA; this one (row 0's outputs just under a power of
+    two) shows the truncation: kernel 1.5e-2, SDPA 3.6e-3 under the interpreter."""
+    rng = np.random.default_rng(1)
+    _, (tq, tk, tv) = _inputs(rng, 1, 1, 1, 1023, 1024, 16, torch.bfloat16)
+    o = flash_attention_triton(tq, tk, tv, causal=True, block_m=128, block_n=64)
+    ro, _ = ref_attention(*(t.double().cpu().numpy() for t in (tq, tk, tv)), causal=True)
+    assert_within_rule(o, ro, tq, tk, tv, causal=True, label="flash bf16 seed 1")
+
+
+def test_large_ragged_fp32():
+    """1023 x 1024 in fp32 with the GPU's 128 x 64 blocks: the last row block is 127 rows short."""
+    rng = np.random.default_rng(1023)
+    (q, k, v), (tq, tk, tv) = _inputs(rng, 1, 1, 1, 1023, 1024, 16, torch.float32)
+    o, lse = flash_attention_triton(tq, tk, tv, causal=True, block_m=128, block_n=64, return_lse=True)
+    ro, rl = ref_attention(q, k, v, causal=True)
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    assert np.abs(o.double().cpu().numpy() - ro).max() < 1e-5
+    assert np.abs(lse.double().cpu().numpy() - rl).max() < 1e-5
+
+
+def test_poisoning_reaches_the_kernels_allocations(poisoned_alloc):
+    """The fixture sees the kernel's own allocations (output and lse), so poisoning bites."""
+    q = torch.randn(1, 1, 8, 16, device=DEVICE)
+    before = poisoned_alloc["poisoned"]
+    o, lse = flash_attention_triton(q, q, q, return_lse=True)
+    assert poisoned_alloc["poisoned"] - before >= 2
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
 
 
 def test_explicit_blocks_and_scale():
