@@ -103,13 +103,13 @@ def test_fp32_matches_definition_and_variant_attention(case):
 def test_any_strides_no_copy():
     """q in (B, N, H, d) memory, k with a head-dim stride of 2, out a transposed view."""
     g = torch.Generator().manual_seed(5)
-    q = torch.randn(1, 37, 2, 16, generator=g).transpose(1, 2)
-    k = torch.randn(1, 1, 53, 32, generator=g)[..., ::2]
-    v = torch.randn(1, 53, 1, 16, generator=g).transpose(1, 2)
-    out = torch.full((1, 37, 2, 16), float("nan")).transpose(1, 2)
+    q = torch.randn(1, 37, 2, 16, generator=g).to(DEVICE).transpose(1, 2)
+    k = torch.randn(1, 1, 53, 32, generator=g).to(DEVICE)[..., ::2]
+    v = torch.randn(1, 53, 1, 16, generator=g).to(DEVICE).transpose(1, 2)
+    ref, _ = dense_reference(*(t.cpu().numpy() for t in (q, k, v)), cap=30.0, window=7)
+    out = torch.full((1, 37, 2, 16), float("nan"), device=DEVICE).transpose(1, 2)
     variant_prefill(q, k, v, soft_cap=30.0, window=7, out=out)
-    ref, _ = dense_reference(q.numpy(), k.numpy(), v.numpy(), cap=30.0, window=7)
-    assert np.abs(out.double().numpy() - ref).max() < 2e-5
+    assert np.abs(out.double().cpu().numpy() - ref).max() < 2e-5
 
 
 LOW = [  # (batch, q heads, kv heads, n_q, n_k, d, causal, soft_cap, window, block_m, block_n)

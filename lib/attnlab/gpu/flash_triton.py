@@ -9,8 +9,9 @@ the last block a row can see, so blocks above the diagonal are never loaded. GQA
 h to KV head h // (Hq // Hkv).
 
 What it leaves out on purpose: the backward pass, dropout, paged KV, autotuning, and Hopper-only
-features (TMA, warp specialisation: FlashAttention-3's territory). Under TRITON_INTERPRET=1 the
-dot products run in float32, because the interpreter's bf16 dot is wrong.
+features (TMA, warp specialisation: `hopper_triton` has them). Under TRITON_INTERPRET=1 the dot
+products run in float32, because the interpreter's bf16 dot is wrong, and a half-precision output
+is written in float32 and rounded by torch (the interpreter truncates where a GPU rounds).
 """
 from __future__ import annotations
 
@@ -151,16 +152,21 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     o = torch.empty_like(q)
+    # the interpreter casts fp32 to bf16 by truncation (a GPU rounds to nearest): there the kernel
+    # writes fp32 and torch rounds
+    dst = torch.empty(q.shape, dtype=torch.float32, device=q.device) if interp and q.dtype != torch.float32 else o
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(n_q, block_m), B * H)
     kw = {}
     if not interp:
         kw = {"num_warps": num_warps or (4 if d <= 64 else 8), "num_stages": num_stages or 3}
-    _fwd_kernel[grid](q, k, v, o, lse, float(scale) * LOG2E,
+    _fwd_kernel[grid](q, k, v, dst, lse, float(scale) * LOG2E,
                       q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                      v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+                      v.stride(0), v.stride(1), v.stride(2), dst.stride(0), dst.stride(1), dst.stride(2),
                       H, H // k.shape[1], n_q, n_k, d,
                       BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
                       CAUSAL=bool(causal), UPCAST=interp or q.dtype == torch.float32,
                       IEEE=q.dtype == torch.float32 or interp, **kw)
+    if dst is not o:
+        o.copy_(dst)
     return (o, lse) if return_lse else o
