@@ -64,8 +64,8 @@ def test_paper_table_names_its_figures():
 
 
 def test_paged_summary_reads_the_recorded_run_and_its_ratios():
-    from attnlab.explore import measured
-    res = measured.paged_results()
+    from attnlab.explore import measured, runs
+    res = runs.section(runs.newest_run(), "paged")
     text = measured.paged_summary(res)
     assert res["device"] in text and res["flashinfer"] in text
     rows = [line.split() for line in text.splitlines() if re.match(r"\s*\d+ x \d+K", line)]

@@ -1,42 +1,16 @@
-"""Real GPU measurements beside the model's predictions (notebook 03's GPU cell).
-
-`prefill_results()` loads the recorded run in `data/h200_prefill.json` (made by
-`python -m attnlab.gpu.bench` on an H200); `live_prefill()` runs that benchmark when a CUDA GPU is
-present. `prefill_summary` and `prefill_figure` present either the same way.
+"""Formatters of recorded GPU results beside the model's predictions: split-KV decode against
+`hardware.decode_time` (notebook 04), paged decode against FlashInfer and the variants against
+FlexAttention (notebook 05). Each takes one section of a run (`runs.section(run, "decode")`, a
+file under data/measurements/ or a live run); `runs` holds the rest of the run's views.
 """
 from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from ..hardware import data_path
 from . import style
 
-__all__ = ["prefill_results", "live_prefill", "prefill_summary", "prefill_figure", "decode_results",
-           "live_decode", "decode_summary", "decode_figure", "paged_results", "live_paged", "paged_summary",
-           "variants_summary", "not_live"]
-
-IMPL_LABELS = {"standard": "standard (eager torch, S and P in HBM)",
-               "triton": "FlashAttention-2 in Triton (this course)",
-               "sdpa": "torch SDPA (fastest backend)"}
-IMPL_COLORS = {"standard": style.COLORS["standard"], "triton": style.COLORS["fa2"],
-               "sdpa": style.COLORS["fa1"]}
-
-
-def _recorded(name: str) -> dict:
-    with open(data_path(name)) as f:
-        return json.load(f)
-
-
-def _live(module: str, **kw) -> dict | None:
-    """Run `attnlab.gpu.<module>.run` here if a CUDA GPU is visible (about 30 s); None otherwise."""
-    import importlib
-
-    from .. import gpu
-    if not gpu.available():
-        return None
-    return importlib.import_module(f"..gpu.{module}", __package__).run(**kw)
+__all__ = ["decode_summary", "decode_figure", "paged_summary", "variants_summary", "not_live"]
 
 
 def not_live() -> str:
@@ -45,78 +19,7 @@ def not_live() -> str:
     return f"{gpu.unavailable_reason()}: the recorded H200 measurements above stand."
 
 
-def prefill_results(name: str = "h200_prefill.json") -> dict:
-    """The recorded benchmark (device, versions, measured ceilings, checks, timed rows)."""
-    return _recorded(name)
-
-
-def live_prefill(**kw) -> dict | None:
-    """Run the prefill benchmark here if a CUDA GPU is visible (about 30 s); None otherwise."""
-    return _live("bench", **kw)
-
-
-def prefill_summary(res: dict) -> str:
-    """Provenance, ceilings, the worst correctness error, and the timing table with the model."""
-    c = res["ceilings"]
-    worst = max(x["rel_err"] for x in res["checks"])
-    head = (f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
-            f"measured {res['date']}\n"
-            f"ceilings measured in the same run: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
-            f"bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s\n"
-            f"correctness: {len(res['checks'])} checks against an fp32 reference, "
-            f"worst relative error {worst:.1e} (bf16 inputs), NaN: {any(x['nan'] for x in res['checks'])}\n"
-            f"Llama-3-8B-shaped layer: 32 query heads, 8 KV heads, d = 128, bf16, batch 1\n")
-    rows = [dict(r, ratio=r["ms"] / r["model_ms"]) for r in res["rows"]]
-    return head + style.table(rows, {"impl": "implementation", "N": "N", "causal": "causal",
-                                     "ms": "measured ms", "tflops": "TFLOP/s",
-                                     "model_ms": "model ms", "ratio": "measured/model",
-                                     "model_bound": "model: bound by"},
-                              {"causal": str, "ms": ".3f", "tflops": ".0f", "model_ms": ".3f",
-                               "ratio": ".1f"})
-
-
-def prefill_figure(res: dict, causal: bool = False):
-    """Measured time against N for each implementation (solid) and the model (dashed), log-log."""
-    fig = style.new_figure(2, height=3.6)
-    ax_t, ax_f = fig.axes
-    rows = [r for r in res["rows"] if r["causal"] == causal]
-    for impl in ("standard", "triton", "sdpa"):
-        rs = sorted((r for r in rows if r["impl"] == impl), key=lambda r: r["N"])
-        if not rs:
-            continue
-        N = np.array([r["N"] for r in rs])
-        ax_t.plot(N, [r["ms"] for r in rs], "-o", ms=4, color=IMPL_COLORS[impl], label=IMPL_LABELS[impl])
-        ax_t.plot(N, [r["model_ms"] for r in rs], "--", color=IMPL_COLORS[impl], alpha=0.7)
-        ax_f.plot(N, [r["tflops"] for r in rs], "-o", ms=4, color=IMPL_COLORS[impl], label=IMPL_LABELS[impl])
-    peak = res["ceilings"]["bf16_matmul_flops"] / 1e12
-    ax_f.axhline(peak, color=style.COLORS["bound"], ls=":", label=f"measured bf16 matmul ({peak:.0f})")
-    for ax in (ax_t, ax_f):
-        ax.set_xscale("log", base=2)
-        ax.grid(True, alpha=0.25)
-        ax.set_xlabel("sequence length N (tokens)")
-    ax_t.set_yscale("log")
-    ax_t.set_ylabel("time per layer (ms)")
-    ax_f.set_ylabel("attention FLOP/s achieved (TFLOP/s)")
-    ax_f.set_ylim(0, peak * 1.15)
-    mask = "causal" if causal else "no mask"
-    ax_t.set_title(f"{res['device']}: measured (solid) vs model (dashed), {mask}", fontsize=10)
-    ax_f.set_title(f"Throughput, {mask}, bf16, d=128", fontsize=10)
-    ax_t.legend(fontsize=style.SMALL, loc="upper left")
-    style.legend_below(ax_f, ncol=1)
-    return fig
-
-
 # --- decode (notebook 04) -----------------------------------------------------------------------
-
-def decode_results(name: str = "h200_decode.json") -> dict:
-    """The recorded split-KV decode benchmark (`python -m attnlab.gpu.bench_decode`)."""
-    return _recorded(name)
-
-
-def live_decode(**kw) -> dict | None:
-    """Run the decode benchmark here if a CUDA GPU is visible (about 30 s); None otherwise."""
-    return _live("bench_decode", **kw)
-
 
 def decode_summary(res: dict) -> str:
     """Provenance and, per (batch, context, splits), measured time beside the model's."""
@@ -175,11 +78,6 @@ def _measurement(name: str) -> dict:
         return json.load(f)
 
 
-def paged_results(name: str = "h200-2026-12-01-paged.json") -> dict:
-    """A recorded `python -m attnlab.gpu.bench_paged` run from data/measurements/."""
-    return _measurement(name)
-
-
 def variants_summary(names=("h200-2026-12-01-variants-4x4096.json",
                             "h200-2026-12-01-variants-1x16384.json")) -> str:
     """Recorded `python -m attnlab.gpu.bench_variants` runs: `variant_prefill` (the variant compiled
@@ -202,12 +100,6 @@ def variants_summary(names=("h200-2026-12-01-variants-4x4096.json",
                                      "flex": "FlexAttention TFLOP/s", "best": "best peer",
                                      "ratio": "best peer time / ours"},
                               {"ours": ".0f", "flex": ".0f", "ratio": ".2f"})
-
-
-def live_paged(**kw) -> dict | None:
-    """Run the paged decode benchmark here if a CUDA GPU is visible (a minute or two; FlashInfer's
-    columns need `pip install flashinfer-python`); None otherwise."""
-    return _live("bench_paged", **kw)
 
 
 def paged_summary(res: dict) -> str:

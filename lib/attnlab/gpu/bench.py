@@ -41,7 +41,7 @@ OURS = {"prefill": ("ours-fa2", "ours-hopper"), "decode": ("ours",), "paged": ("
 #: the keys that make a row's case (all rows of a case are compared), and those that name its impl
 _CASE = {"prefill": ("batch", "N", "causal"), "decode": ("batch", "context"), "paged": ("batch", "context"),
          "cascade": ("n", "prefix", "unique"), "variants": ("batch", "N", "variant"),
-         "scheduled": ("batch", "dist")}
+         "scheduled": ("batch",)}
 _IMPL = {"prefill": (), "decode": ("splits",), "paged": ("page_size", "splits", "auto"),
          "cascade": ("splits", "auto"), "variants": (), "scheduled": ()}
 
@@ -109,7 +109,8 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
     res.pop("rows")
     res.pop("copy_bytes_per_s", None)
     res["ceilings"] = ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10}
-    out = out or (None if dry else default_path(res["device"], res["date"]))
+    if out is None and not dry:                           # out="": write nothing
+        out = default_path(res["device"], res["date"])
     if merge and out and os.path.exists(out):
         with open(out) as f:
             old = json.load(f)

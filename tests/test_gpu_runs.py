@@ -1,0 +1,122 @@
+"""The GPU run file and its views: `gpu.bench.flatten` (the shared columns), `explore.runs` (what
+notebooks 03-05 print), checked against the recorded rows themselves and against small synthetic
+sections whose answers are worked out by hand. No GPU and no torch needed."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from attnlab.explore import runs
+from attnlab.gpu.bench import default_path, flatten
+
+CEIL = {"bf16_matmul_flops": 1e15, "copy_bytes_per_s": 4e12}
+
+
+def test_flatten_by_hand():
+    sec = {"rows": [
+        {"batch": 1, "N": 8, "causal": True, "impl": "ours-hopper", "us": 10.0, "flops": 5e9, "bytes": 1e6, "max_err": 1e-3},
+        {"batch": 1, "N": 8, "causal": True, "impl": "sdpa-cudnn", "us": 8.0, "flops": 5e9, "bytes": 1e6, "max_err": 2e-3},
+        {"batch": 1, "N": 8, "causal": True, "impl": "flex", "us": 20.0, "flops": 5e9, "bytes": 1e6, "max_err": 2e-3},
+        {"batch": 1, "N": 8, "causal": True, "impl": "standard", "us": 1.0, "flops": 5e9, "bytes": 1e8, "max_err": 0.0},
+        {"batch": 1, "N": 8, "causal": False, "impl": "ours-fa2", "us": 4.0, "flops": 1e9, "bytes": 1e6, "max_err": 0.0}]}
+    rows = flatten("prefill", sec, CEIL)
+    hop, cudnn, flex, std, alone = rows
+    assert hop["case"] == "batch 1, N 8, causal" and alone["case"] == "batch 1, N 8"
+    assert hop["ours"] and not cudnn["ours"] and alone["ours"]
+    assert hop["x_best"] == pytest.approx(8 / 10)            # the fastest peer, standard left out
+    assert cudnn["x_best"] == pytest.approx(20 / 8)          # against the other peers only
+    assert alone["x_best"] is None                           # no peer in its case
+    assert hop["tflops"] == pytest.approx(5e9 / 10e-6 / 1e12)
+    assert hop["frac"] == pytest.approx(5e9 / 10e-6 / 1e15)  # compute-heavy: the matmul ceiling
+    assert std["frac"] == pytest.approx(1e8 / 1e-6 / 4e12)   # memory-heavy: the copy ceiling
+
+
+def test_flatten_names_decode_impls_with_their_split_and_page():
+    sec = {"rows": [{"batch": 2, "context": 64, "impl": "paged", "page_size": 16, "splits": 4, "auto": True,
+                     "us": 2.0, "bytes": 8e6, "max_err": 0.0},
+                    {"batch": 2, "context": 64, "impl": "flashinfer-tc", "page_size": 16, "us": 3.0, "bytes": 8e6,
+                     "max_err": 0.0}]}
+    a, b = flatten("paged", sec, CEIL)
+    assert a["impl"] == "paged ps16 s4 auto" and b["impl"] == "flashinfer-tc ps16"
+    assert a["x_best"] == pytest.approx(1.5) and a["frac"] == pytest.approx(8e6 / 2e-6 / 4e12)
+    assert a["flops"] is None and a["tflops"] is None
+
+
+def test_the_recorded_rows_are_the_flattened_sections():
+    res = runs.newest_run()
+    again = [row for name, sec in res["sections"].items()
+             for row in flatten(name, sec, res["ceilings_by_section"].get(name, res["ceilings"]))]
+    assert again == res["rows"]
+    assert {"prefill", "decode", "paged", "cascade", "scheduled"} <= set(res["sections"])
+    assert re.fullmatch(r"[0-9a-f]{40}", res["commit"]) and res["sms"] == 132
+
+
+def test_newest_run_goes_by_the_date_in_the_name(tmp_path, monkeypatch):
+    for name, date in (("h200-2026-11-30.json", "a"), ("a100-2026-12-02.json", "b"), ("h200-2026-12-01.json", "c"),
+                       ("h200-2026-12-09-paged.json", "not a run file")):
+        (tmp_path / name).write_text(json.dumps({"mark": date}))
+    monkeypatch.setattr(runs, "_dir", lambda: tmp_path)
+    assert [p.name for p in runs.run_files()] == ["h200-2026-11-30.json", "h200-2026-12-01.json", "a100-2026-12-02.json"]
+    assert runs.newest_run()["mark"] == "b"
+    for p in tmp_path.iterdir():
+        p.unlink()
+    with pytest.raises(FileNotFoundError, match="no run file"):
+        runs.newest_run()
+
+
+def test_default_path_names_the_gpu_and_date():
+    assert default_path("NVIDIA H200", "2026-12-01").endswith("measurements/h200-2026-12-01.json")
+
+
+def test_section_refuses_a_missing_one_by_name():
+    with pytest.raises(KeyError, match="no 'variants' section; it has"):
+        runs.section({"sections": {"prefill": {}}}, "variants")
+
+
+def _cells(text, start):
+    return [line.split() for line in text.splitlines() if re.match(start, line)]
+
+
+def test_prefill_summary_ratios_come_from_the_rows():
+    res = runs.newest_run()
+    sec = runs.section(res, "prefill")
+    text = runs.prefill_summary(res)
+    assert res["device"] in text and res["flashinfer"] in text and res["commit"][:7] in text
+    lines = _cells(text, r"\d+ x \d+K\s")
+    assert len(lines) == len({(r["batch"], r["N"], r["causal"]) for r in sec["rows"]})
+    for cells in lines:
+        b, n, causal = int(cells[0]), int(cells[2][:-1]) * 1024, cells[3] == "causal"
+        at = {r["impl"]: r["us"] for r in sec["rows"] if (r["batch"], r["N"], r["causal"]) == (b, n, causal)}
+        best = min(v for k, v in at.items() if not k.startswith("ours") and k != "standard")
+        assert cells[-3] == f"{best / at['ours-hopper']:.2f}"
+
+
+def test_cascade_and_schedule_summaries_come_from_the_rows():
+    res = runs.newest_run()
+    cas = runs.section(res, "cascade")["rows"]
+    for cells in _cells(runs.cascade_summary(res), r"\s*\d+\s+4096\s"):
+        n = int(cells[0])
+        auto = next(r["us"] for r in cas if r["n"] == n and r["impl"] == "cascade" and r.get("auto"))
+        paged = next(r["us"] for r in cas if r["n"] == n and r["impl"] == "paged")
+        assert cells[-2] == f"{paged / auto:.2f}"
+    sch = runs.section(res, "scheduled")["rows"]
+    lines = _cells(runs.schedules_summary(res), r"\s*\d+\s+\d+\s+\d")
+    assert len(lines) == len({r["batch"] for r in sch})
+    for cells in lines:
+        b = int(cells[0])
+        fi = next(r["us"] for r in sch if r["batch"] == b and r["impl"] == "flashinfer-tc")
+        bal = next(r["us"] for r in sch if r["batch"] == b and r["impl"] == "sched balanced")
+        assert cells[-1] == f"{fi / bal:.2f}"
+
+
+def test_hopper_steps_gains_are_ratios_of_consecutive_rows():
+    text = runs.hopper_steps_summary()
+    rows = [line.split() for line in text.splitlines() if re.match(r"\d+K", line)]
+    prev = None
+    for cells in rows:
+        t = float(cells[-3]) if not cells[1].startswith("best") else None
+        if cells[-2] != "nan" and prev is not None and t is not None:
+            assert abs(float(cells[-2]) - t / prev) < 0.011        # rounded TFLOP/s in the table
+        prev = t if cells[1] != "best" else None
