@@ -120,3 +120,17 @@ def test_hopper_steps_gains_are_ratios_of_consecutive_rows():
         if cells[-2] != "nan" and prev is not None and t is not None:
             assert abs(float(cells[-2]) - t / prev) < 0.011        # rounded TFLOP/s in the table
         prev = t if cells[1] != "best" else None
+
+
+def test_the_harness_runs_a_section_end_to_end_on_the_cpu(tmp_path):
+    """`python -m attnlab.gpu.bench --dry`: a tiny decode section under the interpreter, one file."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from attnlab.gpu import bench
+    out = tmp_path / "run.json"
+    res = bench.run(("decode",), dry=True, out=str(out))
+    saved = json.loads(out.read_text())
+    assert saved["rows"] == res["rows"] and {r["section"] for r in res["rows"]} == {"decode"}
+    assert all(r["err"] is not None and r["err"] < 1e-2 for r in res["rows"])    # checked before timed
+    again = bench.run(("decode",), dry=True, out=str(out), merge=True)            # --merge keeps sections
+    assert set(again["sections"]) == {"decode"} and len(again["rows"]) == len(res["rows"])

@@ -1,7 +1,10 @@
 """Optional GPU path: Triton kernels and their benchmark harnesses.
 
-    flash_triton.flash_attention_triton   FlashAttention-2 forward (prefill)    bench.py
-    hopper_triton.flash_attention_hopper  prefill + Hopper steps (TMA, WS, ...)  tune_hopper.py
+`python -m attnlab.gpu.bench` runs every harness below in one run and writes one file,
+data/measurements/<gpu>-<date>.json (its docstring says what is in it).
+
+    flash_triton.flash_attention_triton   FlashAttention-2 forward (prefill)    bench_prefill.py
+    hopper_triton.flash_attention_hopper  prefill + Hopper steps (TMA, ...)      bench_prefill.py, tune_hopper.py
     decode_triton.split_kv_decode         split-KV decode, contiguous KV         bench_decode.py
     paged_triton.paged_decode             split-KV decode over a paged KV cache  bench_paged.py
     cascade_triton.cascade_decode         shared prefix read once + paged decode  bench_cascade.py
@@ -9,7 +12,8 @@
     scheduled_triton.scheduled_decode     persistent decode driven by a schedule  bench_scheduled.py
       (.ScheduledDecoder: static buffers, one CUDA graph replayed across batches)
 
-Nothing in the rest of attnlab imports this package; it imports torch and triton lazily. On a
+Nothing in the rest of attnlab imports this package at import time (explore.runs calls it from a
+live GPU cell only); it imports torch and triton lazily. On a
 machine without a GPU the kernels still run under Triton's interpreter (set TRITON_INTERPRET=1
 before importing a kernel module): slow, for small correctness checks only.
 
