@@ -66,8 +66,9 @@ def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) ->
     return res
 
 
-def provenance(res: dict) -> str:
-    c = res["ceilings"]
+def provenance(res: dict, name: str | None = None) -> str:
+    """Device, date, versions, commit and the ceilings measured with section `name` (or the run's)."""
+    c = res.get("ceilings_by_section", {}).get(name, res["ceilings"])
     return (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
             f"FlashInfer {res.get('flashinfer')}; kernels at commit {str(res.get('commit'))[:7]}; "
             f"measured ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul "
@@ -101,7 +102,7 @@ def prefill_summary(res: dict) -> str:
         row.update(best=best, ratio=peers[best]["us"] / hop["us"], model=hop["model_us"] / hop["us"],
                    err=max(r["max_err"] for r in at.values()))
         rows.append(row)
-    head = (provenance(res) + "\nLlama-3-8B layer: 32 query heads, 8 KV heads, d = 128, bf16; TFLOP/s on the "
+    head = (provenance(res, "prefill") + "\nLlama-3-8B layer: 32 query heads, 8 KV heads, d = 128, bf16; TFLOP/s on the "
             "visible (query, key) pairs, CUDA-graph replay; every output checked against fp32 first\n")
     cols = {"case": "batch x N", "mask": "mask", **{k: PREFILL_LABELS[k].replace("ours, ", "") for k in PREFILL_IMPLS},
             "best": "best library", "ratio": "Hopper / best", "model": "model time / Hopper's",
@@ -115,7 +116,7 @@ def prefill_figure(res: dict, batch: int = 1):
     measured matmul ceiling (the model's time for a fused kernel at these sizes)."""
     sec = section(res, "prefill")
     fig = style.new_figure(2, height=4.4)
-    peak = res["ceilings"]["bf16_matmul_flops"] / 1e12
+    peak = res.get("ceilings_by_section", {}).get("prefill", res["ceilings"])["bf16_matmul_flops"] / 1e12
     impls = [k for k in PREFILL_IMPLS if any(r["impl"] == k for r in sec["rows"])]
     w = 0.8 / len(impls)
     for ax, causal in zip(fig.axes, (False, True)):
@@ -176,7 +177,7 @@ def decode_bandwidth_summary(res: dict) -> str:
     """KV bandwidth of decode per batch x context: ours (contiguous and paged, best split), cuDNN
     and FlashInfer's tensor-core decode, as TB/s and as a fraction of the measured copy ceiling."""
     sec = section(res, "paged")
-    copy = res["ceilings"]["copy_bytes_per_s"]
+    copy = res.get("ceilings_by_section", {}).get("paged", res["ceilings"])["copy_bytes_per_s"]
     rows = []
     for b, n in sorted({(r["batch"], r["context"]) for r in sec["rows"]}):
         at = [r for r in sec["rows"] if (r["batch"], r["context"]) == (b, n)]
@@ -191,7 +192,7 @@ def decode_bandwidth_summary(res: dict) -> str:
         row.update({k: nbytes / (v * 1e-6) / 1e12 for k, v in t.items()})
         row["frac"] = max(row[k] for k in t) * 1e12 / copy
         rows.append(row)
-    head = (provenance(res) + "\nLlama-3-8B decode (32/8 heads, d = 128, bf16); bytes = K, V, q read and o "
+    head = (provenance(res, "paged") + "\nLlama-3-8B decode (32/8 heads, d = 128, bf16); bytes = K, V, q read and o "
             "written once; best split of each kernel; FlashInfer and our paged kernel at page size 16\n")
     return head + style.table(rows, {"case": "batch x context", "MB": "MB moved", "contig": "ours contiguous",
                                      "paged": "ours paged", "cudnn": "cuDNN", "fi": "FlashInfer TC",
@@ -217,7 +218,7 @@ def cascade_summary(res: dict) -> str:
                      "fi_tc": get.get("flashinfer-tc", {}).get("us", float("nan")),
                      "fi_cascade": get.get("flashinfer-cascade", {}).get("us", float("nan")),
                      "speedup": p["us"] / c["us"], "time_saved": 1 - c["us"] / p["us"]})
-    head = (provenance(res) + "\nn requests share one prefix; page size 16; µs per call, CUDA-graph replay; "
+    head = (provenance(res, "cascade") + "\nn requests share one prefix; page size 16; µs per call, CUDA-graph replay; "
             "'KV saved' is attnlab.decode.cascade_intensity's count of K/V tokens not read\n")
     return head + style.table(rows, {"n": "n", "prefix": "prefix", "unique": "own tokens", "saving": "KV saved (counted)",
                                      "auto": "cascade (auto)", "best": "cascade (best split)",
@@ -255,7 +256,7 @@ def schedules_summary(res: dict) -> str:
         row["fi"] = at.get((b, "flashinfer-tc"), {}).get("us", float("nan"))
         row["ratio"] = row["fi"] / row["balanced"]
         rows.append(row)
-    head = (provenance(res) + f"\nrecorded {sec.get('dist')} batches, 32/8 heads, d = 128, bf16, page size "
+    head = (provenance(res, "scheduled") + f"\nrecorded {sec.get('dist')} batches, 32/8 heads, d = 128, bf16, page size "
             f"{sec.get('page_size')}, {sec['sms']} CTAs; µs per call, one CUDA graph per plan captured on the "
             "first batch and replayed on every batch; predicted = Plan.time (SMs share the bandwidth)\n")
     cols = {"batch": "batch", "tokens": "KV tokens"}
