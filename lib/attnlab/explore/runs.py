@@ -256,8 +256,9 @@ def schedules_summary(res: dict) -> str:
         row["fi"] = at.get((b, "flashinfer-tc"), {}).get("us", float("nan"))
         row["ratio"] = row["fi"] / row["balanced"]
         rows.append(row)
+    ctas = next(r["ctas"] for r in sec["rows"] if "ctas" in r)
     head = (provenance(res, "scheduled") + f"\nrecorded {sec.get('dist')} batches, 32/8 heads, d = 128, bf16, page size "
-            f"{sec.get('page_size')}, {sec['sms']} CTAs; µs per call, one CUDA graph per plan captured on the "
+            f"{sec.get('page_size')}, plans for {ctas} CTAs; µs per call, one CUDA graph per plan captured on the "
             "first batch and replayed on every batch; predicted = Plan.time (SMs share the bandwidth)\n")
     cols = {"batch": "batch", "tokens": "KV tokens"}
     for s in ("per-request", "fixed", "balanced"):
@@ -290,7 +291,8 @@ def schedules_figure(res: dict):
     ax.grid(True, alpha=0.25)
     ax.set_xlabel("batch (requests, long-tailed lengths)")
     ax.set_ylabel("decode attention time per layer (µs)")
+    ctas = next(r["ctas"] for r in sec["rows"] if "ctas" in r)
     ax.set_title(f"{res['device']}: one persistent kernel, three plans (32/8 heads, d=128, bf16, "
-                 f"{sec['sms']} CTAs)", fontsize=9.5)
+                 f"{ctas} CTAs)", fontsize=9.5)
     ax.legend(fontsize=style.SMALL, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
