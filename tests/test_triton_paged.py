@@ -12,8 +12,6 @@ held to the rule of tests/kernel_rule.py (at most 2x torch SDPA's own max-abs er
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -23,6 +21,10 @@ pytest.importorskip("triton")
 from attnlab.gpu.decode_triton import workspace  # noqa: E402
 from attnlab.gpu.paged_triton import auto_splits, paged_decode  # noqa: E402
 from attnlab.paged import PagedKVCache, bsr_attention, to_bsr  # noqa: E402
+try:
+    from tests.paged_reference import attention as _reference, pools as _pools  # noqa: E402
+except ImportError:  # tests/ on sys.path (rootdir-less run)
+    from paged_reference import attention as _reference, pools as _pools  # noqa: E402
 
 try:
     from tests.kernel_rule import assert_within_rule  # noqa: E402
@@ -33,49 +35,6 @@ pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NAN = float("nan")
-
-
-def _table(lens, page_size, num_pages, rng):
-    """FlashInfer's three int32 arrays for requests of `lens` tokens, pages from a shuffled pool."""
-    pages = [-(-n // page_size) for n in lens]
-    indices = rng.permutation(num_pages)[:sum(pages)]
-    indptr = np.concatenate([[0], np.cumsum(pages)])
-    last = np.array([n - page_size * (p - 1) for n, p in zip(lens, pages)])
-    return indptr, indices, last
-
-
-def _pools(lens, page_size, kv_heads, d, rng, spare=4):
-    """NHD pools (float64) with only the requests' slots filled, the rest NaN, and the table."""
-    num_pages = sum(-(-n // page_size) for n in lens) + spare
-    indptr, indices, last = _table(lens, page_size, num_pages, rng)
-    k = np.full((num_pages, page_size, kv_heads, d), NAN)
-    v = np.full_like(k, NAN)
-    for i, n in enumerate(lens):
-        for t in range(n):
-            p, s = indices[indptr[i] + t // page_size], t % page_size
-            k[p, s], v[p, s] = rng.standard_normal((2, kv_heads, d))
-    return k, v, (indptr, indices, last)
-
-
-def _reference(q, k_pool, v_pool, indptr, indices, last, page_size):
-    """float64, from the definition: request i's tokens are its pages in table order, the last page
-    cut to last[i]; each query head h attends over KV head h // g with a plain softmax."""
-    n_req, hq, d = q.shape
-    g = hq // k_pool.shape[2]
-    o, lse = np.zeros((n_req, hq, d)), np.zeros((n_req, hq))
-    for i in range(n_req):
-        pages = indices[indptr[i]:indptr[i + 1]]
-        n = page_size * (len(pages) - 1) + last[i]
-        slots = [(p, s) for p in pages for s in range(page_size)][:n]
-        k = np.stack([k_pool[p, s] for p, s in slots])
-        v = np.stack([v_pool[p, s] for p, s in slots])
-        for h in range(hq):
-            logits = k[:, h // g] @ q[i, h] / math.sqrt(d)
-            m = logits.max()
-            w = np.exp(logits - m)
-            o[i, h] = w @ v[:, h // g] / w.sum()
-            lse[i, h] = m + math.log(w.sum())
-    return o, lse
 
 
 def _gathered(tk, tv, table, page_size):
