@@ -107,7 +107,7 @@ def _int(cfg: dict, field: str, default=_REQUIRED, hi: int | None = None):
     value = cfg.get(field)
     if value is None:
         if default is _REQUIRED:
-            raise ValueError(f"config lacks {field}; valid: an integer, {lo} <= {field} <= {hi}")
+            raise ValueError(f"config lacks {field} (absent or null); valid: an integer, {lo} <= {field} <= {hi}")
         return default
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{field} must be an integer, got {_short(value)} ({type(value).__name__}); "
