@@ -33,7 +33,9 @@ __all__ = ["Model", "PrefillCost", "models", "get_model", "linear_flops_per_toke
 class Model:
     """A decoder-only transformer's shape. `params` is the total parameter count; `source` the
     config.json it was copied from; `extra` keeps the other JSON fields (aliases, notes,
-    active_params, MLA dimensions, ...)."""
+    active_params, MLA dimensions, ...). Optional: `sliding_window` (tokens a windowed layer
+    sees; None: no window) in `window_layers` of the layers (None: all of them) and
+    `max_context` (max_position_embeddings), as `configs.from_config` reads them."""
 
     name: str
     layers: int
@@ -46,6 +48,9 @@ class Model:
     params: int
     source: str
     extra: Mapping[str, object] = field(default_factory=dict, hash=False, compare=False, repr=False)
+    sliding_window: int | None = None
+    window_layers: int | None = None
+    max_context: int | None = None
 
     def __post_init__(self):
         for f in ("name", "source"):
@@ -53,6 +58,9 @@ class Model:
                 raise TypeError(f"{f} must be a string, got {getattr(self, f)!r}")
         for f in _INT_FIELDS:
             as_int(f, getattr(self, f), 1, None)
+        for f, lo in (("sliding_window", 1), ("window_layers", 0), ("max_context", 1)):
+            if getattr(self, f) is not None:
+                as_int(f, getattr(self, f), lo, self.layers if f == "window_layers" else None)
         if self.q_heads % self.kv_heads:
             raise ValueError(f"q_heads={self.q_heads} must be a multiple of kv_heads={self.kv_heads} (GQA)")
 
@@ -66,6 +74,12 @@ class Model:
         """Parameters used per token: `params` for a dense model, fewer for a mixture of experts
         (DeepSeek-V3: 37e9 of 671e9)."""
         return int(self.extra.get("active_params", self.params))
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3): stored as its decode-time equivalent,
+        one shared latent of kv_lora_rank + qk_rope_head_dim dims (in `extra`) per token."""
+        return "kv_lora_rank" in self.extra
 
     @property
     def notes(self) -> str:
@@ -302,3 +316,12 @@ def prefill_cost_curve(model, gpu, Ns, *, sram: int = 100_000, dtype: str = "bf1
         kind = {"N": np.int64, "fits": bool, "flash_moves_more": bool, "flash_io_hidden": bool}
         out[f.name] = np.asarray(out[f.name], dtype=kind.get(f.name, np.float64))
     return out
+
+
+def __getattr__(name):
+    """`from_config` and `configs` live in `attnlab.configs` (which imports this module); they
+    are re-exported here, read on first use: `attnlab.models.from_config("Llama-3-8B")`."""
+    if name in ("from_config", "configs"):
+        from . import configs as _configs
+        return getattr(_configs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
