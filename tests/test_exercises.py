@@ -3,9 +3,12 @@ usual mistakes with a hint that does not give the number away, reads junk withou
 the numbers it accepts agree with the lecture's hand arithmetic (so a library change shows here)."""
 from __future__ import annotations
 
+import ast
 import dataclasses
+import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -278,3 +281,47 @@ def test_choices():
         exercises.choices(3)
     with pytest.raises(ValueError, match=r"\bn=0\b"):
         exercises.choices(0)
+
+
+# --- the notebook's worked answers: their library snippets run and print what they say -------------
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_exercises.ipynb"
+
+
+def _snippets():
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    text = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    return [b for t in text for b in re.findall(r"```python\n(.*?)```", t, re.S)]
+
+
+def _plain(x):
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def test_notebook_snippets_run_and_match_their_comments():
+    blocks = _snippets()
+    assert len(blocks) == 7                       # exercises 1-4, 6, 7 and 9 show library calls
+    compared = 0
+    for block in blocks:
+        ns: dict = {}
+        for line in block.splitlines():
+            code, _, comment = line.partition("  #")
+            if not code.strip() or code.startswith("#"):
+                continue
+            try:
+                compile(code, "<snippet>", "eval")
+            except SyntaxError:                   # an import or an assignment
+                exec(code, ns)
+                continue
+            value = eval(code, ns)
+            try:
+                said = ast.literal_eval(comment.strip())
+            except (ValueError, SyntaxError):     # "(7.992..., 126.03...)", a Counter, no comment
+                continue
+            assert _plain(value) == _plain(said), (line, value)
+            compared += 1
+    assert compared >= 6
