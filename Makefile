@@ -61,7 +61,7 @@ notebooks: $(BASE_STAMP)
 # Render, never execute: the pages show what the notebooks were committed with (after `make notebooks`).
 site: $(BASE_STAMP)
 	rm -rf site
-	$(PY) -m attnlab.tools.site --out site
+	$(PY) -m attnlab.tools.site --notebooks notebooks --out site
 
 clean:
 	rm -rf $(VENV) .pytest_cache build/browser_timings.json site

@@ -48,7 +48,8 @@ def _notebooks(tmp_path):
         v4.new_markdown_cell("On to [the explorer](01_explorer.ipynb#top)."),
     ])
     explorer = v4.new_notebook(cells=[
-        v4.new_markdown_cell("# 01 · An explorer · 探索器\n\n**After this notebook you can**\n- move a slider;\n- read a figure."),
+        v4.new_markdown_cell("# 01 · An explorer · 探索器\n\n"
+                             "**After this notebook you can**\n- move a slider;\n- read a figure."),
         v4.new_code_cell("explore.Thing()", outputs=[_view("root")]),           # state saved
         v4.new_code_cell("explore.Other()", outputs=[_view("gone", **{"image/png": GREEN})]),  # no state, png
         v4.new_code_cell("explore.Bare()", outputs=[_view("gone too")]),        # nothing to show
@@ -92,7 +93,8 @@ def test_index_lists_every_notebook_with_title_and_first_paragraph(built):
     html = _read(out, "index.html")
     assert f"<title>{site.COURSE}</title>" in html
     links = re.findall(r'<a href="(\d\d_[^"]+\.html)">([^<]+)</a>', html)
-    assert links == [("00_plot.html", "00 · A plot · 一张图"), ("01_explorer.html", "01 · An explorer · 探索器")]
+    assert links == [("00_plot.html", "00 · A plot · 一张图"),
+                     ("01_explorer.html", "01 · An explorer · 探索器")]
     assert "Lecture section 0 · five minutes" in html and "What $N^2$ looks like." in html
     assert "More later." not in html                      # the first paragraph only
     assert "After this notebook you can" in html and "read a figure." in html
@@ -137,3 +139,13 @@ def test_static_explorers_keeps_other_outputs_and_drops_the_state():
 def test_no_notebooks_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no notebooks"):
         site.build(tmp_path / "out", tmp_path)
+
+
+def test_a_local_mathjax_is_used_and_the_index_stops_saying_web(tmp_path, built):
+    url = "mathjax/MathJax.js?config=TeX-AMS_CHTML"
+    site.build(tmp_path / "out", built[0], mathjax_url=url)
+    for name in ("index.html", "00_plot.html"):
+        html = _read(tmp_path / "out", name)
+        assert re.findall(r'<script[^>]* src="([^"]*)"', html) == [url], name
+    assert "fetched from the web" not in _read(tmp_path / "out", "index.html")
+    assert "fetched from the web" in _read(built[2], "index.html")

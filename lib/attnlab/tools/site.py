@@ -88,7 +88,8 @@ def describe(nb, source: Path) -> Page:
     """Title, lecture line and first paragraph of a notebook, from its first markdown cells.
 
     >>> import nbformat.v4 as v4
-    >>> nb = v4.new_notebook(cells=[v4.new_markdown_cell("# 09 · Title · 标题\\n\\n*Lecture 9*\\n\\nFirst.\\n\\nSecond.")])
+    >>> text = "# 09 · Title · 标题\\n\\n*Lecture 9*\\n\\nFirst.\\n\\nSecond."
+    >>> nb = v4.new_notebook(cells=[v4.new_markdown_cell(text)])
     >>> p = describe(nb, Path("09_x.ipynb")); (p.title, p.meta, p.summary, p.href)
     ('09 · Title · 标题', '*Lecture 9*', 'First.', '09_x.html')
     """
@@ -222,12 +223,14 @@ def _link_pages(html: str, hrefs: set[str]) -> str:
                   lambda m: f'href="{m[1]}.html{m[2] or ""}"' if f"{m[1]}.html" in hrefs else m[0], html)
 
 
-def _index_notebook(pages: list[Page]):
+def _index_notebook(pages: list[Page], web_mathjax: bool = True):
     import nbformat.v4 as v4
     cells = [v4.new_markdown_cell(
         f"# {COURSE}\n\n"
         "The course notebooks as static pages, with the outputs and figures they were committed "
-        "with, in lecture order. Nothing here runs: the explorers' sliders need a live kernel.")]
+        "with, in lecture order. Nothing here runs: the explorers' sliders need a live kernel. "
+        + ("The pages need no server; only the formulas, typeset by MathJax, are fetched from the web "
+           "(offline they show as TeX)." if web_mathjax else "The pages need no server."))]
     for p in pages:
         explorers = f"{p.explorers} interactive explorer{'s' * (p.explorers != 1)}" if p.explorers else ""
         meta = " · ".join(x for x in (p.meta, explorers) if x)
@@ -270,7 +273,9 @@ def build(out: str | Path = "site", notebooks: str | Path | None = None,
                                                              "attnlab_nav": nav})
         (out / page.href).write_text(_link_pages(html, hrefs), encoding="utf-8")
         written.append(out / page.href)
-    html, _ = exporter.from_notebook_node(_index_notebook(pages), resources={"metadata": {"name": COURSE}})
+    web = mathjax_url is None or mathjax_url.split(":")[0] in ("http", "https")
+    html, _ = exporter.from_notebook_node(_index_notebook(pages, web),
+                                          resources={"metadata": {"name": COURSE}})
     (out / "index.html").write_text(html, encoding="utf-8")
     return [out / "index.html", *written]
 
@@ -278,7 +283,8 @@ def build(out: str | Path = "site", notebooks: str | Path | None = None,
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m attnlab.tools.site", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="site", help="folder to write the pages into (default: site)")
-    ap.add_argument("--notebooks", default=None, help="folder of notebooks (default: the repository's notebooks/)")
+    ap.add_argument("--notebooks", default=None,
+                    help="folder of notebooks (default: the repository's notebooks/)")
     ap.add_argument("--mathjax-url", default=None, help="MathJax 2 script URL (default: nbconvert's CDN one)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
