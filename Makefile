@@ -59,9 +59,12 @@ notebooks: $(BASE_STAMP)
 	$(PY) -m attnlab.tools.execute notebooks/*.ipynb
 
 # Render, never execute: the pages show what the notebooks were committed with (after `make notebooks`).
+# Formulas use MathJax from its CDN; for typeset formulas offline, name a local MathJax 2, e.g.
+#   make site MATHJAX_URL="file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS_CHTML"
+# (Debian/Ubuntu: apt-get install libjs-mathjax).
 site: $(BASE_STAMP)
 	rm -rf site
-	$(PY) -m attnlab.tools.site --notebooks notebooks --out site
+	$(PY) -m attnlab.tools.site --notebooks notebooks --out site $(if $(MATHJAX_URL),--mathjax-url "$(MATHJAX_URL)")
 
 clean:
 	rm -rf $(VENV) .pytest_cache build/browser_timings.json site
