@@ -22,7 +22,6 @@ libjs-mathjax`, then `--mathjax-url "file:///usr/share/javascript/mathjax/MathJa
 from __future__ import annotations
 
 import argparse
-import base64
 import copy
 import re
 import sys
