@@ -7,6 +7,8 @@
 #                      (the conda route: `make check PY=python`)
 #   make test-browser  only the browser stage (JupyterLab driven by the system Chromium)
 #   make bench         time every explorer's recompute + redraw after a slider change
+#   make site          every notebook with its committed outputs as static HTML in site/
+#                      (open site/index.html from disk: no server, no install needed to read it)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -17,7 +19,7 @@ PY     := $(VENV)/bin/python
 BASE_STAMP := $(VENV)/.installed-base
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: lab test check test-browser bench notebooks clean
+.PHONY: lab test check test-browser bench notebooks site clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,5 +58,13 @@ bench: $(BASE_STAMP)
 notebooks: $(BASE_STAMP)
 	$(PY) -m attnlab.tools.execute notebooks/*.ipynb
 
+# Render, never execute: the pages show what the notebooks were committed with (after `make notebooks`).
+# Formulas use MathJax from its CDN; for typeset formulas offline, name a local MathJax 2, e.g.
+#   make site MATHJAX_URL="file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS_CHTML"
+# (Debian/Ubuntu: apt-get install libjs-mathjax).
+site: $(BASE_STAMP)
+	rm -rf site
+	$(PY) -m attnlab.tools.site --notebooks notebooks --out site $(if $(MATHJAX_URL),--mathjax-url "$(MATHJAX_URL)")
+
 clean:
-	rm -rf $(VENV) .pytest_cache build/browser_timings.json
+	rm -rf $(VENV) .pytest_cache build/browser_timings.json site
