@@ -18,9 +18,9 @@ from attnlab.gpu.variants_triton import blocks, kv_block_range, variant_prefill
 from attnlab.variants import causal as causal_v, sliding_window, soft_cap, variant_attention
 
 try:
-    from tests.kernel_rule import assert_within_rule
+    from tests.kernel_rule import assert_within_rule, visible_mask
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from kernel_rule import assert_within_rule
+    from kernel_rule import assert_within_rule, visible_mask
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 
@@ -37,13 +37,7 @@ def dense_reference(q, k, v, *, causal=False, cap=None, window=None, scale=None)
     s = np.einsum("bhid,bhjd->bhij", q, k) * (1 / math.sqrt(q.shape[3]) if scale is None else scale)
     if cap:
         s = cap * np.tanh(s / cap)
-    q_idx = np.arange(n_q)[:, None] + n_k - n_q
-    kv_idx = np.arange(n_k)[None, :]
-    vis = np.ones((n_q, n_k), bool)
-    if causal or window:
-        vis &= kv_idx <= q_idx
-    if window:
-        vis &= kv_idx > q_idx - window
+    vis = visible_mask(n_q, n_k, causal=causal, window=window)
     s = np.where(vis, s, -np.inf)
     m = s.max(-1, keepdims=True)
     p = np.where(vis, np.exp(s - np.where(np.isfinite(m), m, 0)), 0.0)

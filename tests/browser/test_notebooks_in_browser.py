@@ -67,6 +67,21 @@ def find_chromium() -> str | None:
     return "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
 
 
+def browser_tools(config):
+    """(playwright's sync_playwright, the Chromium binary), or the test is failed or skipped by
+    `require` when either is missing."""
+    config._attnlab_browser_missing = getattr(config, "_attnlab_browser_missing", [])
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    require(config, sync_playwright is not None,
+            "the `playwright` package is not installed (it is in the test extra: pip install -e '.[test]')")
+    chromium = find_chromium()
+    require(config, chromium is not None, f"no Chromium/Chrome found; {INSTALL_HINT}")
+    return sync_playwright, chromium
+
+
 def require(config, ok: bool, what: str) -> None:
     """Not being able to run the browser test is never quiet: a failure under CI, else a named skip
     that conftest.py repeats in a banner at the end of the run."""
@@ -337,15 +352,7 @@ class Lab:
 @pytest.fixture(scope="module")
 def lab(request, tmp_path_factory):
     config = request.config
-    config._attnlab_browser_missing = getattr(config, "_attnlab_browser_missing", [])
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    require(config, sync_playwright is not None,
-            "the `playwright` package is not installed (it is in the test extra: pip install -e '.[test]')")
-    chromium = find_chromium()
-    require(config, chromium is not None, f"no Chromium/Chrome found; {INSTALL_HINT}")
+    sync_playwright, chromium = browser_tools(config)
     before = _digest(NOTEBOOK_DIR.glob("*.ipynb"))
     t0 = time.perf_counter()
     with sync_playwright() as pw:

@@ -20,8 +20,7 @@ import pytest
 
 from attnlab.tools import site
 
-from .test_notebooks_in_browser import (CHROMIUM_ARGS, INSTALL_HINT, NOTEBOOK_DIR, NOTEBOOKS,
-                                        find_chromium, require)
+from .test_notebooks_in_browser import CHROMIUM_ARGS, NOTEBOOK_DIR, NOTEBOOKS, browser_tools
 
 PAGES = ["index.html"] + [Path(n).with_suffix(".html").name for n in NOTEBOOKS]
 LOAD_S = 30
@@ -55,16 +54,7 @@ def site_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reader(request):
     """A Chromium page that can read file:// and nothing else, with its errors and requests."""
-    config = request.config
-    config._attnlab_browser_missing = getattr(config, "_attnlab_browser_missing", [])
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    require(config, sync_playwright is not None,
-            "the `playwright` package is not installed (it is in the test extra: pip install -e '.[test]')")
-    chromium = find_chromium()
-    require(config, chromium is not None, f"no Chromium/Chrome found; {INSTALL_HINT}")
+    sync_playwright, chromium = browser_tools(request.config)
     mathjax = site._exporter(None).mathjax_url
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
