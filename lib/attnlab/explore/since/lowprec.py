@@ -134,10 +134,11 @@ class LowPrecExplorer(Explorer):
         fmt = dict((v, k) for k, v in FMTS)[r.fmt]
         block = dict((v, k) for k, v in BLOCKS)[r.block] if r.block in dict((v, k) for k, v in BLOCKS) else f"{r.block} rows"
         tr = "with" if r.transform else "without"
-        self.ax_c.set_title(f"what the quantiser sees: |k| per channel ({tr} transform)")
-        self.ax_e.set_title(f"{fmt}, scale per {block}, outliers x{r.strength:g}, {tr} transform")
+        self.ax_c.set_title(f"|k| per channel the quantiser sees ({tr} transform)", fontsize=9.5)
+        self.ax_e.set_title(f"{fmt}, scale: {block}, outliers x{r.strength:g}, "
+                            f"{'transform' if r.transform else 'no transform'}", fontsize=9.5)
         gain = r.baseline / r.rmse
-        return (f"{fmt}, one scale per {block}, {tr} the transform, key outliers x{r.strength:g}: RMSE "
+        return (f"{fmt}, scale: {block}, {tr} the transform, key outliers x{r.strength:g}: RMSE "
                 f"<b>{r.rmse:.2e}</b> against {r.baseline:.2e} per tensor (<b>{gain:.2f}x</b> "
                 f"{'lower' if gain >= 1 else 'higher'}); bf16 rounding gives {r.bf16:.2e}. "
                 f"N = {N_EXPLORE}, d = {D_EXPLORE}, seed 0.")
