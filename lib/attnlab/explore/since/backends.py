@@ -59,7 +59,8 @@ def fastest_per_case(run: dict) -> list[dict]:
             order.append(key)
         best[key][peer] = min(r["us"], best[key].get(peer, float("inf")))
     rows = []
-    for key in order:
+    phases = list(PHASES)
+    for key in sorted(order, key=lambda k: phases.index(k[0])):          # stable: run order within a phase
         ranked = sorted(best[key].items(), key=lambda kv: kv[1])
         first, us = ranked[0]
         second, us2 = ranked[1] if len(ranked) > 1 else ("-", float("nan"))

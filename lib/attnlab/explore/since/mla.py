@@ -47,8 +47,8 @@ def mla_figure(l_kv: int = 8192):
     for g, ls in zip(gpus(), ("-", "--", "-.", ":")):
         ax.plot(grid, attainable(grid, g, "bf16") / 1e12, ls, color="0.35", lw=1.3,
                 label=f"{g} roof (ridge {ridge_point(g, 'bf16'):.0f})")
-    for (lab, i), c in zip(mla_cases(l_kv).items(), colors):
-        ax.axvline(i, color=c, lw=2, alpha=0.8, label=f"{lab}: {i:.1f}")
+    for (lab, i), c in zip(mla_cases(l_kv).items(), colors):       # materialised dashed: it sits on MHA
+        ax.axvline(i, color=c, lw=2, alpha=0.8, ls="--" if "materialised" in lab else "-", label=f"{lab}: {i:.1f}")
     style.log_axis(ax, "x", 0.5, 3000)
     style.log_axis(ax, "y", 1, 5000)
     ax.grid(True, alpha=0.25)
