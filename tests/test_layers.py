@@ -11,8 +11,9 @@ import attnlab
 
 PKG = Path(attnlab.__file__).parent
 LAYER = {"_check": 0, "_catalog": 0, "_lpt": 1, "_pieces": 1, "hbm": 1, "softmax": 1, "attention": 1,
-         "iomodel": 1, "paged": 1, "variants": 1, "decode": 1, "hardware": 2, "models": 2, "configs": 2,
-         "schedule": 2, "workload": 2, "explore": 3, "exercises": 3, "bench": 3, "gpu": 3, "tools": 3}
+         "iomodel": 1, "paged": 1, "variants": 1, "decode": 1, "mla": 1, "lowprec": 1, "hardware": 2,
+         "roofs": 2, "models": 2, "configs": 2, "schedule": 2, "workload": 2, "explore": 3, "exercises": 3,
+         "bench": 3, "gpu": 3, "tools": 3}
 
 
 def _module_layer(path: Path) -> tuple[str, int]:

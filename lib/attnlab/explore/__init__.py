@@ -5,6 +5,7 @@
     flash/      notebook 03   OnlineSoftmaxExplorer, TileGridExplorer, IOExplorer
     decode/     notebook 04   IntensityExplorer, SplitKVExplorer, MergeExplorer, CascadeExplorer
     flashinfer/ notebook 05   paged KV, composable formats, variants, tile sizes, the scheduler
+    since/      notebook 06   backends measured, MLA decode, FA4RoofExplorer, LowPrecExplorer
     measured.py               recorded GPU runs beside the model
 
 Every explorer subclasses `Explorer` (`_base.py`, which states the contract) and registers
@@ -20,13 +21,15 @@ from .standard import *  # noqa: F401,F403  isort: skip
 from .flash import *  # noqa: F401,F403  isort: skip
 from .decode import *  # noqa: F401,F403  isort: skip
 from .flashinfer import *  # noqa: F401,F403  isort: skip
+from .since import *  # noqa: F401,F403  isort: skip
 from .decode import __all__ as _decode
 from .flash import __all__ as _flash
 from .flashinfer import __all__ as _flashinfer
 from .roofline import __all__ as _roofline
+from .since import __all__ as _since
 from .standard import __all__ as _standard
 
 #: name -> explorer class, in notebook order.
 EXPLORERS: dict[str, type[Explorer]] = dict(REGISTRY)
 
-__all__ = ["EXPLORERS", "Explorer", *_roofline, *_standard, *_flash, *_decode, *_flashinfer]
+__all__ = ["EXPLORERS", "Explorer", *_roofline, *_standard, *_flash, *_decode, *_flashinfer, *_since]

@@ -1,0 +1,89 @@
+"""Pluggable attention backends (notebook 06, §6): what serving engines choose between, and which
+of the course's measured peers was fastest in each case of the recorded GPU run.
+
+Pure part: `fastest_per_case(run)` -> one row per (section, case) of the run file's flat table,
+with the fastest peer library, its time, the runner-up and the margin; `ENGINE_CHOICES` is the
+engines' documented choice, with the pages it comes from.
+"""
+from __future__ import annotations
+
+import textwrap
+
+from .. import style
+from ..runs import provenance
+
+__all__ = ["PEERS", "PHASES", "ENGINE_CHOICES", "fastest_per_case", "fastest_table", "engine_table"]
+
+#: impl name in the run file (page size suffixes dropped) -> what it is, as an engine would name it
+PEERS = {"sdpa-cudnn": "cuDNN (PyTorch SDPA)", "sdpa-flash": "FlashAttention-2 (PyTorch SDPA)",
+         "flex": "FlexAttention (Triton)", "flashinfer-fa2": "FlashInfer, FA2 template",
+         "flashinfer-fa3": "FlashInfer, FA3 template", "flashinfer-tc": "FlashInfer, tensor-core decode",
+         "flashinfer": "FlashInfer, CUDA-core decode", "flashinfer-cascade": "FlashInfer, cascade"}
+#: run-file section -> the phase it measures
+PHASES = {"prefill": "prefill", "paged": "decode", "cascade": "decode, shared prefix",
+          "scheduled": "decode, long-tailed batch"}
+
+#: (engine, what it picks by, its documented defaults, source)
+ENGINE_CHOICES = (
+    ("vLLM", "GPU generation (compute capability), head size, dtype and KV-cache dtype, MLA or not; "
+             "each backend validates the configuration and the first that accepts it in a priority list wins",
+     "FLASH_ATTN (FlashAttention 2/3), FLASHINFER, TRITON_ATTN, FLEX_ATTENTION; MLA backends "
+     "(FlashMLA, CUTLASS MLA, FlashInfer MLA, Triton MLA) for DeepSeek models; override with --attention-backend",
+     "https://docs.vllm.ai/en/latest/design/attention_backends/"),
+    ("SGLang", "GPU generation and model architecture (MHA or MLA), page size, speculative decoding; "
+               "prefill and decode may use different backends",
+     "MHA: fa3 on Hopper, trtllm_mha on Blackwell, flashinfer (else triton) on Ampere/Ada; "
+     "MLA: fa3 on Hopper, trtllm_mla on Blackwell, triton elsewhere; override with --attention-backend",
+     "https://docs.sglang.io/advanced_features/attention_backend.html"),
+)
+
+
+def _peer(impl: str) -> str | None:
+    base = impl.split(" ps")[0]
+    return base if base in PEERS else None
+
+
+def fastest_per_case(run: dict) -> list[dict]:
+    """One row per (section, case) with at least one peer library: phase, case, the fastest peer
+    and its µs, the runner-up (another library) and how much slower it was, and how many peers ran.
+    A library measured at several page sizes counts with its fastest."""
+    best: dict = {}
+    order = []
+    for r in run["rows"]:
+        peer = _peer(r["impl"])
+        if peer is None or r["section"] not in PHASES or r.get("us") is None:
+            continue
+        key = (r["section"], r["case"])
+        if key not in best:
+            best[key] = {}
+            order.append(key)
+        best[key][peer] = min(r["us"], best[key].get(peer, float("inf")))
+    rows = []
+    phases = list(PHASES)
+    for key in sorted(order, key=lambda k: phases.index(k[0])):          # stable: run order within a phase
+        ranked = sorted(best[key].items(), key=lambda kv: kv[1])
+        first, us = ranked[0]
+        second, us2 = ranked[1] if len(ranked) > 1 else ("-", float("nan"))
+        rows.append({"phase": PHASES[key[0]], "section": key[0], "case": key[1], "fastest": PEERS[first],
+                     "impl": first, "us": us, "runner_up": PEERS.get(second, second), "margin": us2 / us - 1,
+                     "peers": len(ranked)})
+    return rows
+
+
+def fastest_table(run: dict) -> str:
+    """`fastest_per_case` as text, under the run's provenance."""
+    rows = fastest_per_case(run)
+    return (provenance(run) + "\nfastest peer library per measured case (our own kernels left out); "
+            "margin = how much slower the runner-up was\n" +
+            style.table(rows, {"phase": "phase", "case": "case", "fastest": "fastest library", "us": "µs",
+                               "runner_up": "runner-up", "margin": "margin", "peers": "peers"},
+                        {"us": ".1f", "margin": lambda m: "-" if m != m else f"{m:.0%}"}))
+
+
+def engine_table() -> str:
+    """ENGINE_CHOICES as text."""
+    out = []
+    for eng, by, what, url in ENGINE_CHOICES:
+        fill = lambda head, text: textwrap.fill(text, 100, initial_indent=head, subsequent_indent=" " * len(head))  # noqa: E731
+        out.append("\n".join([eng, fill("  chooses by: ", by), fill("  offers:     ", what), f"  source:     {url}"]))
+    return "\n".join(out)

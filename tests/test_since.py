@@ -1,0 +1,173 @@
+"""Notebook 06's library against hand calculations: FA4's third roof (attnlab.roofs), MLA decode
+intensity (attnlab.mla), low-precision rounding and error (attnlab.lowprec) and the fastest peer
+per measured case (explore.since.backends)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from attnlab import lowprec as lp
+from attnlab.explore.runs import newest_run
+from attnlab.explore.since import fastest_per_case, lowprec_numbers, mla_rows
+from attnlab.hardware import get_gpu, ridge_point
+from attnlab.mla import DEEPSEEK_V3, MLAShape, mla_decode_cost, mla_intensity
+from reference import attention_head
+
+from attnlab.roofs import POLY_FMA_OPS, SOFTMAX_FMA_OPS, exp_rate, fma_rate, score_times
+
+
+# --- FA4's third roof ------------------------------------------------------------------------------
+
+def test_h100_hand_numbers():
+    # H100 SXM: 989.4e12 dense bf16 FLOP/s; MUFU 16 exp2 per clock per SM x 132 SMs x 1.83e9 Hz
+    assert exp_rate("H100") == pytest.approx(16 * 132 * 1.83e9)            # 3.865e12 exp/s
+    t = score_times("H100", 128)
+    assert t.mma == pytest.approx(4 * 128 / 989.4e12)                       # 5.175e-13 s per score
+    assert t.exp_mufu == pytest.approx(1 / 3.86496e12)                     # 2.587e-13 s
+    assert t.exp_mufu / t.mma == pytest.approx(0.4999, abs=1e-3)           # exp hides under the matmuls
+    assert not t.exp_binds and t.binding == "tensor cores"
+    # d = 64 halves the matmul: 256 / 989.4e12 = 2.587e-13, the same as the exp
+    assert score_times("H100", 64).exp_mufu / score_times("H100", 64).mma == pytest.approx(1.0, abs=1e-3)
+
+
+def test_b200_exp_binds_below_d128_and_the_counter_measures():
+    # B200: 2.25e15 bf16, 148 SMs, 1.856e9 Hz (estimate): 16 x 148 x 1.856e9 = 4.395e12 exp/s
+    g = get_gpu("B200")
+    assert g.extra["boost_clock"]["estimate"] is True and g.extra["exp_unit"]["estimate"] is False
+    t = score_times("B200", 64)
+    assert t.mma == pytest.approx(256 / 2.25e15) and t.exp_mufu == pytest.approx(1 / (16 * 148 * 1.856e9))
+    assert t.exp_binds and t.binding == "exp unit (MUFU)" and t.tensor_utilization == pytest.approx(0.5, abs=0.01)
+    # half the exps on the FMA pipe: MUFU time halves; FMA pipe gets 0.5 x 5 ops + 2 + 64/128
+    h = score_times("B200", 64, poly_share=0.5)
+    assert h.exp_mufu == pytest.approx(t.exp_mufu / 2)
+    assert h.fma == pytest.approx((0.5 * POLY_FMA_OPS + SOFTMAX_FMA_OPS + 64 / 128) / (75e12 / 2))
+    # ... which now binds (5 ops / 37.5e12 per exp), still faster than all on MUFU
+    assert not h.exp_binds and h.binding == "FMA pipe" and h.total < t.total
+    # skipping every rescale removes d / 128 FMA ops per score, nothing else
+    s = score_times("B200", 128, skip=1.0)
+    assert s.fma_rescale == 0 and score_times("B200", 128).fma_rescale == pytest.approx(1 / fma_rate("B200"))
+
+
+def test_roofs_refuse_bad_input_by_name():
+    with pytest.raises(ValueError, match="poly_share"):
+        score_times("H100", 128, poly_share=1.5)
+    with pytest.raises(ValueError, match="skip"):
+        score_times("H100", 128, skip=-0.1)
+    with pytest.raises(TypeError, match="d must be an integer"):
+        score_times("H100", 12.5)
+
+
+# --- MLA -------------------------------------------------------------------------------------------
+
+def test_mla_absorbed_by_hand():
+    # 128 heads x 8192 tokens x (2 x 576 + 2 x 512) FLOPs; bytes 2 x (8192 x 576 + 128 x 576 + 128 x 512)
+    f, b = mla_decode_cost("absorbed", 8192)
+    assert f == 128 * 8192 * (2 * 576 + 2 * 512) == 2_281_701_376
+    assert b == 2 * (8192 * 576 + 128 * 576 + 128 * 512) == 9_715_712
+    assert mla_intensity("absorbed", 10**9) == pytest.approx(128 * 2176 / 1152, rel=1e-6)   # 241.8
+    # the absorbed form sits above the A100 and H200 ridges, below the H100's and the B200's
+    i = f / b
+    assert i / ridge_point("A100") > 1 and i / ridge_point("H200") > 1
+    assert 0.79 < i / ridge_point("H100") < 0.81 and i / ridge_point("B200") < 1
+
+
+def test_mla_materialised_is_mha():
+    f, b = mla_decode_cost("materialised", 8192)
+    assert f == 128 * 8192 * (2 * 192 + 2 * 128)
+    assert b == 2 * (128 * 8192 * 320 + 128 * 192 + 128 * 128)
+    assert mla_intensity("materialised", 8192) == pytest.approx(1.0, abs=1e-3)
+    rows = {r["case"]: r for r in mla_rows(8192)}
+    assert rows["MLA as g = 128 (notebook 04)"]["I"] == pytest.approx(128 * 8192 / 8320)
+    assert mla_decode_cost("absorbed", 8192, shape=MLAShape(heads=1))[0] == 8192 * 2176
+
+
+def test_mla_bad_input():
+    with pytest.raises(ValueError, match="form"):
+        mla_decode_cost("compressed", 8192)
+    with pytest.raises(TypeError, match="shape"):
+        mla_decode_cost("absorbed", 8192, shape=(128, 512))
+    assert DEEPSEEK_V3.latent + DEEPSEEK_V3.rope == 576
+
+
+# --- low precision ---------------------------------------------------------------------------------
+
+def test_quantise_is_ml_dtypes_rounding_at_scale_one():
+    x = np.random.default_rng(1).standard_normal((64, 32)).astype(np.float32) * 50
+    for fmt, t in (("fp8_e4m3", ml_dtypes.float8_e4m3fn), ("fp4_e2m1", ml_dtypes.float4_e2m1fn)):
+        np.testing.assert_array_equal(lp.quantise(x, fmt, scale=1.0), x.astype(t).astype(np.float32))
+
+
+def test_fp4_values_lie_on_the_e2m1_grid_times_the_scale():
+    grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])
+    x = np.random.default_rng(2).standard_normal((128, 16)) * 3
+    for block in (None, 16):
+        q = lp.quantise(x, "fp4_e2m1", block)
+        groups = [x] if block is None else [x[i:i + block] for i in range(0, 128, block)]
+        qs = [q] if block is None else [q[i:i + block] for i in range(0, 128, block)]
+        for g, qg in zip(groups, qs):
+            s = np.abs(g).max() / 6
+            assert np.all(np.isin(np.abs(qg / np.float32(s)).round(5), grid))
+            assert np.abs(qg).max() == pytest.approx(np.abs(g).max(), rel=1e-6)    # amax maps to 6
+
+
+def test_transform_is_orthogonal_and_keeps_scores():
+    m = lp.random_orthogonal(64, 3)
+    np.testing.assert_allclose(m @ m.T, np.eye(64), atol=1e-12)
+    q, k, v, _ = lp.outlier_inputs(128, 64, 30.0)
+    np.testing.assert_allclose((q @ m) @ (k @ m).T, q @ k.T, atol=1e-9)
+    # the transform spreads the outlier channels: the largest |k| drops
+    assert np.abs(k @ m).max() < 0.7 * np.abs(k).max()
+
+
+def test_attention64_matches_a_direct_float64_reference():
+    q, k, v, _ = lp.outlier_inputs(64, 16, 10.0, seed=4)
+    s = q @ k.T / 4.0
+    p = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(lp.attention64(q, k, v), p @ v, rtol=1e-12)
+    out = attention_head(q, k, v)
+    np.testing.assert_allclose(lp.attention64(q, k, v), out[0] if isinstance(out, tuple) else out, rtol=1e-10)
+
+
+def test_errors_are_ordered_and_seeded():
+    bf = lp.attention_error("bf16", None, False, 30.0, 256, 64)
+    f8 = lp.attention_error("fp8_e4m3", None, False, 30.0, 256, 64)
+    f4 = lp.attention_error("fp4_e2m1", None, False, 30.0, 256, 64)
+    assert bf.rmse < f8.rmse < f4.rmse
+    assert lp.attention_error("fp8_e4m3", 64, True, 30.0, 256, 64) == \
+        lp._error.__wrapped__("fp8_e4m3", 64, True, 30.0, 256, 64, 4, 0)    # deterministic
+    r = lowprec_numbers("fp8_e4m3", 0, 30, False)
+    assert r.rmse == r.baseline
+
+
+def test_lowprec_bad_input():
+    with pytest.raises(ValueError, match="fmt"):
+        lp.quantise(np.ones(3), "fp6")
+    with pytest.raises(ValueError, match="d=48"):
+        lp.random_orthogonal(48, 0)
+    with pytest.raises(TypeError, match="transform"):
+        lp.attention_error("fp8_e4m3", None, "yes")
+
+
+# --- backends --------------------------------------------------------------------------------------
+
+def test_fastest_per_case_on_a_small_run():
+    run = {"rows": [
+        {"section": "prefill", "case": "N 4096", "impl": "sdpa-cudnn", "us": 10.0},
+        {"section": "prefill", "case": "N 4096", "impl": "flashinfer-fa3", "us": 12.0},
+        {"section": "prefill", "case": "N 4096", "impl": "ours-hopper", "us": 5.0},      # ours: left out
+        {"section": "paged", "case": "b 1", "impl": "flashinfer-tc ps16", "us": 9.0},
+        {"section": "paged", "case": "b 1", "impl": "flashinfer-tc ps1", "us": 8.0},     # fastest page size
+        {"section": "paged", "case": "b 1", "impl": "sdpa-flash", "us": 8.8}]}
+    rows = fastest_per_case(run)
+    assert [(r["phase"], r["impl"], r["us"], r["peers"]) for r in rows] == [
+        ("prefill", "sdpa-cudnn", 10.0, 2), ("decode", "flashinfer-tc", 8.0, 2)]
+    assert rows[0]["margin"] == pytest.approx(0.2) and rows[1]["margin"] == pytest.approx(0.1)
+
+
+def test_fastest_per_case_on_the_recorded_h200_run():
+    rows = {(r["section"], r["case"]): r for r in fastest_per_case(newest_run())}
+    assert rows[("prefill", "batch 1, N 16384, causal")]["impl"] == "flashinfer-fa3"
+    assert rows[("prefill", "batch 1, N 4096")]["impl"] == "sdpa-cudnn"
+    assert rows[("paged", "batch 256, context 4096")]["impl"] == "flashinfer-tc"
+    assert all(not r["impl"].startswith(("ours", "sched", "paged", "contiguous", "cascade")) for r in rows.values())
