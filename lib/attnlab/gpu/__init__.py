@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["available", "unavailable_reason", "interpreting", "bench_cli", "time_per_call"]
+__all__ = ["available", "unavailable_reason", "interpreting", "bench_cli", "time_per_call", "checked_time"]
 
 
 def interpreting() -> bool:
@@ -113,3 +113,17 @@ def time_per_call(fn, expect, calls: int = 20, reps: int = 10):
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) * 1e3 / calls)
     return sorted(times)[len(times) // 2], how
+
+
+def checked_time(fn, ref, what: str, **kw):
+    """(max |error| against `ref`, us per call, how) for one harness row, or None: the output is
+    checked before it is timed (`time_per_call`, with `kw`), and a failure, printed with a short
+    traceback, drops this row only. `fn`'s output is copied first: it may live in a reused buffer."""
+    import traceback
+    try:
+        o = fn().float().clone()
+        err = (o - ref).abs().max().item()
+        return (err, *time_per_call(fn, o, **kw))
+    except Exception:                                     # noqa: BLE001 - drop this row only
+        print(f"  {what}: failed\n" + traceback.format_exc(limit=3), flush=True)
+        return None

@@ -32,7 +32,7 @@ import traceback
 from types import SimpleNamespace
 
 from ..decode import cascade_intensity
-from . import time_per_call
+from . import checked_time
 from ._cli import flashinfer_version
 from .bench_paged import SHAPE, _header
 
@@ -189,13 +189,10 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
 
             def add(impl, fn, prefix_once, ref=None, **extra):
                 ref = c.ref if ref is None else ref
-                try:
-                    o = fn().float().clone()              # outputs may live in reused buffers
-                    err = (o - ref).abs().max().item()
-                    us, how = time_per_call(fn, o)
-                except Exception:                         # noqa: BLE001 - drop this row only
-                    print(f"  {impl} {extra}: failed\n" + traceback.format_exc(limit=4), flush=True)
+                got = checked_time(fn, ref, f"{impl} {extra}")
+                if got is None:
                     return
+                err, us, how = got
                 tokens = {True: prefix + n * unique, False: n * (prefix + unique), None: n * unique}[prefix_once]
                 if impl == "cascade" and not extra.get("auto"):
                     extra["splits_fixed"] = True

@@ -29,7 +29,7 @@ import traceback
 from types import SimpleNamespace
 
 from ..models import get_model
-from . import time_per_call
+from . import checked_time
 from ._cli import flashinfer_version
 
 __all__ = ["run", "table", "main"]
@@ -140,13 +140,10 @@ def _case(torch, res, batch, ctx, shape, splits, page_sizes, peers, seed):
     c = SimpleNamespace(q=q, k=k, v=v, splits=splits, pool=None)
 
     def add(impl, fn, **extra):
-        try:
-            out = fn().float().clone()                   # outputs may live in reused buffers
-            err = (out - ref).abs().max().item()
-            us, how = time_per_call(fn, out)
-        except Exception:                                 # noqa: BLE001 - drop this row only
-            print(f"  {impl} {extra}: failed\n" + traceback.format_exc(limit=3), flush=True)
+        got = checked_time(fn, ref, f"{impl} {extra}")
+        if got is None:
             return
+        err, us, how = got
         res["rows"].append({"batch": batch, "context": ctx, "impl": impl,
                             "page_size": None if c.pool is None else c.pool.page_size, **extra,
                             "us": us, "timing": how, "bytes": nbytes, "tb_per_s": nbytes / us * 1e-6,

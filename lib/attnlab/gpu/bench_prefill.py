@@ -27,7 +27,7 @@ import json
 import sys
 import traceback
 
-from . import time_per_call
+from . import checked_time
 from ._cli import flashinfer_version
 from .bench_paged import SHAPE, _header
 from .bench_variants import _reference, pairs
@@ -169,13 +169,10 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
                 print(f"batch {batch} x N {n}, causal {causal}: {flops / 1e12:.2f} TFLOP", flush=True)
 
                 def add(impl, fn, **extra):
-                    try:
-                        o = fn().float().clone()
-                        err = (o - ref).abs().max().item()
-                        us, how = time_per_call(fn, o, calls=5, reps=7)
-                    except Exception:                     # noqa: BLE001 - drop this row only
-                        print(f"  {impl}: failed\n" + traceback.format_exc(limit=3), flush=True)
+                    got = checked_time(fn, ref, impl, calls=5, reps=7)
+                    if got is None:
                         return
+                    err, us, how = got
                     nbytes = batch * hq * int(standard_io(n, d)) * 2 if impl == "standard" else fused
                     model = max(flops / peak, nbytes / bw)
                     res["rows"].append({"batch": batch, "N": n, "causal": causal, "impl": impl, **extra,

@@ -28,7 +28,7 @@ import traceback
 import numpy as np
 
 from ..models import get_model
-from . import time_per_call
+from . import checked_time
 from .bench_paged import _header
 
 __all__ = ["run", "table", "main", "pairs"]
@@ -179,13 +179,10 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
             group = []
 
             def add(impl, fn, **extra):
-                try:
-                    o = fn().float().clone()
-                    err = (o - ref).abs().max().item()
-                    us, how = time_per_call(fn, o)
-                except Exception:                         # noqa: BLE001 - drop this row only
-                    print(f"  {impl}: failed\n" + traceback.format_exc(limit=3), flush=True)
+                got = checked_time(fn, ref, impl)
+                if got is None:
                     return
+                err, us, how = got
                 label = f"sliding_window({window})" if variant == "sliding_window" else variant
                 row = {"batch": batch, "N": n, "variant": label, "impl": impl, **extra, "us": us,
                        "timing": how, "flops": flops, "tflops": flops / us * 1e-6, "max_err": err}
