@@ -180,6 +180,23 @@ def test_block_smaller_than_page_and_auto_splits():
         assert auto_splits(8, 2, 10 ** 6, "cpu") == 1                 # more blocks than SMs
 
 
+@pytest.mark.parametrize("page_size, block_n", [(1, 16), (3, 16), (16, 16), (32, 16), (16, 32)])
+def test_prefetched_page_ids_give_the_same_bits(page_size, block_n):
+    """prefetch=True loads tile t+1's page ids during tile t; the ids, the tiles and the arithmetic
+    are the same, so the output must be bitwise that of prefetch=False, and both match float64.
+    Lengths cut tiles at every offset (1 token, a tile + 1, a page + 1, a multi-tile tail)."""
+    lens = [1, block_n + 1, page_size + 1, 5 * block_n - 3]
+    rng = np.random.default_rng(7 * page_size + block_n)
+    k, v, table = _pools(lens, page_size, 2, 16, rng)
+    q = rng.standard_normal((len(lens), 4, 16))
+    ro, rl = _reference(q, k, v, *table, page_size)
+    t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
+    for splits in (1, 3):
+        runs = [_run(t(q), t(k), t(v), table, page_size, splits, block_n=block_n, prefetch=p) for p in (False, True)]
+        assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
+        assert np.abs(runs[1][0] - ro).max() < 1e-5 and np.abs(runs[1][1] - rl).max() < 1e-5
+
+
 def _good():
     q = torch.randn(2, 4, 16)
     k = torch.randn(6, 3, 2, 16)
@@ -214,6 +231,8 @@ def _good():
     (lambda a: None, {"out": torch.empty(2, 4, 16).half()}, ValueError, "out must be"),
     (lambda a: None, {"splits": 2, "ws": workspace(2, 4, 16, 3, "cpu")}, ValueError, "ws was made"),
     (lambda a: None, {"block_n": 8}, ValueError, "block_n"),
+    (lambda a: None, {"prefetch": "False"}, TypeError, "prefetch must be a bool"),
+    (lambda a: None, {"prefetch": 1}, TypeError, "prefetch must be a bool"),
 ])
 def test_bad_input(change, kw, err, match):
     a = _good()

@@ -102,6 +102,26 @@ def test_matches_reference(page_size, group, dtype):
             assert torch.equal(po, dec.run(tk, tv)) and torch.equal(pl, dec.lse)
 
 
+@pytest.mark.parametrize("page_size", [1, 3, 16])
+def test_prefetched_page_ids_give_the_same_bits(page_size):
+    """The decoder with prefetch=True (tile t+1's page ids loaded during tile t) writes the same
+    bits as with prefetch=False for every plan, and both match float64."""
+    lens, hkv, g, d, ctas = [1, 33, 2 * page_size + 1, 50], 2, 2, 16, 3
+    rng = np.random.default_rng(page_size)
+    k, v, table = _pools(lens, page_size, hkv, d, rng)
+    q = rng.standard_normal((len(lens), hkv * g, d))
+    ro, rl = _reference(q, k, v, *table, page_size)
+    t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
+    plans = [_plan(kind, lens, hkv, g, ctas) for kind in PLANS]
+    max_items = max(int(np.bincount(p.cta).max()) for p in plans)
+    decs = [ScheduledDecoder(len(lens), hkv * g, hkv, d, ctas, max_items, k.shape[0], page_size, torch.float32,
+                             DEVICE, block_n=16, prefetch=p) for p in (False, True)]
+    for plan in plans:
+        (o0, l0), (o1, l1) = (_run(dec, plan, t(q), table, t(k), t(v)) for dec in decs)
+        assert np.array_equal(o0, o1) and np.array_equal(l0, l1), plan.name
+        assert np.abs(o1 - ro).max() < 1e-5 and np.abs(l1 - rl).max() < 1e-5, plan.name
+
+
 @pytest.mark.parametrize("kind", PLANS)
 def test_functional_form_is_deterministic(kind):
     lens, ps, hkv, g, d = [40, 1, 16, 23], 3, 2, 4, 24
@@ -183,6 +203,7 @@ def test_refusals_of_the_decoder():
         (dict(head_dim=300), ValueError, "head_dim=300 is out of range; valid: 1 <= head_dim <= 256"),
         (dict(dtype=torch.float64), TypeError, "dtype=torch.float64"),
         (dict(block_n=8), ValueError, "block_n=8"),
+        (dict(prefetch="yes"), TypeError, "prefetch must be a bool"),
         (dict(max_outputs=0), ValueError, "max_outputs=0"),
         (dict(scale=-1.0), ValueError, "scale"),
     ]

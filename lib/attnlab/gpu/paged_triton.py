@@ -38,7 +38,7 @@ from . import interpreting
 from .decode_triton import _merge_kernel, workspace
 from .flash_triton import _dot, finish, online_update
 
-__all__ = ["paged_decode", "auto_splits", "auto_block_n", "MIN_CHUNK", "WAVES"]
+__all__ = ["paged_decode", "paged_span", "auto_splits", "auto_block_n", "auto_launch", "MIN_CHUNK", "WAVES"]
 
 LOG2E = 1.4426950408889634
 #: With splits=None on a GPU no chunk is cut shorter than this many tokens (the merge costs more).
@@ -51,18 +51,53 @@ INTERPRETER_SMS = 4
 
 
 @triton.jit
+def paged_span(q, m_i, l_i, acc, k_head, v_head, pages, start, end, qk_scale,
+               s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+               UPCAST: tl.constexpr, IEEE: tl.constexpr, PREFETCH: tl.constexpr):
+    """Fold keys start:end of one request into the running state (m_i, l_i, acc) of the query
+    rows q, reading K and V of one KV head (k_head, v_head) through the request's page list
+    `pages` (its slice of kv_indices). Token pos sits in page pages[pos // PAGE_SIZE], slot
+    pos % PAGE_SIZE: one page id per token, so a tile may span pages or cover part of one.
+    PREFETCH loads the next tile's page ids while this tile's K and V are in flight, so the
+    lookup's latency leaves the loop's critical path. Shared by the paged and scheduled kernels."""
+    offs_n = tl.arange(0, BLOCK_N)
+    if PREFETCH:
+        pos = start + offs_n
+        page = tl.load(pages + pos // PAGE_SIZE, mask=pos < end, other=0).to(tl.int64)
+    for n0 in range(start, end, BLOCK_N):
+        pos = n0 + offs_n
+        ok = pos < end
+        if not PREFETCH:
+            page = tl.load(pages + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
+        slot = pos % PAGE_SIZE
+        kt = tl.load((k_head + page * s_kp + slot * s_ks)[None, :] + dk[:, None],
+                     mask=ok[None, :] & d_ok[:, None], other=0.0)
+        if UPCAST:
+            kt = kt.to(tl.float32)
+        s = tl.where(ok[None, :], _dot(q, kt, IEEE) * qk_scale, float("-inf"))
+        v = tl.load((v_head + page * s_vp + slot * s_vs)[:, None] + dv[None, :],
+                    mask=ok[:, None] & d_ok[None, :], other=0.0)
+        if PREFETCH:
+            nxt = pos + BLOCK_N
+            page = tl.load(pages + nxt // PAGE_SIZE, mask=nxt < end, other=0).to(tl.int64)
+        if UPCAST:
+            v = v.to(tl.float32)
+        m_i, l_i, acc = online_update(s, v, m_i, l_i, acc, IEEE)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, qk_scale,
                         s_qb, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd,
                         SPLITS, MIN_CHUNK, KV_HEADS, GROUP, HEAD_DIM,
                         PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_D: tl.constexpr, D_CONTIG: tl.constexpr, UPCAST: tl.constexpr,
-                        IEEE: tl.constexpr):
+                        IEEE: tl.constexpr, PREFETCH: tl.constexpr):
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = (pid_bh // KV_HEADS).to(tl.int64)
     hk = pid_bh % KV_HEADS
     offs_g = tl.arange(0, BLOCK_G)
-    offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     g_ok = offs_g < GROUP
     d_ok = offs_d < HEAD_DIM
@@ -86,24 +121,9 @@ def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, qk_scale,
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-    k_head = K + hk * s_kh
-    v_head = V + hk * s_vh
-    for n0 in range(start, end, BLOCK_N):
-        pos = n0 + offs_n
-        ok = pos < end
-        # token -> (page, slot): one page id per token, so a tile may span pages
-        page = tl.load(INDICES + first + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
-        slot = pos % PAGE_SIZE
-        kt = tl.load((k_head + page * s_kp + slot * s_ks)[None, :] + dk[:, None],
-                     mask=ok[None, :] & d_ok[:, None], other=0.0)
-        if UPCAST:
-            kt = kt.to(tl.float32)
-        s = tl.where(ok[None, :], _dot(q, kt, IEEE) * qk_scale, float("-inf"))
-        v = tl.load((v_head + page * s_vp + slot * s_vs)[:, None] + dv[None, :],
-                    mask=ok[:, None] & d_ok[None, :], other=0.0)
-        if UPCAST:
-            v = v.to(tl.float32)
-        m_i, l_i, acc = online_update(s, v, m_i, l_i, acc, IEEE)
+    m_i, l_i, acc = paged_span(q, m_i, l_i, acc, K + hk * s_kh, V + hk * s_vh, INDICES + first, start, end,
+                               qk_scale, s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE, BLOCK_N,
+                               UPCAST, IEEE, PREFETCH)
     o, lse = finish(acc, m_i, l_i)                    # an empty split: o = 0, lse = -inf
     row = (b * KV_HEADS * GROUP + heads) * SPLITS + pid_s           # partial state index
     tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
@@ -133,11 +153,31 @@ def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: i
 
 
 def auto_block_n(programs: int, device) -> int:
-    """Keys per tile: 128 while the blocks fit WAVES per SM (few, long chunks: fewer loop steps),
-    else 64 (the H200 sweep's best at batch 64 and 256); 16 under the interpreter."""
+    """The scheduled decoder's keys per tile (`paged_decode` takes `auto_launch`): 128 while the
+    blocks fit WAVES per SM (few, long chunks: fewer loop steps), else 64 (the H200 sweep's best
+    at batch 64 and 256); 16 under the interpreter."""
     if interpreting():
         return 16
     return 128 if programs <= WAVES * _sms(device) else 64
+
+
+def auto_launch(programs: int, page_size: int, device) -> dict:
+    """block_n, num_stages and prefetch for `programs` work blocks over pages of `page_size`.
+    While the blocks fit WAVES per SM (few, long chunks) and pages hold 16 tokens or more:
+    64-key tiles, three stages and the page ids prefetched one tile ahead, which the H200 sweep
+    (data/measurements/h200-2026-12-01-paged-prefetch.json) found fastest there (1 x 32K, page 16:
+    40.5 us against 42.3 at 128-key tiles, two stages). With one-token pages the same choice is
+    30-140 % slower, so few blocks keep 128-key tiles at two stages without prefetch. With more
+    blocks: 64-key tiles at two stages, no prefetch, whose small shared-memory footprint keeps
+    every block resident in one wave (three stages with the prefetch cost up to 25 % there).
+    Under the interpreter: 16-key tiles, no prefetch."""
+    if interpreting():
+        return {"block_n": 16, "num_stages": None, "prefetch": False}
+    if programs > WAVES * _sms(device):
+        return {"block_n": 64, "num_stages": 2, "prefetch": False}
+    if page_size >= 16:
+        return {"block_n": 64, "num_stages": 3, "prefetch": True}
+    return {"block_n": 128, "num_stages": 2, "prefetch": False}
 
 
 def _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size):
@@ -184,7 +224,8 @@ def _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size
 def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, page_size: int,
                  splits: int | None = None, scale: float | None = None, out=None,
                  return_lse: bool = False, block_n: int | None = None,
-                 num_warps: int | None = None, num_stages: int | None = None, ws: dict | None = None):
+                 num_warps: int | None = None, num_stages: int | None = None, ws: dict | None = None,
+                 prefetch: bool | None = None):
     """Decode attention of one new query per head over a paged KV cache.
 
     q (batch, q_heads, d); k_pool, v_pool NHD (pages, page_size, kv_heads, d), any strides; the
@@ -192,6 +233,7 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     decode plan takes it. `splits` per request (None: `auto_splits`); `out` an optional contiguous
     (batch, q_heads, d) tensor of q's dtype to write into; `ws` an optional
     `decode_triton.workspace(batch, q_heads, d, splits, device)` for the partial states.
+    block_n, num_warps, num_stages and prefetch (each None: `auto_launch`) are launch choices.
 
     Returns o (batch, q_heads, d) in q's dtype, or (o, lse) with lse float32 (batch, q_heads),
     natural log.
@@ -201,6 +243,8 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16
                                 or block_n & (block_n - 1)):
         raise ValueError(f"block_n={block_n!r} must be a power of two >= 16, or None")
+    if prefetch is not None and not isinstance(prefetch, bool):
+        raise TypeError(f"prefetch must be a bool or None, got {prefetch!r}")
     longest = page_size * (kv_indices.numel() - B + 1)        # no request of this table is longer
     if splits is None:
         min_chunk = (block_n or 16) if interp else MIN_CHUNK
@@ -210,7 +254,10 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
                          f"longest request {kv_indices.numel()} pages can hold), or None")
     else:
         min_chunk = 1                                  # as asked: `splits` chunks per request
-    block_n = block_n or auto_block_n(B * hkv * splits, q.device)
+    auto = auto_launch(B * hkv * splits, page_size, q.device)
+    block_n = block_n or auto["block_n"]
+    num_stages = num_stages or auto["num_stages"]
+    prefetch = auto["prefetch"] if prefetch is None else prefetch
     if out is None:
         out = torch.empty((B, hq, d), dtype=q.dtype, device=q.device)
     elif (not isinstance(out, torch.Tensor) or out.shape != (B, hq, d) or out.dtype != q.dtype
@@ -223,7 +270,7 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
                          f"this call needs splits={splits} and o {(B * hq, d)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     block_d = max(16, triton.next_power_of_2(d))
-    kw = {} if interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}   # the sweep's best
+    kw = {} if interp else {"num_warps": num_warps or 4, "num_stages": num_stages}
     one = splits == 1                                  # the first stage writes the answer itself
     lse = ws["lp"] if one else ws["lse"]
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds to nearest): there the kernels
@@ -236,7 +283,7 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
         splits, min_chunk, hkv, hq // hkv, d,
         PAGE_SIZE=page_size, BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=block_n,
         BLOCK_D=block_d, D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
-        UPCAST=interp or fp32, IEEE=interp or fp32, **kw)
+        UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=prefetch, **kw)
     if not one:
         _merge_kernel[(B * hq,)](ws["op"], ws["lp"], dst, lse, splits, d,
                                  BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d,

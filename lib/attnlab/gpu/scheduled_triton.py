@@ -46,8 +46,8 @@ import triton.language as tl
 from .._check import as_float, as_int
 from ..schedule import Plan, Workspace, fixed_size_workspace
 from . import interpreting
-from .flash_triton import _dot, finish, online_update
-from .paged_triton import _check, auto_block_n
+from .flash_triton import finish
+from .paged_triton import _check, auto_block_n, paged_span
 
 __all__ = ["ScheduledDecoder", "scheduled_decode"]
 
@@ -61,11 +61,10 @@ def _scheduled_kernel(Q, K, V, OP, LP, INDPTR, INDICES, ITEMS, COUNT, qk_scale,
                       MAX_ITEMS, GROUP, HEAD_DIM,
                       PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_D: tl.constexpr, D_CONTIG: tl.constexpr, UPCAST: tl.constexpr,
-                      IEEE: tl.constexpr):
+                      IEEE: tl.constexpr, PREFETCH: tl.constexpr):
     cta = tl.program_id(0)
     n_items = tl.load(COUNT + cta)
     offs_g = tl.arange(0, BLOCK_G)
-    offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     if D_CONTIG:                                      # unit stride along d: vector loads
@@ -91,24 +90,9 @@ def _scheduled_kernel(Q, K, V, OP, LP, INDPTR, INDICES, ITEMS, COUNT, qk_scale,
         m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
         acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-        k_head = K + hk * s_kh
-        v_head = V + hk * s_vh
-        for n0 in range(start, end, BLOCK_N):
-            pos = n0 + offs_n
-            ok = pos < end
-            # token -> (page, slot), one page id per token: a tile may span pages
-            page = tl.load(INDICES + first + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
-            pslot = pos % PAGE_SIZE
-            kt = tl.load((k_head + page * s_kp + pslot * s_ks)[None, :] + dk[:, None],
-                         mask=ok[None, :] & d_ok[:, None], other=0.0)
-            if UPCAST:
-                kt = kt.to(tl.float32)
-            s = tl.where(ok[None, :], _dot(q, kt, IEEE) * qk_scale, float("-inf"))
-            v = tl.load((v_head + page * s_vp + pslot * s_vs)[:, None] + dv[None, :],
-                        mask=ok[:, None] & d_ok[None, :], other=0.0)
-            if UPCAST:
-                v = v.to(tl.float32)
-            m_i, l_i, acc = online_update(s, v, m_i, l_i, acc, IEEE)
+        m_i, l_i, acc = paged_span(q, m_i, l_i, acc, K + hk * s_kh, V + hk * s_vh, INDICES + first, start,
+                                   end, qk_scale, s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE, BLOCK_N,
+                                   UPCAST, IEEE, PREFETCH)
         o, lse = finish(acc, m_i, l_i)
         row = slot.to(tl.int64) * GROUP + offs_g      # the slot's partial state, one row per packed row
         tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
@@ -205,7 +189,7 @@ class ScheduledDecoder:
     def __init__(self, max_batch: int, q_heads: int, kv_heads: int, head_dim: int, max_ctas: int,
                  max_items: int, max_pages: int, page_size: int, dtype=torch.bfloat16, device="cuda", *,
                  max_outputs: int | None = None, scale: float | None = None, block_n: int | None = None,
-                 num_warps: int | None = None, num_stages: int | None = None):
+                 num_warps: int | None = None, num_stages: int | None = None, prefetch: bool | None = None):
         self.max_batch = as_int("max_batch", max_batch, 1, None)
         self.q_heads = as_int("q_heads", q_heads, 1, None)
         self.kv_heads = as_int("kv_heads", kv_heads, 1, None)
@@ -249,6 +233,9 @@ class ScheduledDecoder:
         self._pool_shape = torch.empty(1, dtype=dtype, device=dev).expand(
             self.max_pages, self.page_size, self.kv_heads, d)       # for _check: shapes, no memory
         self.block_n = block_n or auto_block_n(self.max_ctas, dev)
+        if prefetch is not None and not isinstance(prefetch, bool):
+            raise TypeError(f"prefetch must be a bool or None, got {prefetch!r}")
+        self.prefetch = False if prefetch is None else prefetch   # the configuration measured on the H200
         self._kw = {} if self.interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}
         self.batch, self.workspace, self.graph, self._pools = 0, None, None, None
 
@@ -317,7 +304,7 @@ class ScheduledDecoder:
             self.max_items, self.group, self.head_dim,
             PAGE_SIZE=self.page_size, BLOCK_G=block_g, BLOCK_N=self.block_n, BLOCK_D=block_d,
             D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
-            UPCAST=interp or fp32, IEEE=interp or fp32, **self._kw)
+            UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=self.prefetch, **self._kw)
         dst = self._dst
         _merge_items_kernel[(self.max_outputs,)](
             self.o_partial, self.lse_partial, dst, self.lse_out, self.merge_indptr, self.merge_slots,
