@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.gpu import hopper_triton
-from attnlab.gpu.hopper_triton import (HOPPER_STEPS, cumulative_steps, flash_attention_hopper,
+from attnlab.gpu.hopper_triton import (DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, flash_attention_hopper,
                                        launch_config, tma_ok)
 
 try:
@@ -112,7 +112,10 @@ def _sdpa_bf16_error(q, k, v, causal, ro, rl):
     return np.abs(o - ro)[fin].max()
 
 
-@pytest.mark.parametrize("steps", [(), HOPPER_STEPS], ids=["base", "all"])
+# bf16 takes the default steps: on a GPU, Triton 3.6 does not compile warp_specialize for these
+# 4-warp bf16 launches (d <= 64), and explicit steps that fail are refused with a RuntimeError;
+# the fp32 tests above and below run every step, warp_specialize included
+@pytest.mark.parametrize("steps", [(), DEFAULT_STEPS], ids=["base", "default"])
 @pytest.mark.parametrize("case", CASES[:4], ids=lambda c: "-".join(map(str, c)))
 def test_bf16_within_twice_torch_sdpa_error(case, steps, poison_empty):
     b, hq, hk, nq, nk, d, causal = case
@@ -142,7 +145,7 @@ def test_strides_tma_cannot_take_fall_back_to_pointer_loads(poison_empty):
     _assert_close(o, lse, ro, rl, 2 * _sdpa_bf16_error(q, k, v, True, ro, rl))
     # a transposed last dimension (stride(-1) != 1): the pointer loads take the d stride too
     g = torch.Generator().manual_seed(7)
-    qt, kt, vt = (torch.randn(1, 2, 16, n, generator=g).transpose(-1, -2) for n in (21, 34, 34))
+    qt, kt, vt = (torch.randn(1, 2, 16, n, generator=g).to(DEVICE).transpose(-1, -2) for n in (21, 34, 34))
     assert qt.stride(-1) != 1 and not tma_ok(qt)
     o, lse = flash_attention_hopper(qt, kt, vt, return_lse=True, out=_poisoned(qt))
     _assert_close(o, lse, *_ref(qt, kt, vt, False), 1e-5)
@@ -178,6 +181,7 @@ def test_scale_blocks_and_default_steps_without_warnings():
     (lambda q, k, v: ((q, k, v), {"num_stages": 0}), "num_stages must be"),
     (lambda q, k, v: ((q, k, v), {"out": torch.empty(1, 1, 8, 8)}), "out must be"),
     (lambda q, k, v: ((q, k, v), {"descriptors": "global"}), "descriptors must be 'device' or 'host'"),
+    (lambda q, k, v: ((q, k.to("meta"), v), {}), "k is on meta but q is on"),
 ])
 def test_bad_input(bad, match):
     q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))

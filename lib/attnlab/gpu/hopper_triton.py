@@ -338,6 +338,12 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
         raise ValueError(f"out must be a {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     interp = interpreting()
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put q, k, v on one device")
+    if not interp and q.device.type != "cuda":
+        raise ValueError(f"q, k, v are on {q.device}: the compiled kernel needs CUDA tensors "
+                         "(set TRITON_INTERPRET=1 before importing triton to run it on a CPU)")
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds): there write fp32, torch rounds
     dst = torch.empty(q.shape, dtype=torch.float32, device=q.device) if interp and q.dtype != torch.float32 else out
 
@@ -354,6 +360,11 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
             _launch(q, k, v, dst, lse, causal, float(scale), st, descriptors, block_m, block_n,
                     num_warps, num_stages, interp)
         except Exception as e:                            # noqa: BLE001 - a step that does not compile
+            if steps is not None:
+                raise RuntimeError(f"flash_attention_hopper: steps {sorted(st)} do not compile here for {q.dtype}, "
+                                   f"d={d}, causal={causal} ({type(e).__name__}: {str(e)[:200]}); Triton 3.6 "
+                                   "warp-specialises only 8-warp launches (d > 64); steps=None drops the steps "
+                                   "that fail") from e
             if i + 1 == len(tries):
                 raise
             warnings.warn(f"flash_attention_hopper: steps {sorted(st)} failed here "
