@@ -49,8 +49,13 @@ def test_the_recorded_rows_are_the_flattened_sections():
     again = [row for name, sec in res["sections"].items()
              for row in flatten(name, sec, res["ceilings_by_section"].get(name, res["ceilings"]))]
     assert again == res["rows"]
-    assert {"prefill", "decode", "paged", "cascade", "scheduled"} <= set(res["sections"])
+    assert {"prefill", "decode", "paged", "cascade", "scheduled", "variants"} <= set(res["sections"])
     assert re.fullmatch(r"[0-9a-f]{40}", res["commit"]) and res["sms"] == 132
+    # every section names the commit its kernels were measured at, and provenance prints it
+    assert set(res["commits_by_section"]) == set(res["sections"])
+    for name, commit in res["commits_by_section"].items():
+        assert re.fullmatch(r"[0-9a-f]{40}", commit), name
+        assert f"kernels at commit {commit[:7]};" in runs.provenance(res, name)
 
 
 def test_newest_run_goes_by_the_date_in_the_name(tmp_path, monkeypatch):
@@ -83,7 +88,7 @@ def test_prefill_summary_ratios_come_from_the_rows():
     res = runs.newest_run()
     sec = runs.section(res, "prefill")
     text = runs.prefill_summary(res)
-    assert res["device"] in text and res["flashinfer"] in text and res["commit"][:7] in text
+    assert res["device"] in text and res["flashinfer"] in text and res["commits_by_section"]["prefill"][:7] in text
     lines = _cells(text, r"\d+ x \d+K\s")
     assert len(lines) == len({(r["batch"], r["N"], r["causal"]) for r in sec["rows"]})
     for cells in lines:
@@ -132,5 +137,9 @@ def test_the_harness_runs_a_section_end_to_end_on_the_cpu(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["rows"] == res["rows"] and {r["section"] for r in res["rows"]} == {"decode"}
     assert all(r["err"] is not None and r["err"] < 1e-2 for r in res["rows"])    # checked before timed
+    assert saved["commits_by_section"] == {"decode": saved["commit"]}
+    saved["sections"]["paged"], saved["commits_by_section"]["paged"] = {"rows": []}, "0" * 40
+    out.write_text(json.dumps(saved))
     again = bench.run(("decode",), dry=True, out=str(out), merge=True)            # --merge keeps sections
-    assert set(again["sections"]) == {"decode"} and len(again["rows"]) == len(res["rows"])
+    assert set(again["sections"]) == {"decode", "paged"} and len(again["rows"]) == len(res["rows"])
+    assert again["commits_by_section"]["paged"] == "0" * 40

@@ -69,8 +69,9 @@ def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) ->
 def provenance(res: dict, name: str | None = None) -> str:
     """Device, date, versions, commit and the ceilings measured with section `name` (or the run's)."""
     c = res.get("ceilings_by_section", {}).get(name, res["ceilings"])
+    commit = res.get("commits_by_section", {}).get(name, res.get("commit"))
     return (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
-            f"FlashInfer {res.get('flashinfer')}; kernels at commit {str(res.get('commit'))[:7]}; "
+            f"FlashInfer {res.get('flashinfer')}; kernels at commit {str(commit)[:7]}; "
             f"measured ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul "
             f"{c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s [{res.get('file', '')}]")
 

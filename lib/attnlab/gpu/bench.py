@@ -116,8 +116,9 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
             old = json.load(f)
         res["sections"] = old.get("sections", {})
         res["ceilings_by_section"] = old.get("ceilings_by_section", {})
-    res.setdefault("sections", {})
-    res.setdefault("ceilings_by_section", {})
+        res["commits_by_section"] = old.get("commits_by_section", {})
+    for key in ("sections", "ceilings_by_section", "commits_by_section"):
+        res.setdefault(key, {})
     c = res["ceilings"]
     print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}; copy "
           f"{c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s",
@@ -145,6 +146,7 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
                 res[key] = sec[key]
         res["sections"][name] = sec
         res["ceilings_by_section"][name] = c
+        res["commits_by_section"][name] = res.get("commit")
         save()
     save()
     return res
