@@ -83,6 +83,77 @@ def test_host_descriptors(case):
     _assert_close(o, lse, *_ref(q, k, v, causal), 1e-5)
 
 
+def _ref_variant(q, k, v, soft_cap=0.0, window=0, causal=False):
+    """float64 by definition: logits scale q.k (capped at c tanh(s / c)), keys visible when
+    j <= i + N_k - N_q (causal or windowed) and j > i + N_k - N_q - w (windowed); natural-log lse."""
+    q, k, v = (t.double().cpu().numpy() for t in (q, k, v))
+    b, hq, n_q, d = q.shape
+    g = hq // k.shape[1]
+    i = np.arange(n_q)[:, None] + k.shape[2] - n_q
+    j = np.arange(k.shape[2])[None, :]
+    vis = np.ones((n_q, k.shape[2]), bool)
+    if causal or window:
+        vis &= j <= i
+    if window:
+        vis &= j > i - window
+    o, lse = np.zeros(q.shape), np.full(q.shape[:3], -np.inf)
+    for bi in range(b):
+        for h in range(hq):
+            s = q[bi, h] @ k[bi, h // g].T / np.sqrt(d)
+            if soft_cap:
+                s = soft_cap * np.tanh(s / soft_cap)
+            s = np.where(vis, s, -np.inf)
+            rows = vis.any(1)
+            m = s[rows].max(1, keepdims=True)
+            e = np.exp(s[rows] - m)
+            o[bi, h, rows] = (e / e.sum(1, keepdims=True)) @ v[bi, h // g]
+            lse[bi, h, rows] = m[:, 0] + np.log(e.sum(1))
+    return o, lse
+
+
+VARIANT_CASES = [  # (batch, q heads, kv heads, n_q, n_k, d, soft_cap, window, causal)
+    (1, 2, 1, 77, 77, 24, 5.0, 0, False),     # soft-cap alone, GQA 2
+    (1, 2, 2, 45, 71, 16, 2.0, 0, True),      # soft-cap + causal, N_q < N_k
+    (2, 2, 1, 70, 70, 32, 0.0, 19, False),    # window of 19 (causal implied), odd edges
+    (1, 3, 1, 40, 23, 16, 3.0, 5, False),     # both, N_q > N_k: rows that see no key
+    (1, 1, 1, 93, 93, 16, 0.0, 1, False),     # window 1: each row sees only itself
+]
+
+
+@pytest.mark.parametrize("steps", [(), ("tma", "causal_split"), HOPPER_STEPS], ids=["base", "tma+split", "all"])
+@pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_fp32_variants_compiled_in(case, steps):
+    """soft_cap and window as compile-time switches of the Hopper kernel (the variants of
+    variants_triton, with every step): fp32 against float64 at 1e-5, unwritten output is NaN."""
+    b, hq, hk, nq, nk, d, cap, w, causal = case
+    q, k, v = _inputs(int(sum(case[:6]) + cap + w), b, hq, hk, nq, nk, d)
+    o, lse = flash_attention_hopper(q, k, v, causal=causal, soft_cap=cap or None, window=w or None,
+                                    steps=steps, return_lse=True, out=_poisoned(q))
+    ro, rl = _ref_variant(q, k, v, cap, w, causal)
+    _assert_close(o, lse, ro, rl, 1e-5)
+
+
+@pytest.mark.parametrize("steps", [(), DEFAULT_STEPS], ids=["base", "default"])
+def test_bf16_window_within_twice_torch_sdpa_error(steps, poison_empty):
+    """bf16 sliding window against float64, held to twice the error of torch's SDPA given the same
+    window as a boolean mask (the soft-cap has no SDPA form; its fp32 test is above)."""
+    q, k, v = _inputs(21, 1, 4, 2, 67, 67, 32, torch.bfloat16)
+    o, lse = flash_attention_hopper(q, k, v, window=13, steps=steps, return_lse=True)
+    ro, rl = _ref_variant(q, k, v, 0.0, 13)
+    i, j = torch.arange(67)[:, None], torch.arange(67)[None, :]
+    sdpa = F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu(), attn_mask=(j <= i) & (j > i - 13),
+                                          enable_gqa=True).double().numpy()
+    tol = 2 * np.abs(sdpa - ro).max()
+    assert 0 < tol < 0.05
+    _assert_close(o, lse, ro, rl, tol)
+
+
+def test_window_as_wide_as_the_keys_is_causal():
+    q, k, v = _inputs(11, 1, 2, 1, 50, 64, 16)
+    wide = flash_attention_hopper(q, k, v, window=64)
+    assert torch.equal(wide, flash_attention_hopper(q, k, v, causal=True))
+
+
 @pytest.fixture
 def poison_empty(monkeypatch):
     """torch.empty / empty_like return NaN for float dtypes, so an element the kernel (or the
@@ -182,6 +253,12 @@ def test_scale_blocks_and_default_steps_without_warnings():
     (lambda q, k, v: ((q, k, v), {"out": torch.empty(1, 1, 8, 8)}), "out must be"),
     (lambda q, k, v: ((q, k, v), {"descriptors": "global"}), "descriptors must be 'device' or 'host'"),
     (lambda q, k, v: ((q, k.to("meta"), v), {}), "k is on meta but q is on"),
+    (lambda q, k, v: ((q, k, v), {"soft_cap": -1.0}), "soft_cap must be a finite number > 0"),
+    (lambda q, k, v: ((q, k, v), {"soft_cap": float("inf")}), "soft_cap must be"),
+    (lambda q, k, v: ((q, k, v), {"soft_cap": "30"}), "soft_cap must be"),
+    (lambda q, k, v: ((q, k, v), {"window": 2.5}), "window must be an int >= 1"),
+    (lambda q, k, v: ((q, k, v), {"window": True}), "window must be"),
+    (lambda q, k, v: ((q, k, v), {"window": -3}), "window must be"),
 ])
 def test_bad_input(bad, match):
     q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))

@@ -36,7 +36,7 @@ __all__ = ["SECTIONS", "OURS", "flatten", "run", "default_path", "main"]
 SECTIONS = ("prefill", "decode", "paged", "cascade", "variants", "scheduled")
 #: impl names that are this course's kernels, by section; every other impl is a peer
 OURS = {"prefill": ("ours-fa2", "ours-hopper"), "decode": ("ours",), "paged": ("paged", "contiguous"),
-        "cascade": ("cascade", "paged", "paged-unique"), "variants": ("ours",),
+        "cascade": ("cascade", "paged", "paged-unique"), "variants": ("ours", "ours-hopper"),
         "scheduled": ("per-request", "fixed", "balanced", "paged")}
 #: the keys that make a row's case (all rows of a case are compared), and those that name its impl
 _CASE = {"prefill": ("batch", "N", "causal"), "decode": ("batch", "context"), "paged": ("batch", "context"),

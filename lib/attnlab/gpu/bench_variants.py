@@ -1,4 +1,5 @@
-"""Attention variants on a real GPU: `variant_prefill` beside compiled FlexAttention and SDPA.
+"""Attention variants on a real GPU: our two prefill kernels with the variant compiled in beside
+compiled FlexAttention and SDPA.
 
     python -m attnlab.gpu.bench_variants --out results.json       # on a CUDA machine
     python -m attnlab.gpu.bench_variants --cases 1x16384          # one batch x N per run
@@ -6,6 +7,8 @@
 
 A Llama-3-8B-shaped prefill (32 query heads, 8 KV heads, d = 128, bf16), B x N = 16K tokens, for
 four variants: causal, soft_cap(30) (non-causal and causal) and sliding_window(1024) (causal).
+Ours: "ours" is `variant_prefill` (the FA2 loop, notebook 03's kernel with the switches), "ours-hopper"
+is `flash_attention_hopper` with soft_cap / window (the Hopper kernel, its default steps).
 Peers in the same run:
 - flex: `torch.compile(flex_attention)` with score_mod 30 tanh(score / 30) and a BlockMask from
   `create_block_mask` (causal / window mask_mod, built once outside the timing), enable_gqa=True;
@@ -37,6 +40,7 @@ _SHAPE = get_model("Llama-3-8B")
 SHAPE = dict(heads=_SHAPE.q_heads, kv_heads=_SHAPE.kv_heads, head_dim=_SHAPE.head_dim)
 CASES = [(4, 4096), (1, 16384)]
 CAP, WINDOW = 30.0, 1024
+OURS = ("ours", "ours-hopper")
 VARIANTS = ("causal", "soft_cap(30)", "soft_cap(30) causal", "sliding_window")
 DRY = dict(cases=[(1, 40)], shape=dict(heads=4, kv_heads=2, head_dim=32), window=16)
 
@@ -89,6 +93,12 @@ def _ours(torch, c, add):
     t = blocks(c.n, c.n, kw.get("causal", False), kw.get("window", 0), d=c.q.shape[3])
     add("ours", lambda: variant_prefill(c.q, c.k, c.v, **kw), tiles=t["visited"] * c.q.shape[0] * c.q.shape[1],
         masked_tiles=t["masked"] * c.q.shape[0] * c.q.shape[1])
+
+
+def _ours_hopper(torch, c, add):
+    from .hopper_triton import flash_attention_hopper
+    kw = _kwargs(c.variant, c.window)
+    add("ours-hopper", lambda: flash_attention_hopper(c.q, c.k, c.v, **kw))
 
 
 def _sdpa(torch, c, add):
@@ -188,16 +198,16 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
                        "timing": how, "flops": flops, "tflops": flops / us * 1e-6, "max_err": err}
                 res["rows"].append(row)
                 group.append(row)
-                print(f"  {impl:11s} {us:10.1f} us {row['tflops']:7.1f} TFLOP/s  err {err:.1e}  {how}", flush=True)
+                print(f"  {impl:12s} {us:10.1f} us {row['tflops']:7.1f} TFLOP/s  err {err:.1e}  {how}", flush=True)
                 save()
-            for name, peer in (("ours", _ours), ("sdpa", _sdpa), ("flex", _flex)):
+            for name, peer in (("ours", _ours), ("ours-hopper", _ours_hopper), ("sdpa", _sdpa), ("flex", _flex)):
                 try:
                     peer(torch, c, add)
                 except Exception:                         # noqa: BLE001 - e.g. no FlexAttention here
                     print(f"  {name}: skipped\n" + traceback.format_exc(limit=2), flush=True)
-            peers = [r["us"] for r in group if r["impl"] != "ours"]
+            peers = [r["us"] for r in group if r["impl"] not in OURS]
             for r in group:
-                if r["impl"] == "ours" and peers:
+                if r["impl"] in OURS and peers:
                     r["speedup"] = min(peers) / r["us"]
             save()
             del ref
@@ -210,12 +220,12 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
 def table(res: dict) -> str:
     lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
              f"commit {res['commit']}",
-             f"{'batch':>5} {'N':>6} {'variant':20s} {'impl':11s} {'us':>10} {'TFLOP/s':>7} "
+             f"{'batch':>5} {'N':>6} {'variant':20s} {'impl':12s} {'us':>10} {'TFLOP/s':>7} "
              f"{'speedup':>7} {'max_err':>7} timing"]
     for r in res["rows"]:
         sp = f"{r['speedup']:7.2f}" if "speedup" in r else f"{'':7s}"
         name = r["impl"] + (" (kv rep.)" if r.get("kv_repeated") else "")
-        lines.append(f"{r['batch']:5d} {r['N']:6d} {r['variant']:20s} {name:11s} {r['us']:10.1f} "
+        lines.append(f"{r['batch']:5d} {r['N']:6d} {r['variant']:20s} {name:12s} {r['us']:10.1f} "
                      f"{r['tflops']:7.1f} {sp} {r['max_err']:7.1e} {r['timing'][:30]}")
     return "\n".join(lines)
 

@@ -94,12 +94,14 @@ def _mma(a, b, acc, IEEE: tl.constexpr):
 
 @triton.jit
 def _tile(q, kd, vd, k_ptr, v_ptr, start_n, offs_m, offs_n, offs_d, d_ok, m_i, l_i, acc,
-          s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, b32, hk32,
-          MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr, HOST_DESC: tl.constexpr,
-          FAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-          UPCAST: tl.constexpr, IEEE: tl.constexpr):
+          s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, cap_in, cap_out, b32, hk32,
+          MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFT_CAP: tl.constexpr,
+          TMA: tl.constexpr, HOST_DESC: tl.constexpr, FAST: tl.constexpr, BLOCK_N: tl.constexpr,
+          BLOCK_D: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr):
     """Fold KV tile [start_n, start_n + BLOCK_N) into (m_i, l_i, acc). MASKED=False only for a
-    tile whose every (row, key) pair is visible: then no key is past N_K either."""
+    tile whose every (row, key) pair is visible: then no key is past N_K either. With SOFT_CAP
+    the logits are capped here, already in the base-2 domain, and the launcher passes
+    qk_scale = 1."""
     cols = start_n + offs_n
     # -- K^T and V tiles: one TMA copy each, or per-thread pointer loads --------------------------
     if TMA:
@@ -122,10 +124,14 @@ def _tile(q, kd, vd, k_ptr, v_ptr, start_n, offs_m, offs_n, offs_d, d_ok, m_i, l
         s = tl.dot(q, kt, input_precision="ieee")
     else:
         s = tl.dot(q, kt)
+    if SOFT_CAP > 0:   # c tanh(scale s / c) log2(e) = cap_out (1 - 2 / (1 + 2^(cap_in s)))
+        s = cap_out - (2.0 * cap_out) / (1.0 + tl.exp2(s * cap_in))
     if MASKED:
         visible = cols[None, :] < N_K
         if CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + OFFSET)
+        if WINDOW > 0:
+            visible = visible & (cols[None, :] > offs_m[:, None] + OFFSET - WINDOW)
     if FAST:
         # softmax_fma: max on the raw scores (scale > 0 keeps the arg max), then one FMA per score
         if MASKED:
@@ -148,12 +154,13 @@ def _tile(q, kd, vd, k_ptr, v_ptr, start_n, offs_m, offs_n, offs_d, d_ok, m_i, l
 
 
 @triton.jit
-def _hopper_kernel(Q, K, V, O, LSE, qk_scale,
+def _hopper_kernel(Q, K, V, O, LSE, qk_scale, cap_in, cap_out,
                    s_qb, s_qh, s_qn, s_qd, s_kb, s_kh, s_kn, s_kd,
                    s_vb, s_vh, s_vn, s_vd, s_ob, s_oh, s_on, s_od,
                    H, GROUP, N_Q, N_K, HEAD_DIM, NUM_M,
                    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   CAUSAL: tl.constexpr, TMA: tl.constexpr, HOST_DESC: tl.constexpr,
+                   CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFT_CAP: tl.constexpr,
+                   TMA: tl.constexpr, HOST_DESC: tl.constexpr,
                    SPLIT: tl.constexpr, FAST: tl.constexpr, LPT: tl.constexpr, WS: tl.constexpr,
                    UPCAST: tl.constexpr, IEEE: tl.constexpr):
     if LPT:   # grid (B*H, NUM_M): heads fastest, the last (heaviest) query block first
@@ -203,7 +210,7 @@ def _hopper_kernel(Q, K, V, O, LSE, qk_scale,
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    # -- which KV tiles: [0, hi) are visited, [0, full_hi) of them need no mask -------------------
+    # -- which KV tiles: [lo, hi) are visited, [full_lo, full_hi) of them need no mask ------------
     OFFSET = N_K - N_Q
     first = row0 + OFFSET                            # q_idx of the block's first and last row
     last = first + BLOCK_M - 1
@@ -212,18 +219,34 @@ def _hopper_kernel(Q, K, V, O, LSE, qk_scale,
     if CAUSAL:   # tiles after the last row's diagonal are never loaded; before the first row's, no mask
         hi = (tl.minimum(tl.maximum(last + 1, 0), N_K) + BLOCK_N - 1) // BLOCK_N
         full_hi = tl.minimum(tl.maximum(first + 1, 0), N_K) // BLOCK_N
+    lo = 0
+    full_lo = 0
+    if WINDOW > 0:   # tiles at or before the first row's q_idx - w are never loaded (variants_triton's ranges)
+        lo = tl.maximum(first - WINDOW + 1, 0) // BLOCK_N
+        full_lo = tl.minimum((tl.maximum(last - WINDOW + 1, 0) + BLOCK_N - 1) // BLOCK_N, hi)
+        full_hi = tl.maximum(full_hi, full_lo)       # lo <= full_lo <= full_hi <= hi
     if not SPLIT:
-        full_hi = 0                                  # flash_triton: every tile takes the mask
+        full_lo = lo                                 # flash_triton: every tile takes the mask
+        full_hi = lo
+    # stage 0, the window's lower edge: masked
+    if WINDOW > 0:
+        for j in tl.range(lo, full_lo, warp_specialize=WS):
+            m_i, l_i, acc = _tile(q, kd, vd, k_ptr, v_ptr, j * BLOCK_N, offs_m, offs_n, offs_d, d_ok,
+                                  m_i, l_i, acc, s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, cap_in,
+                                  cap_out, b32, hk32, True, CAUSAL, WINDOW, SOFT_CAP, TMA, HOST_DESC, FAST,
+                                  BLOCK_N, BLOCK_D, UPCAST, IEEE)
     # stage 1, off the band: no mask, no guards
-    for j in tl.range(0, full_hi, warp_specialize=WS):
+    for j in tl.range(full_lo, full_hi, warp_specialize=WS):
         m_i, l_i, acc = _tile(q, kd, vd, k_ptr, v_ptr, j * BLOCK_N, offs_m, offs_n, offs_d, d_ok,
-                              m_i, l_i, acc, s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, b32, hk32,
-                              False, CAUSAL, TMA, HOST_DESC, FAST, BLOCK_N, BLOCK_D, UPCAST, IEEE)
+                              m_i, l_i, acc, s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, cap_in, cap_out,
+                              b32, hk32, False, CAUSAL, WINDOW, SOFT_CAP, TMA, HOST_DESC, FAST, BLOCK_N,
+                              BLOCK_D, UPCAST, IEEE)
     # stage 2, the diagonal band and the ragged end: masked
     for j in tl.range(full_hi, hi, warp_specialize=WS):
         m_i, l_i, acc = _tile(q, kd, vd, k_ptr, v_ptr, j * BLOCK_N, offs_m, offs_n, offs_d, d_ok,
-                              m_i, l_i, acc, s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, b32, hk32,
-                              True, CAUSAL, TMA, HOST_DESC, FAST, BLOCK_N, BLOCK_D, UPCAST, IEEE)
+                              m_i, l_i, acc, s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, cap_in, cap_out,
+                              b32, hk32, True, CAUSAL, WINDOW, SOFT_CAP, TMA, HOST_DESC, FAST, BLOCK_N,
+                              BLOCK_D, UPCAST, IEEE)
     o, lse = finish(acc, m_i, l_i)
     if TMA:   # the copy engine drops rows past N_q and columns past d
         if HOST_DESC:
@@ -301,8 +324,13 @@ def _set_allocator(device):
 def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None = None,
                            return_lse: bool = False, steps=None, block_m: int | None = None,
                            block_n: int | None = None, num_warps: int | None = None,
-                           num_stages: int | None = None, out=None, descriptors: str | None = None):
+                           num_stages: int | None = None, out=None, descriptors: str | None = None,
+                           soft_cap: float | None = None, window: int | None = None):
     """Attention of q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d), any strides, with the Hopper kernel.
+
+    Variants, compiled in as in `variants_triton` (lecture §5.4): soft_cap=c caps the scaled
+    logits at c tanh(s / c); window=w is `sliding_window(w)`, q_idx - w < kv_idx <= q_idx, and
+    implies causal; tiles wholly outside the window are never loaded. None or 0 is off.
 
     steps: None (all of HOPPER_STEPS that compile here) or a tuple / set of their names; each
     adds one optimisation (module docstring). Returns O in q's dtype (written into `out`, any
@@ -317,6 +345,13 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
         raise TypeError(f"causal must be a bool, got {causal!r}")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {return_lse!r}")
+    if soft_cap is not None and (isinstance(soft_cap, bool) or not isinstance(soft_cap, (int, float))
+                                 or not math.isfinite(soft_cap) or soft_cap < 0):
+        raise ValueError(f"soft_cap must be a finite number > 0 (or None / 0: off), got {soft_cap!r}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ValueError(f"window must be an int >= 1 (or None / 0: off), got {window!r}")
+    cap, window = float(soft_cap or 0.0), int(window or 0)
+    causal = causal or window > 0
     if descriptors is None:
         descriptors = "host" if causal else "device"
     if descriptors not in ("device", "host"):
@@ -347,7 +382,7 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds): there write fp32, torch rounds
     dst = torch.empty(q.shape, dtype=torch.float32, device=q.device) if interp and q.dtype != torch.float32 else out
 
-    key = (q.dtype, d, causal, descriptors)
+    key = (q.dtype, d, causal, descriptors, cap > 0, window > 0)
     if steps is None and key in _WORKING:
         st = _WORKING[key]
     else:
@@ -358,7 +393,7 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
     for i, st in enumerate(tries):
         try:
             _launch(q, k, v, dst, lse, causal, float(scale), st, descriptors, block_m, block_n,
-                    num_warps, num_stages, interp)
+                    num_warps, num_stages, interp, cap, window)
         except Exception as e:                            # noqa: BLE001 - a step that does not compile
             if steps is not None:
                 raise RuntimeError(f"flash_attention_hopper: steps {sorted(st)} do not compile here for {q.dtype}, "
@@ -380,7 +415,7 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
 
 
 def _launch(q, k, v, o, lse, causal, scale, st, descriptors, block_m, block_n, num_warps,
-            num_stages, interp):
+            num_stages, interp, cap=0.0, window=0):
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     cfg = launch_config(d, causal, st, block_m=block_m, block_n=block_n, num_warps=num_warps,
@@ -401,9 +436,12 @@ def _launch(q, k, v, o, lse, causal, scale, st, descriptors, block_m, block_n, n
         _set_allocator(q.device)
     kw = {} if interp else {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     fp32 = q.dtype == torch.float32
-    _hopper_kernel[grid](*args, lse, scale * LOG2E,
+    # with a soft-cap the tile caps the logits in the base-2 domain itself: qk_scale = 1
+    _hopper_kernel[grid](*args, lse, 1.0 if cap else scale * LOG2E,
+                         2.0 * scale / cap * LOG2E if cap else 0.0, cap * LOG2E,
                          *q.stride(), *k.stride(), *v.stride(), *o.stride(),
                          H, H // k.shape[1], n_q, n_k, d, num_m,
-                         BLOCK_D=bd, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, TMA=tma, HOST_DESC=host,
+                         BLOCK_D=bd, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WINDOW=window, SOFT_CAP=cap,
+                         TMA=tma, HOST_DESC=host,
                          SPLIT="causal_split" in st, FAST="softmax_fma" in st, LPT=lpt,
                          WS="warp_specialize" in st, UPCAST=interp or fp32, IEEE=interp or fp32, **kw)
