@@ -5,9 +5,6 @@ file under data/measurements/ or a live run); `runs` holds the rest of the run's
 """
 from __future__ import annotations
 
-import json
-
-from ..hardware import data_path
 from . import style
 
 __all__ = ["decode_summary", "decode_figure", "paged_summary", "variants_summary", "not_live"]
@@ -73,33 +70,27 @@ def decode_figure(res: dict, cases=((1, 32768), (2, 16384), (16, 8192), (256, 10
     return fig
 
 
-def _measurement(name: str) -> dict:
-    with open(data_path("gpus.json").parent / "measurements" / name) as f:
-        return json.load(f)
-
-
-def variants_summary(names=("h200-2026-12-01-variants-4x4096.json",
-                            "h200-2026-12-01-variants-1x16384.json")) -> str:
-    """Recorded `python -m attnlab.gpu.bench_variants` runs: `variant_prefill` (the variant compiled
-    into the kernel) beside compiled FlexAttention and, for plain causal, SDPA; TFLOP/s on the
-    FLOPs the mask leaves, and the best peer's time over ours (above 1: ours is faster)."""
-    runs = [_measurement(n) for n in names]
-    r0 = runs[0]
+def variants_summary(res: dict) -> str:
+    """A run's variants section (`runs.section(run, "variants")`): per case and variant, the
+    TFLOP/s of our two kernels with the variant compiled in (`variant_prefill`, the FA2 loop, and
+    `flash_attention_hopper`), of compiled FlexAttention, and the best peer's time over each of
+    ours (above 1: ours is faster). TFLOP/s count only the pairs the mask leaves."""
     rows = []
-    for res in runs:
-        for key in dict.fromkeys((r["batch"], r["N"], r["variant"]) for r in res["rows"]):
-            at = {r["impl"]: r for r in res["rows"] if (r["batch"], r["N"], r["variant"]) == key}
-            peers = {k: r for k, r in at.items() if k != "ours"}
-            best = min(peers, key=lambda k: peers[k]["us"])
-            rows.append({"case": f"{key[0]} x {key[1]:,}", "variant": key[2], "ours": at["ours"]["tflops"],
-                         "flex": at.get("flex", {}).get("tflops", float("nan")), "best": best,
-                         "ratio": peers[best]["us"] / at["ours"]["us"]})
-    head = (f"{r0['device']} ({r0['sms']} SMs), {r0['date']}: torch {r0['torch']}, Triton {r0['triton']}; "
-            f"bf16, {r0['shape']['heads']}/{r0['shape']['kv_heads']} heads, d = {r0['shape']['head_dim']}\n")
-    return head + style.table(rows, {"case": "batch x N", "variant": "variant", "ours": "ours TFLOP/s",
-                                     "flex": "FlexAttention TFLOP/s", "best": "best peer",
-                                     "ratio": "best peer time / ours"},
-                              {"ours": ".0f", "flex": ".0f", "ratio": ".2f"})
+    for key in dict.fromkeys((r["batch"], r["N"], r["variant"]) for r in res["rows"]):
+        at = {r["impl"]: r for r in res["rows"] if (r["batch"], r["N"], r["variant"]) == key}
+        peers = {k: r for k, r in at.items() if k not in ("ours", "ours-hopper")}
+        best = min(peers, key=lambda k: peers[k]["us"])
+        nan = {"tflops": float("nan"), "us": float("nan")}
+        fa2, hop = at.get("ours", nan), at.get("ours-hopper", nan)
+        rows.append({"case": f"{key[0]} x {key[1]:,}", "variant": key[2], "fa2": fa2["tflops"],
+                     "hopper": hop["tflops"], "flex": at.get("flex", nan)["tflops"], "best": best,
+                     "r_fa2": peers[best]["us"] / fa2["us"], "r_hop": peers[best]["us"] / hop["us"]})
+    head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}; "
+            f"bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, d = {res['shape']['head_dim']}\n")
+    return head + style.table(rows, {"case": "batch x N", "variant": "variant", "fa2": "ours FA2 TFLOP/s",
+                                     "hopper": "ours Hopper TFLOP/s", "flex": "FlexAttention TFLOP/s",
+                                     "best": "best peer", "r_fa2": "best / FA2", "r_hop": "best / Hopper"},
+                              {"fa2": ".0f", "hopper": ".0f", "flex": ".0f", "r_fa2": ".2f", "r_hop": ".2f"})
 
 
 def paged_summary(res: dict) -> str:

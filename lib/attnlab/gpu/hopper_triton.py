@@ -35,6 +35,11 @@ bought nothing at the best launch, -3 % to +6 %, and its 4-warp launches do not 
 that a step whose compile fails here is dropped (once per
 dtype, d and causal, with a warning), so the default is "all that work".
 
+Variants (lecture §5.4): `soft_cap` and `window` are compile-time switches too, as in
+`variants_triton`: the tile caps the logits in the base-2 domain, and a window adds a masked loop
+for its lower edge and starts the KV loop at the first tile the window reaches, so tiles outside
+it are never loaded (O(N w) work).
+
 Layout and conventions: q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d) with any strides (no copies; a
 tensor stored NHD and viewed as (B, H, N, d) by a transpose works as it is). GQA: query head h
 reads KV head h // (Hq / Hkv). Causal is bottom-right aligned (query i sees keys

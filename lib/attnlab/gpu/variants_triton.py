@@ -19,7 +19,8 @@ costs nothing. The loop is flash_triton's (its `online_update` / `finish`), with
 Positions are bottom-right aligned (query row i sits at q_idx = i + N_k - N_q); a row that sees no
 key (q_idx < 0, possible when N_q > N_k) outputs 0. GQA: query head h reads KV head h // (Hq / Hkv).
 Inputs may have any strides (no copies). Left out: the backward pass, lse output, other variants
-(ALiBi, sinks, RoPE, sigmoid), a non-causal (two-sided) window, autotuning, Hopper-only features.
+(ALiBi, sinks, RoPE, sigmoid), a non-causal (two-sided) window, autotuning, Hopper-only features
+(`hopper_triton.flash_attention_hopper` takes soft_cap and window with the same ranges).
 """
 from __future__ import annotations
 
