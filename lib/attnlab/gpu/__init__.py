@@ -4,13 +4,17 @@
 data/measurements/<gpu>-<date>.json (its docstring says what is in it).
 
     flash_triton.flash_attention_triton   FlashAttention-2 forward (prefill)    bench_prefill.py
-    hopper_triton.flash_attention_hopper  prefill + Hopper steps (TMA, ...)      bench_prefill.py, tune_hopper.py
+    hopper_triton.flash_attention_hopper  prefill + Hopper steps (TMA, ...),     bench_prefill.py, tune_hopper.py,
+                                          soft-cap / window compiled in          bench_variants.py
     decode_triton.split_kv_decode         split-KV decode, contiguous KV         bench_decode.py
-    paged_triton.paged_decode             split-KV decode over a paged KV cache  bench_paged.py
+    paged_triton.paged_decode             split-KV decode over a paged KV cache  bench_paged.py, tune_paged.py
     cascade_triton.cascade_decode         shared prefix read once + paged decode  bench_cascade.py
     variants_triton.variant_prefill       prefill, soft-cap / window compiled in  bench_variants.py
     scheduled_triton.scheduled_decode     persistent decode driven by a schedule  bench_scheduled.py
       (.ScheduledDecoder: static buffers, one CUDA graph replayed across batches)
+
+`ncu_profile.py` makes the recorded Nsight Compute profile's calls (decode and prefill kernels
+beside FlashInfer's and cuDNN's) and distils the report.
 
 Nothing in the rest of attnlab imports this package at import time (explore.runs calls it from a
 live GPU cell only); it imports torch and triton lazily. On a

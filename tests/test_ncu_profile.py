@@ -1,0 +1,68 @@
+"""attnlab.gpu.ncu_profile: the recorded profile's calls run (tiny sizes under Triton's interpreter
+on a CPU), and the distillation of an Nsight Compute report maps kernels to calls in order."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from attnlab.gpu import ncu_profile  # noqa: E402
+
+
+def test_the_dry_calls_run_and_launch_what_they_say(capsys):
+    todo = ncu_profile.calls(torch, dry=True)
+    names = [n for n, _, _ in todo]
+    assert sum(n.startswith("paged") for n in names) == 2 and sum(n.startswith("hopper") for n in names) == 2
+    made = ncu_profile.profile(torch, todo)
+    assert made == [(n, k) for n, k, _ in todo]                      # nothing left out here
+    assert capsys.readouterr().out.count("profiled: ") == len(todo)
+    o_pf0, o_pf1 = (fn() for n, _, fn in todo if n.startswith("paged"))
+    assert torch.equal(o_pf0, o_pf1)                                 # the prefetch changes no bit
+
+
+def _write(path, header, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def test_summarize_maps_kernels_to_calls_in_order(tmp_path):
+    head = ["ID", "Kernel Name", "Grid Size", "Block Size", "Section Name", "Metric Name", "Metric Value",
+            "Rule Name", "Rule Description"]
+    rows = []
+    for i, name in enumerate(("_split_kernel", "_merge_kernel", "_hopper_kernel")):
+        rows += [[i, name, "(8, 32, 1)", "(128, 1, 1)", "SpeedOfLight", "Duration", f"{10 + i}.5", "", ""],
+                 [i, name, "(8, 32, 1)", "(128, 1, 1)", "Occupancy", "Registers Per Thread", "1,024", "", ""],
+                 [i, name, "(8, 32, 1)", "(128, 1, 1)", "WarpStateStats", "", "", "CPIStall",
+                  f"Each warp waits {i} cycles at a barrier. Look at the source."],
+                 [i, name, "(8, 32, 1)", "(128, 1, 1)", "WarpStateStats", "", "", "CPIStall",
+                  "Check the Warp Stall Sampling (All Samples) table."]]
+    _write(tmp_path / "d.csv", head, rows)
+    _write(tmp_path / "r.csv", ["ID", "Kernel Name", *ncu_profile.RAW_METRICS],
+           [["", "", "Tbyte/s", "%"]] + [[i, "k", "3.5", f"{50 + i}"] for i in range(3)])
+    out = ncu_profile.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("prefill", 1)])
+    assert [e["call"] for e in out] == ["decode", "decode", "prefill"]
+    assert [e["kernel"] for e in out] == ["_split_kernel", "_merge_kernel", "_hopper_kernel"]
+    assert out[2]["duration_us"] == 12.5 and out[0]["registers"] == 1024.0
+    assert out[1]["tensor_pipe_active_pct"] == 51.0 and out[1]["dram_read_tb_per_s"] == 3.5
+    assert out[2]["ncu_notes"] == ["Each warp waits 2 cycles at a barrier."]          # the pointer-only note dropped
+    with pytest.raises(ValueError, match="holds 3 kernels; the calls made launch 4"):
+        ncu_profile.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("x", 2)])
+
+
+def test_the_command_line_summarizes_into_a_file(tmp_path, capsys):
+    assert ncu_profile.main(["--metrics"]) == 0
+    assert capsys.readouterr().out.strip() == ",".join(ncu_profile.RAW_METRICS)
+    _write(tmp_path / "d.csv", ["ID", "Kernel Name", "Grid Size", "Block Size", "Metric Name", "Metric Value"],
+           [[0, "k", "(1, 1, 1)", "(32, 1, 1)", "Duration", "2.0"]])
+    _write(tmp_path / "r.csv", ["ID", *ncu_profile.RAW_METRICS], [["", "Tbyte/s", "%"], [0, "1", "5"]])
+    (tmp_path / "made.json").write_text(json.dumps([["one", 1]]))
+    assert ncu_profile.main(["--summarize", str(tmp_path / "d.csv"), str(tmp_path / "r.csv"),
+                             "--made", str(tmp_path / "made.json"), "--out", str(tmp_path / "p.json")]) == 0
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert doc["kernels"][0]["call"] == "one" and doc["kernels"][0]["duration_us"] == 2.0
