@@ -56,6 +56,10 @@ def test_the_recorded_rows_are_the_flattened_sections():
     for name, commit in res["commits_by_section"].items():
         assert re.fullmatch(r"[0-9a-f]{40}", commit), name
         assert f"kernels at commit {commit[:7]};" in runs.provenance(res, name)
+    with pytest.raises(KeyError, match="no 'nonexistent' section"):
+        runs.provenance(res, "nonexistent")
+    bare = {k: v for k, v in res.items() if k not in ("ceilings", "commit", "commits_by_section")}
+    assert "kernels at commit unknown;" in runs.provenance(bare, "paged")      # paged's own ceilings
 
 
 def test_newest_run_goes_by_the_date_in_the_name(tmp_path, monkeypatch):

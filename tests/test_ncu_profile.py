@@ -53,6 +53,12 @@ def test_summarize_maps_kernels_to_calls_in_order(tmp_path):
     assert out[2]["ncu_notes"] == ["Each warp waits 2 cycles at a barrier."]          # the pointer-only note dropped
     with pytest.raises(ValueError, match="holds 3 kernels; the calls made launch 4"):
         ncu_profile.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("x", 2)])
+    for bad in ([], [("decode", 4), ("x", -1)], [("decode", "2")], [("decode", True)]):
+        with pytest.raises(ValueError, match="made must list"):
+            ncu_profile.summarize(tmp_path / "d.csv", tmp_path / "r.csv", bad)
+    _write(tmp_path / "no_units.csv", ["ID", "Kernel Name", *ncu_profile.RAW_METRICS], [[0, "k", "3.5", "50"]])
+    with pytest.raises(ValueError, match="units row"):
+        ncu_profile.summarize(tmp_path / "d.csv", tmp_path / "no_units.csv", [("decode", 2), ("prefill", 1)])
 
 
 def test_the_command_line_summarizes_into_a_file(tmp_path, capsys):

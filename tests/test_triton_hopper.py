@@ -148,6 +148,20 @@ def test_bf16_window_within_twice_torch_sdpa_error(steps, poison_empty):
     _assert_close(o, lse, ro, rl, tol)
 
 
+def test_variant_types_and_refusals_leave_the_default_steps_alone():
+    q, k, v = _inputs(12, 1, 2, 1, 24, 24, 16)
+    for kw in ({"soft_cap": "30"}, {"soft_cap": True}, {"window": 2.5}, {"window": True}):
+        with pytest.raises(TypeError, match=next(iter(kw))):
+            flash_attention_hopper(q, k, v, **kw)
+    with pytest.raises(ValueError, match="batch=0"):                  # refused before any launch
+        flash_attention_hopper(q[:0], k[:0], v[:0], causal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                # no step dropped by that
+        o = flash_attention_hopper(q, k, v, causal=True, window=np.int64(2 ** 40), soft_cap=np.float32(4.0))
+    assert all(st == frozenset(DEFAULT_STEPS) for st in hopper_triton._WORKING.values())
+    assert torch.equal(o, flash_attention_hopper(q, k, v, causal=True, soft_cap=4.0))   # window past N_k
+
+
 def test_window_as_wide_as_the_keys_is_causal():
     q, k, v = _inputs(11, 1, 2, 1, 50, 64, 16)
     wide = flash_attention_hopper(q, k, v, window=64)
@@ -253,12 +267,11 @@ def test_scale_blocks_and_default_steps_without_warnings():
     (lambda q, k, v: ((q, k, v), {"out": torch.empty(1, 1, 8, 8)}), "out must be"),
     (lambda q, k, v: ((q, k, v), {"descriptors": "global"}), "descriptors must be 'device' or 'host'"),
     (lambda q, k, v: ((q, k.to("meta"), v), {}), "k is on meta but q is on"),
-    (lambda q, k, v: ((q, k, v), {"soft_cap": -1.0}), "soft_cap must be a finite number > 0"),
-    (lambda q, k, v: ((q, k, v), {"soft_cap": float("inf")}), "soft_cap must be"),
-    (lambda q, k, v: ((q, k, v), {"soft_cap": "30"}), "soft_cap must be"),
-    (lambda q, k, v: ((q, k, v), {"window": 2.5}), "window must be an int >= 1"),
-    (lambda q, k, v: ((q, k, v), {"window": True}), "window must be"),
-    (lambda q, k, v: ((q, k, v), {"window": -3}), "window must be"),
+    (lambda q, k, v: ((q, k, v), {"soft_cap": -1.0}), "soft_cap=-1.0 is out of range"),
+    (lambda q, k, v: ((q, k, v), {"soft_cap": float("inf")}), "soft_cap"),
+    (lambda q, k, v: ((q, k, v), {"soft_cap": 2.0 ** 70}), r"soft_cap=.* is out of range; valid: .*10000"),
+    (lambda q, k, v: ((q, k, v), {"window": -3}), "window=-3 is out of range"),
+    (lambda q, k, v: ((q[:0], k[:0], v[:0]), {"causal": True}), "batch=0 and query heads=1 must be >= 1"),
 ])
 def test_bad_input(bad, match):
     q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))

@@ -180,6 +180,15 @@ def test_block_smaller_than_page_and_auto_splits():
         assert auto_splits(8, 2, 10 ** 6, "cpu") == 1                 # more blocks than SMs
 
 
+def test_auto_launch_refuses_what_no_launch_has():
+    from attnlab.gpu.paged_triton import auto_launch
+    with pytest.raises(ValueError, match="programs=0 is out of range"):
+        auto_launch(0, 16, DEVICE)
+    with pytest.raises(TypeError, match="page_size must be an integer"):
+        auto_launch(8, True, DEVICE)
+    assert auto_launch(np.int64(8), 16, DEVICE)["block_n"] >= 16
+
+
 @pytest.mark.parametrize("page_size, block_n", [(1, 16), (3, 16), (16, 16), (32, 16), (16, 32)])
 def test_prefetched_page_ids_give_the_same_bits(page_size, block_n):
     """prefetch=True loads tile t+1's page ids during tile t; the ids, the tiles and the arithmetic
@@ -192,7 +201,8 @@ def test_prefetched_page_ids_give_the_same_bits(page_size, block_n):
     ro, rl = _reference(q, k, v, *table, page_size)
     t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
     for splits in (1, 3):
-        runs = [_run(t(q), t(k), t(v), table, page_size, splits, block_n=block_n, prefetch=p) for p in (False, True)]
+        runs = [_run(t(q), t(k), t(v), table, page_size, splits, block_n=block_n, prefetch=p)
+                for p in (False, np.bool_(True))]
         assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
         assert np.abs(runs[1][0] - ro).max() < 1e-5 and np.abs(runs[1][1] - rl).max() < 1e-5
 
@@ -231,8 +241,17 @@ def _good():
     (lambda a: None, {"out": torch.empty(2, 4, 16).half()}, ValueError, "out must be"),
     (lambda a: None, {"splits": 2, "ws": workspace(2, 4, 16, 3, "cpu")}, ValueError, "ws was made"),
     (lambda a: None, {"block_n": 8}, ValueError, "block_n"),
-    (lambda a: None, {"prefetch": "False"}, TypeError, "prefetch must be a bool"),
-    (lambda a: None, {"prefetch": 1}, TypeError, "prefetch must be a bool"),
+    (lambda a: None, {"prefetch": "False"}, TypeError, "prefetch must be True or False"),
+    (lambda a: None, {"prefetch": 1}, TypeError, "prefetch must be True or False"),
+    (lambda a: None, {"return_lse": "no"}, TypeError, "return_lse must be True or False"),
+    (lambda a: None, {"scale": float("nan")}, ValueError, "scale"),
+    (lambda a: None, {"scale": 0.0}, ValueError, r"scale=0.0 is out of range"),
+    (lambda a: None, {"scale": -1.0}, ValueError, "scale"),
+    (lambda a: None, {"scale": True}, TypeError, "scale must be a real number"),
+    (lambda a: None, {"scale": "0.5"}, TypeError, "scale must be a real number"),
+    (lambda a: a.update(k_pool=a["k_pool"].to("meta")), {}, ValueError, "k_pool is on meta but q is on cpu"),
+    (lambda a: None, {"ws": {}}, TypeError, "ws must be a dict from decode_triton.workspace"),
+    (lambda a: None, {"ws": 5}, TypeError, "ws must be a dict"),
 ])
 def test_bad_input(change, kw, err, match):
     a = _good()

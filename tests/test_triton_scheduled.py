@@ -203,7 +203,7 @@ def test_refusals_of_the_decoder():
         (dict(head_dim=300), ValueError, "head_dim=300 is out of range; valid: 1 <= head_dim <= 256"),
         (dict(dtype=torch.float64), TypeError, "dtype=torch.float64"),
         (dict(block_n=8), ValueError, "block_n=8"),
-        (dict(prefetch="yes"), TypeError, "prefetch must be a bool"),
+        (dict(prefetch="yes"), TypeError, "prefetch must be True or False"),
         (dict(max_outputs=0), ValueError, "max_outputs=0"),
         (dict(scale=-1.0), ValueError, "scale"),
     ]

@@ -172,9 +172,28 @@ def test_window_work_is_n_times_w():
     assert full["masked"] == 4096 // 128 * 2                # only the two diagonal tiles per row block
 
 
-@pytest.mark.parametrize("kw, match", [({"soft_cap": -1.0}, "soft_cap"), ({"soft_cap": float("inf")}, "soft_cap"),
-                                       ({"window": -3}, "window"), ({"window": 2.5}, "window")])
-def test_bad_parameters(kw, match):
+@pytest.mark.parametrize("kw, err, match", [
+    ({"soft_cap": -1.0}, ValueError, r"soft_cap=-1.0 is out of range"),
+    ({"soft_cap": float("inf")}, ValueError, "soft_cap"),
+    ({"soft_cap": float("nan")}, ValueError, "soft_cap"),
+    ({"soft_cap": 1e5}, ValueError, r"soft_cap=100000.0 is out of range; valid: .*10000"),
+    ({"soft_cap": "30"}, TypeError, "soft_cap must be a real number"),
+    ({"soft_cap": True}, TypeError, "soft_cap"),
+    ({"window": -3}, ValueError, "window=-3 is out of range"),
+    ({"window": 2.5}, TypeError, "window must be an integer"),
+    ({"window": True}, TypeError, "window"),
+])
+def test_bad_parameters(kw, err, match):
     q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(err, match=match):
         variant_prefill(q, k, v, **kw)
+
+
+def test_numpy_scalars_and_a_window_past_every_key():
+    """numpy scalars are numbers; a window of 2^40 keys (more than 32 bits hold) sees what causal
+    sees, so it is clamped to N_k and gives the causal answer; an empty batch is refused."""
+    q, k, v = (torch.randn(1, 2, 20, 16) for _ in range(3))
+    assert torch.equal(variant_prefill(q, k, v, window=np.int64(2 ** 40)), variant_prefill(q, k, v, causal=True))
+    assert torch.equal(variant_prefill(q, k, v, soft_cap=np.float32(5.0)), variant_prefill(q, k, v, soft_cap=5.0))
+    with pytest.raises(ValueError, match="batch=0 and query heads=2 must be >= 1"):
+        variant_prefill(q[:0], k[:0], v[:0])

@@ -67,9 +67,13 @@ def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) ->
 
 
 def provenance(res: dict, name: str | None = None) -> str:
-    """Device, date, versions, commit and the ceilings measured with section `name` (or the run's)."""
-    c = res.get("ceilings_by_section", {}).get(name, res["ceilings"])
-    commit = res.get("commits_by_section", {}).get(name, res.get("commit"))
+    """Device, date, versions, commit and the ceilings measured with section `name` (or the run's).
+    A name the run has no section of is refused, as `section` refuses it."""
+    if name is not None:
+        section(res, name)
+    by = res.get("ceilings_by_section", {})
+    c = by[name] if name in by else res["ceilings"]
+    commit = res.get("commits_by_section", {}).get(name) or res.get("commit") or "unknown"
     return (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
             f"FlashInfer {res.get('flashinfer')}; kernels at commit {str(commit)[:7]}; "
             f"measured ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul "

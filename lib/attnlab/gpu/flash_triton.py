@@ -121,6 +121,8 @@ def _check(q, k, v):
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same shape")
     if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch and head dim")
+    if q.shape[0] < 1 or q.shape[1] < 1:
+        raise ValueError(f"batch={q.shape[0]} and query heads={q.shape[1]} must be >= 1")
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads {q.shape[1]} must be a multiple of KV heads {k.shape[1]}")
     if not (1 <= q.shape[3] <= 256):

@@ -130,11 +130,20 @@ def summarize(details_csv: str, raw_csv: str, made: list[tuple[str, int]]) -> li
     """One entry per profiled kernel: the call that launched it (`made`, as `profile` returns),
     the kernel's name, grid and block, the DETAILS metrics, RAW_METRICS and the first sentence
     of each of the profiler's stall / occupancy / issue / pipe notes."""
+    if not made or any(not (isinstance(c, (tuple, list)) and len(c) == 2 and isinstance(c[0], str)
+                                and isinstance(c[1], int) and not isinstance(c[1], bool) and c[1] >= 1)
+                       for c in made):
+        raise ValueError(f"made must list (call name, kernels >= 1) pairs, as profile() returns; got {made!r:.200}")
     with open(details_csv, newline="") as f:
         rows = list(csv.DictReader(f))
     with open(raw_csv, newline="") as f:
         raw = list(csv.reader(f))
+    if not rows or "ID" not in rows[0] or len(raw) < 2 or "ID" not in raw[0]:
+        raise ValueError(f"{details_csv} and {raw_csv} must be ncu --csv exports of the details and raw pages "
+                         "(an ID column, and in the raw page a units row under the header)")
     head = raw[0]
+    if raw[1][head.index("ID")] != "":
+        raise ValueError(f"{raw_csv}: the second row must be the units row ncu --page raw --csv writes")
     by_id = {r[head.index("ID")]: dict(zip(head, r)) for r in raw[2:]}   # row 1 holds the units
     kernels: dict[int, dict] = {}
     for r in rows:
@@ -166,15 +175,16 @@ def main(argv=None) -> int:
     ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
     ap.add_argument("--metrics", action="store_true", help="print RAW_METRICS for ncu --metrics, and stop")
     ap.add_argument("--summarize", nargs=2, metavar=("DETAILS_CSV", "RAW_CSV"))
-    ap.add_argument("--made", default="ncu_calls.json", help="the calls a profiling run made (written, read)")
+    ap.add_argument("--made", help="the calls a profiling run made: written by a run (default ncu_calls.json, "
+                                   "none for --dry), read by --summarize")
     ap.add_argument("--out", help="with --summarize: write the summary as JSON here")
     args = ap.parse_args(argv)
     if args.metrics:
         print(",".join(RAW_METRICS))
         return 0
     if args.summarize:
-        with open(args.made) as f:
-            made = [tuple(x) for x in json.load(f)]
+        with open(args.made or "ncu_calls.json") as f:
+            made = [tuple(x) if isinstance(x, list) else x for x in json.load(f)]
         doc = {"kernels": summarize(*args.summarize, made)}
         text = json.dumps(doc, indent=1)
         if args.out:
@@ -188,8 +198,9 @@ def main(argv=None) -> int:
     if args.dry and not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     made = profile(torch, calls(torch, dry=args.dry))
-    with open(args.made, "w") as f:
-        json.dump(made, f)
+    if args.made or not args.dry:
+        with open(args.made or "ncu_calls.json", "w") as f:
+            json.dump(made, f)
     return 0
 
 

@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._check import as_bool, as_float, as_int
 from . import interpreting
 from .decode_triton import _merge_kernel, workspace
 from .flash_triton import _dot, finish, online_update
@@ -171,6 +172,8 @@ def auto_launch(programs: int, page_size: int, device) -> dict:
     blocks: 64-key tiles at two stages, no prefetch, whose small shared-memory footprint keeps
     every block resident in one wave (three stages with the prefetch cost up to 25 % there).
     Under the interpreter: 16-key tiles, no prefetch."""
+    programs = as_int("programs", programs, 1)
+    page_size = as_int("page_size", page_size, 1)
     if interpreting():
         return {"block_n": 16, "num_stages": None, "prefetch": False}
     if programs > WAVES * _sms(device):
@@ -213,6 +216,9 @@ def _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size
             raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be 1-D with {want}")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")
+    for name, t in (("k_pool", k_pool), ("v_pool", v_pool)):
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")
     if kv_indices.numel() < B:
         raise ValueError(f"kv_indices has {kv_indices.numel()} pages for batch={B}; every request owns >= 1")
     if q.device.type == "cpu":                         # contents: free to check here, a sync on a GPU
@@ -243,8 +249,10 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16
                                 or block_n & (block_n - 1)):
         raise ValueError(f"block_n={block_n!r} must be a power of two >= 16, or None")
-    if prefetch is not None and not isinstance(prefetch, bool):
-        raise TypeError(f"prefetch must be a bool or None, got {prefetch!r}")
+    if prefetch is not None:
+        prefetch = as_bool("prefetch", prefetch)
+    return_lse = as_bool("return_lse", return_lse)
+    scale = 1.0 / math.sqrt(d) if scale is None else as_float("scale", scale, 0.0, 1e4, lo_open=True)
     longest = page_size * (kv_indices.numel() - B + 1)        # no request of this table is longer
     if splits is None:
         min_chunk = (block_n or 16) if interp else MIN_CHUNK
@@ -265,10 +273,12 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
         raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {(B, hq, d)} on {q.device}")
     if ws is None:
         ws = workspace(B, hq, d, splits, q.device)
+    elif not isinstance(ws, dict) or not {"op", "lp", "o", "lse", "splits"} <= set(ws):
+        raise TypeError(f"ws must be a dict from decode_triton.workspace(batch, q_heads, d, splits, device), "
+                        f"got {type(ws).__name__}{' with keys ' + str(sorted(ws)) if isinstance(ws, dict) else ''}")
     elif ws["splits"] != splits or ws["o"].shape != (B * hq, d):
         raise ValueError(f"ws was made for splits={ws['splits']} and o {tuple(ws['o'].shape)}; "
                          f"this call needs splits={splits} and o {(B * hq, d)}")
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     block_d = max(16, triton.next_power_of_2(d))
     kw = {} if interp else {"num_warps": num_warps or 4, "num_stages": num_stages}
     one = splits == 1                                  # the first stage writes the answer itself

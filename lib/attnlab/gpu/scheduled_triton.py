@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._check import as_float, as_int
+from .._check import as_bool, as_float, as_int
 from ..schedule import Plan, Workspace, fixed_size_workspace
 from . import interpreting
 from .flash_triton import finish
@@ -233,9 +233,7 @@ class ScheduledDecoder:
         self._pool_shape = torch.empty(1, dtype=dtype, device=dev).expand(
             self.max_pages, self.page_size, self.kv_heads, d)       # for _check: shapes, no memory
         self.block_n = block_n or auto_block_n(self.max_ctas, dev)
-        if prefetch is not None and not isinstance(prefetch, bool):
-            raise TypeError(f"prefetch must be a bool or None, got {prefetch!r}")
-        self.prefetch = False if prefetch is None else prefetch   # the configuration measured on the H200
+        self.prefetch = False if prefetch is None else as_bool("prefetch", prefetch)   # as measured on the H200
         self._kw = {} if self.interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}
         self.batch, self.workspace, self.graph, self._pools = 0, None, None, None
 

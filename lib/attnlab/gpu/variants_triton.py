@@ -30,10 +30,26 @@ import torch
 import triton
 import triton.language as tl
 
+from .._check import as_float, as_int
 from . import interpreting
 from .flash_triton import LOG2E, _check, _dot, finish, online_update
 
-__all__ = ["variant_prefill", "kv_block_range", "blocks"]
+__all__ = ["variant_prefill", "variant_args", "kv_block_range", "blocks", "MAX_SOFT_CAP"]
+
+#: The largest soft-cap the kernels take. They compute c tanh(x / c) as c (1 - 2 / (1 + e^(2x/c))),
+#: whose absolute error grows like c x 2^-24 (fp32): 1e-6 at c = 30, 6e-4 at c = 1e4, and past about
+#: 1e7 the cap rounds every logit to 0 (uniform attention). Real caps are 30-50 (Grok, Gemma 2); a cap
+#: far above every logit changes nothing, so None is the answer there.
+MAX_SOFT_CAP = 1e4
+
+
+def variant_args(soft_cap, window, n_k: int) -> tuple[float, int]:
+    """(cap, window) checked: soft_cap a finite real in (0, MAX_SOFT_CAP] or None / 0 (off);
+    window an int >= 1 or None / 0 (off), numpy scalars accepted. A window of n_k keys or more
+    sees what causal sees, so it is clamped to n_k (the kernels hold it in 32 bits)."""
+    cap = 0.0 if soft_cap is None else as_float("soft_cap", soft_cap, 0.0, MAX_SOFT_CAP)
+    w = 0 if window is None else as_int("window", window, 0)
+    return cap, min(w, n_k)
 
 
 @triton.jit
@@ -177,12 +193,7 @@ def variant_prefill(q, k, v, *, causal: bool = False, soft_cap: float | None = N
     of the (lo, full_lo, full_hi, hi) KV block indices each query block's loops ran over.
     """
     _check(q, k, v)
-    if soft_cap is not None and not (isinstance(soft_cap, (int, float)) and math.isfinite(soft_cap)
-                                     and soft_cap >= 0):
-        raise ValueError(f"soft_cap must be a finite number > 0 (or None / 0: off), got {soft_cap!r}")
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
-        raise ValueError(f"window must be an int >= 1 (or None / 0: off), got {window!r}")
-    cap, window = float(soft_cap or 0.0), int(window or 0)
+    cap, window = variant_args(soft_cap, window, k.shape[2])
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     if out is None:
@@ -204,7 +215,7 @@ def variant_prefill(q, k, v, *, causal: bool = False, soft_cap: float | None = N
                           cap * LOG2E, *q.stride(), *k.stride(), *v.stride(), *dst.stride(),
                           H, H // k.shape[1], n_q, n_k, d,
                           BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
-                          CAUSAL=bool(causal) or window > 0, WINDOW=window, SOFT_CAP=cap,
+                          CAUSAL=bool(causal) or window > 0, WINDOW=window, SOFT_CAP=cap > 0,
                           RECORD=bool(return_ranges), UPCAST=interp or fp32, IEEE=interp or fp32, **kw)
     if dst is not out:
         out.copy_(dst)
