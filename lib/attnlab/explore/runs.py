@@ -48,9 +48,7 @@ def newest_run() -> dict:
     if not files:
         raise FileNotFoundError(f"no run file <gpu>-<date>.json in {_dir()}")
     with open(files[-1]) as f:
-        res = json.load(f)
-    res["file"] = files[-1].name
-    return res
+        return {**json.load(f), "file": files[-1].name}
 
 
 def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) -> dict | None:
@@ -67,13 +65,12 @@ def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) ->
 
 
 def provenance(res: dict, name: str | None = None) -> str:
-    """Device, date, versions, commit and the ceilings measured with section `name` (or the run's).
-    A name the run has no section of is refused, as `section` refuses it."""
+    """Device, date, versions, commit and ceilings of section `name` (or the run's); refuses an unknown name."""
     if name is not None:
         section(res, name)
-    by = res.get("ceilings_by_section", {})
+    by, commits = res.get("ceilings_by_section", {}), res.get("commits_by_section", {})
     c = by[name] if name in by else res["ceilings"]
-    commit = res.get("commits_by_section", {}).get(name) or res.get("commit") or "unknown"
+    commit = commits.get(name) or res.get("commit") or "unknown"
     return (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
             f"FlashInfer {res.get('flashinfer')}; kernels at commit {str(commit)[:7]}; "
             f"measured ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul "

@@ -25,6 +25,9 @@ a bf16 output is rounded by torch (the interpreter truncates fp32 to bf16; a GPU
 
 What it leaves out on purpose: FlashInfer's plan-time load balancing (one persistent schedule for
 the whole batch), the HND layout (pass a permuted view: any strides are taken), fp8 KV, RoPE.
+
+The file is long because it holds what the scheduled kernel shares with this one: the gather loop
+(`paged_span`), the page-table checks and the launch rules the H200 sweeps chose.
 """
 from __future__ import annotations
 
