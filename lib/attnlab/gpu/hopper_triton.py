@@ -327,7 +327,7 @@ def _compile_errors() -> tuple:
 
 _COMPILE_ERRORS = _compile_errors()
 _ALLOCATOR_DEVICE = None
-_WORKING = {}     # (dtype, d, causal, descriptors) -> the steps that compiled, for steps=None
+_WORKING = {}     # (dtype, d, causal, descriptors, soft-cap on, window on) -> the steps that compiled
 
 
 def _set_allocator(device):
