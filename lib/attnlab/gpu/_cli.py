@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
-__all__ = ["parse", "flashinfer_version"]
+__all__ = ["parse", "flashinfer_version", "write_json"]
 
 
 def parse(argv, doc: str, cases_help: str, default_cases, dry_cases, subset=None, extra=()):
@@ -41,3 +42,11 @@ def flashinfer_version() -> tuple[bool, str]:
         return True, flashinfer.__version__
     except Exception as e:                                # noqa: BLE001
         return False, f"absent ({type(e).__name__}: {str(e)[:100]})"
+
+
+def write_json(path, obj) -> None:
+    """Write obj as indented JSON to path; nothing when path is None or "" (out="": write nothing).
+    The harnesses call it after every row or section, so a timeout keeps what came before."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(obj, f, indent=1)

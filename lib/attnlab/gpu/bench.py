@@ -31,6 +31,8 @@ import re
 import sys
 import traceback
 
+from ._cli import write_json
+
 __all__ = ["SECTIONS", "OURS", "flatten", "run", "default_path", "main"]
 
 SECTIONS = ("prefill", "decode", "paged", "cascade", "variants", "scheduled")
@@ -127,9 +129,7 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
     def save():
         res["rows"] = [row for name, sec in res["sections"].items()
                        for row in flatten(name, sec, res["ceilings_by_section"].get(name, c))]
-        if out:
-            with open(out, "w") as f:
-                json.dump(res, f, indent=1)
+        write_json(out, res)
     for name in sections:
         print(f"=== {name}", flush=True)
         try:

@@ -24,7 +24,6 @@ JSON is rewritten after every row.
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -33,7 +32,7 @@ from types import SimpleNamespace
 
 from ..decode import cascade_intensity
 from . import checked_time
-from ._cli import flashinfer_version
+from ._cli import flashinfer_version, write_json
 from .bench_paged import SHAPE, _header
 
 __all__ = ["run", "table", "main"]
@@ -167,9 +166,7 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
 
     def save():
         _derive(res)
-        if out:
-            with open(out, "w") as f:
-                json.dump(res, f, indent=1)
+        write_json(out, res)
     for peer in peers:                                    # FlashInfer's JIT last: ours survive a timeout
         if peer == "flashinfer":
             ok, res["flashinfer"] = flashinfer_version()

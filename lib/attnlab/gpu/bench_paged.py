@@ -19,7 +19,6 @@ tried on its own (a failure drops it, with a short traceback); the JSON is rewri
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 import subprocess
@@ -30,7 +29,7 @@ from types import SimpleNamespace
 
 from ..models import get_model
 from . import checked_time
-from ._cli import flashinfer_version
+from ._cli import flashinfer_version, write_json
 
 __all__ = ["run", "table", "main"]
 
@@ -206,9 +205,7 @@ def run(cases=CASES, page_sizes=PAGE_SIZES, peers=PEERS, *, dry: bool = False, o
         for r in res["rows"]:
             r["x_best"] = r["us"] / min(x["us"] for x in res["rows"] if x["batch"] == r["batch"]
                                         and x["context"] == r["context"])
-        if out:
-            with open(out, "w") as f:
-                json.dump(res, f, indent=1)
+        write_json(out, res)
     for phase in filter(None, phases):                    # FlashInfer's JIT last: ours survive a timeout
         if "flashinfer" in phase:                         # imported only now: a crash keeps the rest
             ok, res["flashinfer"] = flashinfer_version()

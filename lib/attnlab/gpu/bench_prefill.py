@@ -23,12 +23,11 @@ a short traceback). FlashInfer, whose first call compiles, runs last.
 """
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 
 from . import checked_time
-from ._cli import flashinfer_version
+from ._cli import flashinfer_version, write_json
 from .bench_paged import SHAPE, _header
 from .bench_variants import _reference, pairs
 
@@ -144,9 +143,7 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
 
     def save():
         _derive(res)
-        if out:
-            with open(out, "w") as f:
-                json.dump(res, f, indent=1)
+        write_json(out, res)
     c = SimpleNamespace(flex=None)
     hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
     phases = [[p for p in peers if p != "flashinfer"], [p for p in peers if p == "flashinfer"]]

@@ -21,7 +21,6 @@ tried on its own (a failure drops it, with a short traceback); the JSON is rewri
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -33,7 +32,7 @@ import numpy as np
 from ..schedule import fixed_size_workspace, plan_balanced, plan_fixed_split, plan_per_request
 from ..workload import RECORDED_BATCHES, lengths, recorded_lengths
 from . import time_per_call
-from ._cli import flashinfer_version
+from ._cli import flashinfer_version, write_json
 from .bench_paged import SHAPE, _flashinfer, _header
 
 __all__ = ["run", "table", "main"]
@@ -176,9 +175,7 @@ def run(cases=CASES, plans=PLANS, *, dry: bool = False, out: str | None = None, 
     def save():
         for r in res["rows"]:
             r["x_best"] = r["us"] / min(x["us"] for x in res["rows"] if x["batch"] == r["batch"])
-        if out:
-            with open(out, "w") as f:
-                json.dump(res, f, indent=1)
+        write_json(out, res)
 
     def add(b, impl, fn, timer="graph", **extra):
         try:

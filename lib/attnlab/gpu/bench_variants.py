@@ -23,7 +23,6 @@ speedup (ours rows) = the best peer's time / ours, > 1 = ours faster. Every row 
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 import traceback
@@ -32,6 +31,7 @@ import numpy as np
 
 from ..models import get_model
 from . import checked_time
+from ._cli import write_json
 from .bench_paged import _header
 
 __all__ = ["run", "table", "main", "pairs"]
@@ -166,9 +166,7 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
     print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}", flush=True)
 
     def save():
-        if out:
-            with open(out, "w") as f:
-                json.dump(res, f, indent=1)
+        write_json(out, res)
     c = SimpleNamespace(flex=None, window=window)
     for batch, n in cases:
         torch.manual_seed(seed + batch + n)

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
-import json
 import platform
 import sys
 import time
 
-from ._cli import parse
+from ._cli import parse, write_json
 
 __all__ = ["sweep", "table", "main", "visible_pairs"]
 
@@ -93,9 +92,7 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
         result["flashinfer"] = f"absent ({type(e).__name__}: {str(e)[:100]})"
 
     def save():
-        if out_path:
-            with open(out_path, "w") as f:
-                json.dump(result, f, indent=1)
+        write_json(out_path, result)
 
     def rand(h, n):
         return torch.randn(BATCH, h, n, d, device=dev, dtype=dtype)
