@@ -190,6 +190,7 @@ class ScheduledDecoder:
                  max_items: int, max_pages: int, page_size: int, dtype=torch.bfloat16, device="cuda", *,
                  max_outputs: int | None = None, scale: float | None = None, block_n: int | None = None,
                  num_warps: int | None = None, num_stages: int | None = None, prefetch: bool | None = None):
+        self.prefetch = False if prefetch is None else as_bool("prefetch", prefetch)   # as measured on the H200
         self.max_batch = as_int("max_batch", max_batch, 1, None)
         self.q_heads = as_int("q_heads", q_heads, 1, None)
         self.kv_heads = as_int("kv_heads", kv_heads, 1, None)
@@ -233,7 +234,6 @@ class ScheduledDecoder:
         self._pool_shape = torch.empty(1, dtype=dtype, device=dev).expand(
             self.max_pages, self.page_size, self.kv_heads, d)       # for _check: shapes, no memory
         self.block_n = block_n or auto_block_n(self.max_ctas, dev)
-        self.prefetch = False if prefetch is None else as_bool("prefetch", prefetch)   # as measured on the H200
         self._kw = {} if self.interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}
         self.batch, self.workspace, self.graph, self._pools = 0, None, None, None
 
