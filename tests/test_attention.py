@@ -350,3 +350,16 @@ def test_fa2_head_is_short_enough_to_read():
     import inspect
     n = len(inspect.getsource(fa2_head).splitlines())
     assert 15 <= n <= 32, n
+
+
+def test_fp32_accuracy_rows_stay_within_the_stated_bound_and_the_bound_is_not_vacuous():
+    """Notebook 03 prints verdicts against 8 u32 sqrt(N), not digits: every case must be within it,
+    the errors must be real fp32 roundoff (above one u32), and a kernel off by one part in 10^5
+    (far smaller than any real bug) must already break it."""
+    from attnlab.explore.flash import accuracy_bound, accuracy_rows
+    from attnlab.explore.flash.checks import U32
+    rows = accuracy_rows(Ns=(64, 257), blocks=((16, 16), (None, None)))
+    assert all(r["within"] for r in rows)
+    assert max(max(r["fa1"], r["fa2"]) for r in rows) > U32
+    assert accuracy_bound(257) == 8 * 2.0 ** -24 * 257 ** 0.5
+    assert 1e-5 > accuracy_bound(1000) / 2   # a 1e-5 error breaks the bound up to N = 1000
