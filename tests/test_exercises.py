@@ -1,6 +1,8 @@
 """attnlab.exercises: each exercise accepts its worked answer and the library's number, refuses the
 usual mistakes with a hint that does not give the number away, reads junk without raising, and
-the numbers it accepts agree with the lecture's hand arithmetic (so a library change shows here)."""
+the numbers it accepts agree with the lecture's hand arithmetic (so a library change shows here).
+The notebook's answer cells start empty (None, "not answered yet" with the form); the worked
+answers live in its folded cells, and are read from there."""
 from __future__ import annotations
 
 import ast
@@ -14,20 +16,40 @@ import numpy as np
 import pytest
 
 from attnlab import exercises
-from attnlab.exercises import TOLERANCE, check, expected
+from attnlab.exercises import FORMS, TOLERANCE, TOLERANCE_ABS, check, expected
+from attnlab.hardware import ridge_point
+from attnlab.mla import mla_intensity
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_exercises.ipynb"
+CELLS = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+
+
+def _text(cell) -> str:
+    return "".join(cell["source"])
+
+
+def _worked_answers() -> dict:
+    """Exercise n -> the value the notebook's folded worked answer gives as its answer cell."""
+    out = {}
+    for cell in CELLS:
+        t = _text(cell)
+        n = re.match(r"## 练习 (\d) ", t)
+        if n:
+            current = int(n.group(1))
+        if cell["cell_type"] == "markdown" and t.startswith("<details><summary>Worked answer"):
+            found = re.findall(r"\*\*As the answer cell:\*\* `answer = (.+?)`", t)
+            assert len(found) == 1, t[:80]
+            assert current not in out
+            out[current] = ast.literal_eval(found[0])
+    return out
+
 
 # The worked answers as the notebook writes them (the lecture's rounded numbers).
-WORKED = {
-    1: {"steps": [(2, 1), (2, 1.3679), (4, 1.1851)], "softmax": [0.1142, 0.0420, 0.8438]},
-    2: {"S": 68.7e9, "flash_extra": 8 * 2 ** 20},
-    3: 9.36e6,
-    4: {"a": 7.99, "b": 126, "of_ridge": 0.427},
-    5: {"a", "c", "d"},
-    6: 8,
-    7: {"naive": 8400, "cascade": 1400, "saving": 0.833},
-    8: {"a", "c", "d", "f", "g"},
-    9: {"block_size": (1, 1), "kv_blocks": 10, "partial": 3},
-}
+WORKED = _worked_answers()
+
+
+def test_notebook_has_one_worked_answer_per_exercise():
+    assert sorted(WORKED) == list(range(1, 10))
 
 
 @pytest.mark.parametrize("n", range(1, 10))
@@ -43,7 +65,7 @@ def test_library_values_are_right(n):
 
 
 def test_plain_numbers_and_other_spellings_are_accepted():
-    assert check(3, 9_355_264).ok and check(3, np.int64(9_355_264)).ok and check(3, 9.4e6).ok
+    assert check(3, 9_355_264).ok and check(3, np.int64(9_355_264)).ok and check(3, 9_355_264.0).ok
     assert check(6, 8.0).ok and check(6, np.int32(8)).ok
     assert check(5, ["D", "a", "c"]).ok and check(8, ("g", "f", "d", "c", "a")).ok
     assert check(9, {"block_size": 1, "kv_blocks": 10, "partial": 3}).ok
@@ -63,6 +85,38 @@ def test_hand_exercise_1():
     assert round(l2, 4) == 1.3679 and round(l3, 4) == 1.1851
 
 
+def test_exercise_1_accepts_two_decimals_as_the_prompt_states():
+    # the rule: within 1 % of the value or within 0.005 of it, whichever is larger
+    assert (TOLERANCE[1], TOLERANCE_ABS[1]) == (0.01, 0.005)
+    two = {"steps": [(2, 1), (2, 1.37), (4, 1.19)], "softmax": [0.11, 0.04, 0.84]}
+    assert check(1, two).ok, str(check(1, two))
+    prompt = next(_text(c) for c in CELLS if _text(c).startswith("## 练习 1 "))
+    assert "within 1 % of its value or within 0.005 of it, whichever is larger" in prompt
+    e = expected(1)
+    p = e["softmax"]
+
+    def with_softmax(i, v):
+        q = list(p)
+        q[i] = v
+        return check(1, {"steps": e["steps"], "softmax": q})
+
+    assert with_softmax(1, p[1] + 0.0049).ok                           # absolute slack for the small one
+    assert not with_softmax(1, p[1] + 0.0051).ok
+    assert with_softmax(2, p[2] * (1 + 0.99 * TOLERANCE[1])).ok        # relative slack for the large one
+    assert not with_softmax(2, p[2] * (1 + 1.01 * TOLERANCE[1])).ok
+
+
+def test_exercise_1_rounding_is_named_as_rounding_not_the_method():
+    one = check(1, {"steps": WORKED[1]["steps"], "softmax": [0.1, 0.0, 0.8]})     # one decimal
+    assert not one.ok and "rounding" in one.hint and "e^(x_i - m)" not in one.hint
+    coarse_l = check(1, {"steps": [(2, 1), (2, 1.4), (4, 1.2)], "softmax": WORKED[1]["softmax"]})
+    assert not coarse_l.ok and "rounding" in coarse_l.hint
+    method = check(1, {"steps": WORKED[1]["steps"], "softmax": [0.2, 0.1, 0.7]})
+    assert not method.ok and "rounding" not in method.hint and "e^(x_i - m)" in method.hint
+    no_rescale = check(1, {"steps": [(2, 1), (2, 1.3679), (4, 2.3679)], "softmax": WORKED[1]["softmax"]})
+    assert not no_rescale.ok and "rounding" not in no_rescale.hint
+
+
 def test_hand_exercise_2():
     assert expected(2) == {"S": 32 * 32768 ** 2 * 2, "flash_extra": 32 * 32768 * 2 * 4}
     assert expected(2)["flash_extra"] == 8 * 2 ** 20                     # the lecture's 8 MB
@@ -75,11 +129,39 @@ def test_hand_exercise_3():
     assert expected(3) == 2 * 4096 * 64 + tc * 4096 * (3 * 64 + 4) == 9_355_264
 
 
+def test_exercise_3_wants_the_count_not_the_number_its_prompt_gives():
+    prompt = next(_text(c) for c in CELLS if _text(c).startswith("## 练习 3 "))
+    assert "9.4 M" in prompt                                           # the number the prompt gives
+    for given in (9.4e6, 9_400_000, np.float64(9.4e6), 9.41e6):
+        r = check(3, given)
+        assert not r.ok and "the question gives" in r.hint, (given, r)
+    right = expected(3)
+    assert TOLERANCE[3] == 0
+    for rounded in (9.36e6, 9.355e6, right + 1, right - 1):
+        r = check(3, rounded)
+        assert not r.ok and "exact" in r.hint and "the question gives" not in r.hint, (rounded, r)
+
+
 def test_hand_exercise_4():
     e = expected(4)
     assert e["a"] == pytest.approx(8 * 8192 / 8200)
     assert e["b"] == pytest.approx(128 * 8192 / 8320)
     assert e["of_ridge"] == pytest.approx(128 * 8192 / 8320 / (989.4e12 / 3.35e12))
+
+
+def test_exercise_4_names_both_mla_forms_with_one_verdict():
+    # absorbed: 128 heads score against the 576-wide latent row and sum its 512-wide part, per token;
+    # bytes (bf16): the row once per token, plus the queries in and the outputs out
+    flops = 2 * 128 * 8192 * 576 + 2 * 128 * 8192 * 512
+    nbytes = 2 * (8192 * 576 + 128 * 576 + 128 * 512)
+    absorbed = mla_intensity("absorbed", 8192)
+    assert absorbed == pytest.approx(flops / nbytes, rel=1e-12) and round(absorbed, 1) == 234.8
+    h100, h200 = ridge_point("H100-SXM", "bf16"), ridge_point("H200-SXM", "bf16")
+    assert expected(4)["b"] < absorbed < h100 and h200 < absorbed       # memory-bound on the H100 either way
+    said = str(check(4, WORKED[4]))
+    assert "126.0" in said and "234.8" in said and "below the H100's 295" in said
+    worked = next(_text(c) for c in CELLS if "<summary>Worked answer" in _text(c) and "ridge_point" in _text(c))
+    assert "absorbed" in worked and "memory-bound either way" in worked and 'mla_intensity("absorbed", 8192)' in worked
 
 
 def test_hand_exercise_6():
@@ -120,6 +202,9 @@ WRONG = [
     (3, 9_175_040),                                                       # l and m left out
     (3, -9_355_264),
     (3, 9.6e6),
+    (3, 9.4e6),                                                           # the prompt's own number
+    (3, 9.36e6),                                                          # rounded: a count is exact
+    (1, {"steps": WORKED[1]["steps"], "softmax": [0.1, 0.0, 0.8]}),       # one decimal
     (4, {"a": 8.2, "b": 126, "of_ridge": 0.427}),
     (4, {"a": 7.99, "b": 128, "of_ridge": 0.427}),                        # "about g"
     (4, {"a": 7.99, "b": 126, "of_ridge": 2.34}),                         # ridge / I
@@ -182,9 +267,10 @@ def test_hints_name_the_idea_of_known_mistakes():
 
 
 def test_tolerance_is_the_stated_one():
-    right = expected(3)
-    assert check(3, right * (1 + 0.99 * TOLERANCE[3])).ok
-    assert not check(3, right * (1 + 1.01 * TOLERANCE[3])).ok
+    e = expected(4)
+    assert check(4, {**e, "b": e["b"] * (1 + 0.99 * TOLERANCE[4])}).ok
+    assert not check(4, {**e, "b": e["b"] * (1 + 1.01 * TOLERANCE[4])}).ok
+    assert not check(3, expected(3) + 1).ok                               # a count is exact
     e = expected(2)
     assert check(2, {"S": e["S"] * (1 - 0.99 * TOLERANCE[2]), "flash_extra": e["flash_extra"]}).ok
     assert not check(2, {"S": e["S"] * (1 - 1.01 * TOLERANCE[2]), "flash_extra": e["flash_extra"]}).ok
@@ -283,14 +369,47 @@ def test_choices():
         exercises.choices(0)
 
 
+# --- None is "not answered yet", with the form --------------------------------------------------------
+
+@pytest.mark.parametrize("n", range(1, 10))
+def test_none_is_not_answered_yet_with_the_form(n):
+    r = check(n, None)
+    assert r.ok is False and r.answered is False
+    assert str(r) == f"exercise {n}: not answered yet — replace None with the answer: {FORMS[n]}"
+    assert check(n, WORKED[n]).answered and check(n, "abc").answered
+
+
+def _answer_and_check_cells():
+    """(n, the answer cell, the check cell) for each exercise, in notebook order."""
+    code = [c for c in CELLS if c["cell_type"] == "code"]
+    out = []
+    for i, c in enumerate(code):
+        m = re.fullmatch(r"exercises\.check\((\d), answer\)", _text(c).strip())
+        if m:
+            out.append((int(m.group(1)), code[i - 1], c))
+    return out
+
+
+def test_notebook_answer_cells_start_empty():
+    cells = _answer_and_check_cells()
+    assert [n for n, _, _ in cells] == list(range(1, 10))
+    for n, answer, checked in cells:
+        assert _text(answer) == f"answer = None  # {FORMS[n]}"
+        shown = "".join("".join(o["data"]["text/plain"]) for o in checked["outputs"])
+        assert shown == str(check(n, None)), (n, shown)
+    outputs = json.dumps([c.get("outputs", []) for c in CELLS])
+    assert "right —" not in outputs
+
+
+def test_notebook_names_no_other_lecture():
+    text = "\n".join(_text(c) for c in CELLS)
+    assert not re.search(r"\blecture \d+", text, re.I), re.findall(r".{30}\blecture \d+.{20}", text, re.I)
+
+
 # --- the notebook's worked answers: their library snippets run and print what they say -------------
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_exercises.ipynb"
-
-
 def _snippets():
-    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-    text = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    text = [_text(c) for c in CELLS if c["cell_type"] == "markdown"]
     return [b for t in text for b in re.findall(r"```python\n(.*?)```", t, re.S)]
 
 
@@ -324,4 +443,4 @@ def test_notebook_snippets_run_and_match_their_comments():
                 continue
             assert _plain(value) == _plain(said), (line, value)
             compared += 1
-    assert compared >= 6
+    assert compared >= 9                          # the absorbed-MLA lines of exercise 4 included
