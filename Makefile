@@ -4,7 +4,8 @@
 #               over every notebook, every notebook and explorer in a real browser)
 # and for maintainers:
 #   make check         the same checks with whatever Python PY names, no install
-#                      (the conda route: `make check PY=python`)
+#   make check-notebooks   doctests and strict nbval (also under OPENBLAS_CORETYPE=Prescott):
+#                      what needs no torch or Triton (the conda route: `make check-notebooks PY=python`)
 #   make test-browser  only the browser stage (JupyterLab driven by the system Chromium)
 #   make bench         time every explorer's recompute + redraw after a slider change
 #   make site          every notebook with its committed outputs as static HTML in site/
@@ -19,7 +20,7 @@ PY     := $(VENV)/bin/python
 BASE_STAMP := $(VENV)/.installed-base
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: lab test check test-browser bench notebooks site clean
+.PHONY: lab test check check-notebooks test-browser bench notebooks site clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,11 +43,27 @@ test: $(TEST_STAMP)
 
 # The one definition of "the checks", shared by `make test` and the conda route. The browser
 # stage starts JupyterLab as a learner would (it drops MPLBACKEND for the server it starts).
+# JOBS: pytest-xdist workers (library tests and notebooks; each notebook stays in one worker).
+JOBS ?= 2
+NBVAL := -m pytest -n $(JOBS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 check:
-	MPLBACKEND=Agg $(PY) -m pytest tests
-	MPLBACKEND=Agg $(PY) -m pytest --doctest-modules lib/attnlab
-	MPLBACKEND=Agg $(PY) -m pytest --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+	MPLBACKEND=Agg $(PY) -m pytest -n $(JOBS) tests
+	@$(MAKE) --no-print-directory check-notebooks
 	MPLBACKEND=Agg $(PY) -m pytest tests/browser
+
+# What needs no torch or Triton (the conda route's checks): the doctests and strict nbval over every
+# notebook, then both again under OpenBLAS's Prescott kernels (SSE3, on every x86-64 CPU), so a
+# committed output that shows roundoff of one BLAS kernel fails here and not on a learner's machine.
+check-notebooks:
+	MPLBACKEND=Agg $(PY) -m pytest --doctest-modules lib/attnlab
+	MPLBACKEND=Agg $(PY) $(NBVAL)
+	@if [ "$$(uname -m)" = x86_64 ]; then \
+	  echo "portability: doctests and strict nbval again with OPENBLAS_CORETYPE=Prescott"; \
+	  OPENBLAS_CORETYPE=Prescott MPLBACKEND=Agg $(PY) -m pytest --doctest-modules lib/attnlab && \
+	  OPENBLAS_CORETYPE=Prescott MPLBACKEND=Agg $(PY) $(NBVAL); \
+	else \
+	  echo "portability stage skipped: OPENBLAS_CORETYPE=Prescott is an x86-64 kernel and this CPU is $$(uname -m)"; \
+	fi
 
 test-browser: $(TEST_STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest tests/browser

@@ -537,7 +537,7 @@ def test_notebook_runs_and_every_explorer_redraws(lab, name, request):
             row = {"notebook": name.removesuffix(".ipynb"), "index": i + 1, "cell": ex["cell"],
                    "call": call, "controls": len(controls),
                    "control_kinds": [f"{c['kind']} {c['label']}".strip() for c in controls],
-                   "src_ms": [], "loaded_ms": [],
+                   "src_ms": [], "loaded_ms": [], "first_ms": [],
                    "changes": [], "run_all_s": round(run_s, 1)}
             if not controls:
                 failures.append(f"{where}: no controls found")
@@ -552,7 +552,7 @@ def test_notebook_runs_and_every_explorer_redraws(lab, name, request):
                 actions = _actions(page, j, c["kind"])
                 if not actions:
                     failures.append(f"{what}: has no other value to change to")
-                for action, do in actions:
+                for k, (action, do) in enumerate(actions):
                     r = _timed_change(page, c["kind"], do)
                     row["changes"].append({"control": j + 1, "kind": c["kind"], "label": c["label"],
                                            "action": action, **r})
@@ -561,6 +561,8 @@ def test_notebook_runs_and_every_explorer_redraws(lab, name, request):
                         continue
                     if r["src_ms"] is not None:
                         row["src_ms"].append(round(r["src_ms"], 1))
+                        if k == 0:   # the first move of a control: a value not drawn before
+                            row["first_ms"].append(round(r["src_ms"], 1))
                     if r["loaded_ms"] is not None:
                         row["loaded_ms"].append(round(r["loaded_ms"], 1))
             rows.append(row)
