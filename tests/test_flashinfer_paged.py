@@ -10,6 +10,7 @@ import pytest
 from attnlab.explore import EXPLORERS, style
 from attnlab.explore import flashinfer as fx
 from attnlab.explore.flashinfer import _cells
+from attnlab.explore.flashinfer.composable import SAME
 from attnlab.paged import PagedKVCache, bsr_attention, composable_attention, to_bsr
 
 # --- page tables ---------------------------------------------------------------------------------
@@ -137,7 +138,39 @@ def test_lecture_composable_numbers():
     assert "single format 76, composable 31 (59% fewer" in text
 
 
-@pytest.mark.parametrize("n, prefix, own, ps", [(4, 15, 4, 16), (2, 1, 0, 1), (7, 3, 5, 4), (16, 32, 16, 16),
+def test_composable_explorer_at_every_combination_of_extremes():
+    """Each control at either end, in all 16 combinations (e.g. many requests with no own blocks,
+    which once asked the random generator for a negative size): counts by hand, or, for an empty
+    cache (no prefix, no own blocks), the refusal shown in the figure."""
+    import itertools
+
+    from attnlab.explore import EXPLORERS
+    from attnlab.explore._drive import extremes
+    ex = EXPLORERS["composable"]()
+    ends = {k: extremes(w) for k, w in ex.widgets.items()}
+    assert ends == {"n": [1, 16], "prefix": [0, 32], "own": [0, 16], "page_size": [fx.PAGE_SIZES[0], fx.PAGE_SIZES[-1]]}
+    for n, prefix, own, ps in itertools.product(*ends.values()):
+        ex.set(n=n, prefix=prefix, own=own, page_size=ps)
+        if prefix == own == 0:
+            assert ex.error and "prefix=0 and own=0" in ex.error and ex._error_text.get_visible()
+            continue
+        assert ex.error is None, (n, prefix, own, ps, ex.error)
+        r = fx.composable_numbers(n, prefix, own, ps)
+        assert r.single == n * (prefix + own)
+        shared = prefix if (prefix and n > 1) else (prefix + own if n == 1 else 0)
+        assert (r.shared, r.composable) == (shared, shared + n * (prefix + own - shared))
+        assert r.max_diff < SAME
+        assert f"<b>{r.single}</b>" in ex.summary.value and "below 1e-06" in ex.summary.value
+
+
+def test_composable_text_states_a_verdict_not_roundoff_digits():
+    text = fx.composable_text()
+    assert text.splitlines()[-1] == ("composable = single to float32 roundoff: max difference below 1e-06 "
+                                     "(random data, head dim 16)")
+    assert fx.composable_numbers().max_diff < SAME
+
+
+@pytest.mark.parametrize("n, prefix, own, ps", [(4, 15, 4, 16), (2, 1, 0, 1), (9, 4, 0, 16), (7, 3, 5, 4), (16, 32, 16, 16),
                                                 (3, 0, 2, 8), (1, 6, 2, 2), (5, 9, 1, 2)])
 def test_composable_against_the_library(n, prefix, own, ps):
     r = fx.composable_numbers(n, prefix, own, ps)
