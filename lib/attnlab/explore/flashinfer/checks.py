@@ -14,18 +14,65 @@ from ...softmax import attention_state, merge_states
 from ...variants import sigmoid, sliding_window, soft_cap, variant_attention
 from .. import style
 
-__all__ = ["bsr_check", "composable_check", "variants_check", "determinism_check", "planner_cost",
+__all__ = ["Checked", "attention_bound", "bsr_check", "composable_check", "variants_check", "determinism_check", "planner_cost",
            "paper_table"]
+
+
+_U64, _U32 = 2.0**-53, 2.0**-24          # unit roundoff of float64 and float32
+
+
+class Checked(str):
+    """A check's printed text (portable: counts, verdicts and bounds from the analysis, never a
+    roundoff digit) with `ok`, True when every measured error is within its bound, and
+    `measured`, the errors themselves ({name: float}) for a cell whose output is not compared."""
+
+    ok: bool
+    measured: dict
+
+    def __new__(cls, text: str, ok: bool, measured: dict):
+        obj = super().__new__(cls, text)
+        obj.ok, obj.measured = bool(ok), dict(measured)
+        return obj
+
+
+def _gamma(n: int, u: float) -> float:
+    """gamma_n = n u / (1 - n u): the relative error bound of n roundings in a row (Higham)."""
+    return n * u / (1 - n * u)
+
+
+def attention_bound(q, k, v, u: float = _U64, *, scale=None, terms: int | None = None) -> float:
+    """Worst-case |o - o_exact| of softmax attention computed in a format with unit roundoff u:
+    each logit is a length-d dot product, off by at most Delta = gamma_d scale max_ij sum_t
+    |q_it k_jt|; logits off by Delta change the weights by a factor within e^(+-2 Delta), so the
+    output moves by at most (e^(2 Delta) - 1) max|v|; the exps, the sums, the rescales of an
+    online softmax and the division add gamma_(2 N_k + d + 8) max|v| (`terms` replaces N_k where
+    a mask leaves fewer keys). Two computations of the same attention differ by at most twice
+    this. Every input is exact seeded data, so the bound reads the same on every CPU.
+
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((50, 16)) for _ in range(3))
+    >>> from attnlab.softmax import attention_state
+    >>> err = abs(attention_state(q, k, v)[0] - attention_state(q[:, ::-1], k[:, ::-1], v)[0]).max()
+    >>> bool(err <= 2 * attention_bound(q, k, v))
+    True
+    """
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    d = q.shape[-1]
+    scale = 1 / np.sqrt(d) if scale is None else scale
+    delta = _gamma(d, u) * scale * float((np.abs(q) @ np.abs(k).T).max())
+    n = len(k) if terms is None else terms
+    return (np.expm1(2 * delta) + _gamma(2 * n + d + 8, u)) * float(np.abs(v).max())
 
 
 def _kv(rng, n, d, dtype=np.float64):
     return rng.standard_normal((n, d)).astype(dtype), rng.standard_normal((n, d)).astype(dtype)
 
 
-def bsr_check(lens=(19, 10, 29), block_size: int = 4, d: int = 64, seed: int = 0) -> str:
+def bsr_check(lens=(19, 10, 29), block_size: int = 4, d: int = 64, seed: int = 0) -> Checked:
     """The lecture's three requests in a shuffled pool of 24 blocks: block tables, FlashInfer's
-    arrays (beside scipy's own BSR indptr/indices for the same matrix) and the largest difference
-    between BSR attention and attention over each request's gathered, contiguous K/V."""
+    arrays (beside scipy's own BSR indptr/indices for the same matrix) and whether BSR attention
+    equals, bit for bit, attention over each request's gathered, contiguous K/V (the same numbers
+    in the same order: an exact verdict, not a tolerance)."""
     rng = np.random.default_rng(seed)
     cache = PagedKVCache(24, block_size, d, seed=seed)
     rids = [cache.add(*_kv(rng, n, d)) for n in lens]
@@ -37,20 +84,24 @@ def bsr_check(lens=(19, 10, 29), block_size: int = 4, d: int = 64, seed: int = 0
     lines = [f"request {i}: length {cache.seq_len(r)}, block table {cache.block_table(r)}"
              for i, r in enumerate(rids)]
     same = np.array_equal(m.indptr, layout.kv_indptr) and np.array_equal(m.indices, layout.kv_indices)
-    return "\n".join(lines + [
+    equal = np.array_equal(o, ref)
+    return Checked("\n".join(lines + [
         f"kv_indptr        = {layout.kv_indptr.tolist()}",
         f"kv_indices       = {layout.kv_indices.tolist()}",
         f"kv_last_page_len = {layout.kv_last_page_len.tolist()}",
         f"scipy.sparse.bsr_array {m.shape[0]} x {m.shape[1]}, blocks {m.blocksize}: "
         f"indptr and indices {'equal' if same else 'DIFFER'}",
-        f"max |BSR attention - contiguous attention| = {np.abs(o - ref).max():.1e} (float64, decode)"])
+        f"BSR attention vs contiguous attention (float64, decode): "
+        f"{'bitwise identical' if equal else 'DIFFERENT'}"]), same and equal,
+        {"bsr": float(np.abs(o - ref).max())})
 
 
 def composable_check(n: int = 4, prefix_blocks: int = 15, own_blocks: int = 4, block_size: int = 4,
-                     d: int = 64, seed: int = 0) -> str:
+                     d: int = 64, seed: int = 0) -> Checked:
     """n requests forked from one prefix, then own blocks appended to each: KV blocks read by the
-    single format and the composable one, and the largest difference between the composable
-    output and each request's attention over its gathered K/V (float32)."""
+    single format and the composable one, and the composable output against each request's
+    attention over its gathered K/V (float32), within twice `attention_bound` plus the merge's
+    few roundings."""
     rng = np.random.default_rng(seed)
     cache = PagedKVCache(prefix_blocks + n * own_blocks + 1, block_size, d, dtype=np.float32, seed=seed)
     root = cache.add(*_kv(rng, prefix_blocks * block_size, d, np.float32))
@@ -60,11 +111,17 @@ def composable_check(n: int = 4, prefix_blocks: int = 15, own_blocks: int = 4, b
             cache.append(r, *_kv(rng, own_blocks * block_size, d, np.float32))
     q = rng.standard_normal((n, d)).astype(np.float32)
     o, reads = composable_attention(q, cache, rids)
-    ref = np.stack([attention_state(q[i], *cache.gather(r))[0] for i, r in enumerate(rids)])
-    return (f"{n} requests forked from a prefix of {prefix_blocks} blocks, then {own_blocks} own blocks "
-            f"each (block size {block_size})\n"
-            f"KV blocks read: single format {reads['single']}, composable {reads['composable']}\n"
-            f"max |composable - per-request attention| = {style.magnitude(np.abs(o - ref).max())} (float32)")
+    kvs = [cache.gather(r) for r in rids]
+    ref = np.stack([attention_state(q[i], *kv)[0] for i, kv in enumerate(kvs)])
+    err = float(np.abs(o - ref).max())
+    bound = max(2 * attention_bound(q[i:i + 1], *kv, u=_U32) + _gamma(8, _U32) * float(np.abs(kv[1]).max())
+                for i, kv in enumerate(kvs))
+    return Checked(
+        f"{n} requests forked from a prefix of {prefix_blocks} blocks, then {own_blocks} own blocks "
+        f"each (block size {block_size})\n"
+        f"KV blocks read: single format {reads['single']}, composable {reads['composable']}\n"
+        f"|composable - per-request attention| (float32) within the rounding bound "
+        f"{style.magnitude(bound)}: {'yes' if err <= bound else 'NO'}", err <= bound, {"composable": err})
 
 
 def _dense(q, k, v, logits=None, mask=None, weights="softmax"):
@@ -80,30 +137,42 @@ def _dense(q, k, v, logits=None, mask=None, weights="softmax"):
     return (e / e.sum(axis=1, keepdims=True)) @ v
 
 
-def variants_check(n: int = 300, d: int = 64, seed: int = 0) -> str:
+def variants_check(n: int = 300, d: int = 64, seed: int = 0) -> Checked:
     """Soft-cap, sliding window and sigmoid attention through `variant_attention` (the FA2 loop
-    with functors) against their dense definitions, and how far each is from plain attention."""
+    with functors) against their dense definitions, each within a worst-case float64 bound
+    (twice `attention_bound`; the soft-cap adds its tanh's roundings, c gamma_4, to the logit
+    error; sigmoid weights are not normalised, so its bound is N times the largest output
+    term), and how far each is from plain attention."""
     rng = np.random.default_rng(seed)
     q, k, v = (3 * rng.standard_normal((n, d)) for _ in range(3))
     plain = _dense(q, k, v)
-    cases = [(soft_cap(5), dict(logits=lambda s: 5 * np.tanh(s / 5))),
-             (sliding_window(64), dict(mask=lambda qi, kj: (kj <= qi) & (kj > qi - 64))),
-             (sigmoid(-2), dict(logits=lambda s: s - 2, weights="sigmoid"))]
-    rows = []
-    for var, kw in cases:
+    vmax, base = float(np.abs(v).max()), attention_bound(q, k, v)
+    logit = _gamma(d, _U64) * float((np.abs(q) @ np.abs(k).T).max()) / np.sqrt(d)
+    cases = [(soft_cap(5), dict(logits=lambda s: 5 * np.tanh(s / 5)),
+              2 * (base + np.expm1(2 * 5 * _gamma(4, _U64)) * vmax)),
+             (sliding_window(64), dict(mask=lambda qi, kj: (kj <= qi) & (kj > qi - 64)),
+              2 * attention_bound(q, k, v, terms=64)),
+             (sigmoid(-2), dict(logits=lambda s: s - 2, weights="sigmoid"),
+              2 * n * vmax * (np.expm1(logit + _gamma(8, _U64)) + _gamma(2 * n + d + 8, _U64)))]
+    rows, measured = [], {}
+    for var, kw, bound in cases:
         o, want = variant_attention(q, k, v, var), _dense(q, k, v, **kw)
-        rows.append({"variant": var.name, "err": float(np.abs(o - want).max()),
-                     "plain": float(np.abs(o - plain).max())})
-    return (f"N = {n}, d = {d}, float64, logits scaled by 3 so the variants bite\n" + style.table(
-        rows, {"variant": "variant", "err": "max |kernel - definition|", "plain": "max |variant - plain|"},
-        {"err": ".1e", "plain": ".2f"}))
+        err = float(np.abs(o - want).max())
+        measured[var.name] = err
+        rows.append({"variant": var.name, "bound": style.magnitude(bound),
+                     "ok": "yes" if err <= bound else "NO", "plain": float(np.abs(o - plain).max())})
+    ok = all(r["ok"] == "yes" for r in rows)
+    return Checked(f"N = {n}, d = {d}, float64, logits scaled by 3 so the variants bite\n" + style.table(
+        rows, {"variant": "variant", "bound": "rounding bound", "ok": "|kernel - definition| within it",
+               "plain": "max |variant - plain|"}, {"plain": ".1f"}), ok, measured)
 
 
 def determinism_check(batch: int = 4, kv_heads: int = 2, group: int = 4, d: int = 128, seed: int = 0,
-                      trials: int = 3) -> str:
+                      trials: int = 3) -> Checked:
     """float32 decode through a balanced plan with many chunks: merge each output's partial states
     in the plan's fixed order `trials` times (bitwise identical), then in random orders (atomics
-    that finish in any order: the last bits move)."""
+    that finish in any order: the last bits move, within 2 gamma_(4k) max|V| for k states, since
+    each merge rounds a few times and every state is a convex mix of V's rows)."""
     rng = np.random.default_rng(seed)
     lens = [(1, int(n)) for n in rng.integers(2000, 8000, batch)]
     plan = plan_balanced(lens, kv_heads=kv_heads, num_ctas=64, group=group)
@@ -123,22 +192,32 @@ def determinism_check(batch: int = 4, kv_heads: int = 2, group: int = 4, d: int 
     shuffled = [run(np.random.default_rng(seed + 1 + t)) for t in range(trials)]
     base = run()
     parts = max(len(js) for _, js in plan.merge)
-    return (f"{batch} requests, {len(plan.work)} work items, up to {parts} partial states per output "
-            f"(float32)\nplan's fixed order, {trials} runs: "
-            f"{'bitwise identical' if len(set(fixed)) == 1 else 'DIFFERENT'}\n"
-            f"random orders, {trials} runs: max |difference| from the fixed order = "
-            + ", ".join(style.magnitude(np.abs(s - base).max()) for s in shuffled))
+    bound = 2 * _gamma(4 * parts, _U32) * max(float(np.abs(x[1]).max()) for x in kv)
+    diffs = [float(np.abs(s - base).max()) for s in shuffled]
+    moved = sum(not np.array_equal(s, base) for s in shuffled)
+    same = len(set(fixed)) == 1
+    ok = same and moved == trials and max(diffs) <= bound
+    return Checked(
+        f"{batch} requests, {len(plan.work)} work items, up to {parts} partial states per output "
+        f"(float32)\nplan's fixed order, {trials} runs: {'bitwise identical' if same else 'DIFFERENT'}\n"
+        f"random orders, {trials} runs: {moved} of {trials} differ from the fixed order, each within "
+        f"the rounding bound {style.magnitude(bound)}: {'yes' if max(diffs) <= bound else 'NO'}",
+        ok, {f"random order {t}": x for t, x in enumerate(diffs)})
 
 
-def planner_cost(batch: int = 256, repeats: int = 50) -> str:
+def planner_cost(batch: int = 256, repeats: int = 20) -> str:
     """Median wall time of `plan_balanced` for a long-tailed batch (Llama-3-8B: 8 KV heads, group 4,
-    132 CTAs) on this machine, and per layer of a 32-layer model (one plan serves every layer)."""
-    from ...bench import _median_time                   # the one timer `make bench` uses
+    132 CTAs) on this machine, per layer of a 32-layer model (one plan serves every layer), and
+    beside it `make bench`'s straightforward heapq planner (a WorkItem object and a heap pop and
+    push per item) on the same batch. Machine-dependent: for a cell whose output is not compared."""
+    from ...bench import _balanced_heapq, _median_time   # the timer and the planner `make bench` uses
     lens = lengths("longtail", batch, seed=0)
     plan = plan_balanced(lens, kv_heads=8, num_ctas=132, group=4)
     t = _median_time(lambda: plan_balanced(lens, kv_heads=8, num_ctas=132, group=4), repeats)
+    t_heap = _median_time(lambda: _balanced_heapq(lens, 8, 132, 4), max(3, repeats // 5))
     return (f"plan_balanced, batch {batch}: {t * 1e6:,.0f} µs per plan ({len(plan.work):,} work items), "
-            f"{t * 1e6 / 32:,.1f} µs per layer over 32 layers")
+            f"{t * 1e6 / 32:,.1f} µs per layer over 32 layers\n"
+            f"heapq planner, same batch: {t_heap * 1e3:,.1f} ms per plan")
 
 
 def paper_table() -> str:

@@ -1,0 +1,194 @@
+"""Notebook 05's smaller computations beyond the explorers: a mixed prefill + decode batch
+(chunked prefill) through the paged layer, a speculative-decoding token tree as a variant's mask,
+and sentences read from the recorded GPU run (what FlashInfer's design buys, what its `plan()`
+costs on the host). Every check returns a `checks.Checked`: portable text (counts, verdicts,
+bounds) with the measured errors beside it."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..._check import as_int
+from ...paged import PagedKVCache, bsr_attention, to_bsr
+from ...schedule import plan_balanced
+from ...variants import Variant, variant_attention
+from .. import style
+from .checks import Checked, attention_bound
+
+__all__ = ["mixed_batch_check", "tree_mask", "tree_check", "paged_lesson", "host_costs"]
+
+
+def _dense_masked(q, k, v, mask):
+    """Softmax attention written out on the full matrix in float64, masked pairs dropped."""
+    s = np.where(mask, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)) @ v
+
+
+def mixed_batch_check(chunk: int = 512, cached: int = 512, decode_lens=(300, 700, 129, 1000),
+                      page_size: int = 16, d: int = 64, kv_heads: int = 8, group: int = 4,
+                      seed: int = 0) -> Checked:
+    """One batch that mixes a prefill chunk with decode steps (chunked prefill): request 0 has
+    `cached` tokens in the cache and brings `chunk` new queries (their K/V appended first, causal
+    bottom-right), every other request brings one query over its `decode_lens` tokens. The
+    batch goes through `bsr_attention` with FlashInfer's qo_indptr beside kv_indptr, is checked
+    request by request against dense float64 attention written out with its mask (within twice
+    `attention_bound`), and `plan_balanced` says which query tile the whole batch gets.
+
+    >>> r = mixed_batch_check(chunk=40, cached=24, decode_lens=(30, 9), page_size=8, d=16)
+    >>> r.ok, r.splitlines()[5]
+    (True, 'qo_indptr = [0, 40, 41, 42]')
+    """
+    chunk, cached = as_int("chunk", chunk, 1, 4096), as_int("cached", cached, 0, 65536)
+    if isinstance(decode_lens, (str, bytes)) or not hasattr(decode_lens, "__iter__"):
+        raise TypeError(f"decode_lens must be a list of KV lengths, got {decode_lens!r}")
+    dec = [as_int(f"decode_lens[{i}]", n, 1, 65536) for i, n in enumerate(decode_lens)]
+    page_size, d = as_int("page_size", page_size, 1, 1024), as_int("d", d, 1, 1024)
+    rng = np.random.default_rng(seed)
+    kv_lens = [cached + chunk] + dec
+    q_lens = [chunk] + [1] * len(dec)
+    pages = sum(-(-n // page_size) for n in kv_lens)
+    cache = PagedKVCache(pages + 1, page_size, d, seed=seed)
+    kvs = [(rng.standard_normal((n, d)), rng.standard_normal((n, d))) for n in kv_lens]
+    rids = [cache.add(k, v) for k, v in kvs]
+    layout = to_bsr(cache, rids)
+    qo_indptr = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    q = rng.standard_normal((int(qo_indptr[-1]), d))
+    o = bsr_attention(q, cache, layout, qo_indptr=qo_indptr, causal=True)
+    errs, ok = [], True
+    for i, ((k, v), nq) in enumerate(zip(kvs, q_lens)):
+        qi = q[qo_indptr[i]:qo_indptr[i + 1]]
+        rows = np.arange(nq)[:, None] + len(k) - nq                # bottom-right causal
+        want = _dense_masked(qi, k, v, np.arange(len(k))[None, :] <= rows)
+        err, bound = float(np.abs(o[qo_indptr[i]:qo_indptr[i + 1]] - want).max()), 2 * attention_bound(qi, k, v)
+        errs.append(err)
+        ok = ok and err <= bound
+    plan = plan_balanced(list(zip(q_lens, kv_lens)), kv_heads=kv_heads, num_ctas=132, group=group)
+    rows = [{"r": i, "kind": "prefill chunk" if i == 0 else "decode", "q": nq, "kv": n,
+             "pages": len(layout.pages(i))} for i, (nq, n) in enumerate(zip(q_lens, kv_lens))]
+    return Checked(
+        style.table(rows, {"r": "request", "kind": "step", "q": "queries", "kv": "KV tokens",
+                           "pages": f"pages of {page_size}"}) + "\n"
+        f"qo_indptr = {qo_indptr.tolist()}\n"
+        f"kv_indptr = {layout.kv_indptr.tolist()}\n"
+        f"paged attention (causal, bottom-right per request) vs dense float64 attention: each request "
+        f"within its rounding bound: {'yes' if ok else 'NO'}\n"
+        f"balanced plan ({kv_heads} KV heads, g = {group}, 132 CTAs): query tile {plan.tile_q} rows for "
+        f"the whole batch, {len(plan.work)} work items; a decode request fills {group} of its tile's "
+        f"{plan.tile_q} rows", ok, {f"request {i}": e for i, e in enumerate(errs)})
+
+
+def _ancestors(parents) -> np.ndarray:
+    """(T, T) bool: row i is True at i and at every ancestor of token i (parents[i] < i; -1: root)."""
+    t = len(parents)
+    anc = np.eye(t, dtype=bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            anc[i] |= anc[p]
+    return anc
+
+
+def _parents(parents) -> list[int]:
+    if isinstance(parents, (str, bytes)) or not hasattr(parents, "__iter__"):
+        raise TypeError(f"parents must be a list of ints (-1 for a root), got {parents!r}")
+    out = []
+    for i, p in enumerate(parents):
+        out.append(as_int(f"parents[{i}]", p, -1, i - 1) if i else as_int("parents[0]", p, -1, -1))
+    if not out:
+        raise ValueError("parents is empty; valid: at least one draft token")
+    return out
+
+
+def tree_mask(parents, prefix: int) -> Variant:
+    """A speculative-decoding token tree as a `Variant` mask. The T draft tokens are the last T
+    positions after `prefix` cached tokens; draft token i sees every cached token, itself and
+    its ancestors (`parents[i]`, -1 for a root, each parent earlier than its child), never a
+    sibling's branch. Positions are bottom-right aligned as in every variant.
+
+    >>> from attnlab.variants import variant_mask
+    >>> variant_mask(tree_mask([-1, 0, 0], prefix=2), 3, 5).astype(int).tolist()
+    [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]]
+    """
+    pars, prefix = _parents(parents), as_int("prefix", prefix, 0, None)
+    anc = _ancestors(pars)
+    t = len(pars)
+
+    def mask(qi, kj):
+        qi, kj = np.asarray(qi), np.asarray(kj)
+        a = anc[np.clip(qi - prefix, 0, t - 1), np.clip(kj - prefix, 0, t - 1)]
+        return (kj < prefix) | ((kj >= prefix) & (kj < prefix + t) & (qi >= prefix) & a)
+    return Variant(name=f"tree({t} drafts after {prefix})", logits_mask=mask)
+
+
+def tree_check(parents=(-1, 0, 0, 1, 1, 2, 2), prefix: int = 20, d: int = 32, seed: int = 0) -> Checked:
+    """The tree mask through `variant_attention` (FA2's loop with the mask functor) against dense
+    float64 attention whose mask is built separately, by walking each token's parent chain;
+    within twice `attention_bound`. Prints which draft tokens each draft token sees.
+
+    >>> tree_check((-1, 0, 1), prefix=4, d=8).ok
+    True
+    """
+    pars, prefix = _parents(parents), as_int("prefix", prefix, 0, None)
+    d, t = as_int("d", d, 1, 1024), len(pars)
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((t, d))
+    k, v = rng.standard_normal((prefix + t, d)), rng.standard_normal((prefix + t, d))
+    o = variant_attention(q, k, v, tree_mask(pars, prefix), block_r=4, block_c=8)
+    ref_mask = np.zeros((t, prefix + t), bool)
+    ref_mask[:, :prefix] = True
+    for i in range(t):
+        j = i
+        while j >= 0:                                   # the chain i, parent, grandparent, ...
+            ref_mask[i, prefix + j] = True
+            j = pars[j]
+    err = float(np.abs(o - _dense_masked(q, k, v, ref_mask)).max())
+    bound = 2 * attention_bound(q, k, v)
+    lines = [f"draft tree: parents {pars} after {prefix} cached tokens (float64, d = {d})"]
+    lines += [f"draft {i} sees the {prefix} cached tokens and drafts "
+              f"{np.flatnonzero(ref_mask[i, prefix:]).tolist()}" for i in range(t)]
+    lines.append(f"tree-masked kernel vs dense attention with the walked mask: within the rounding "
+                 f"bound {style.magnitude(bound)}: {'yes' if err <= bound else 'NO'}")
+    return Checked("\n".join(lines), err <= bound, {"tree": err})
+
+
+def _span(xs, fmt="{:.2f}") -> str:
+    lo, hi = min(xs), max(xs)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+
+def paged_lesson(sec: dict) -> str:
+    """What the recorded paged section says about FlashInfer's design, in three sentences with
+    the ratios computed from its rows: packing GQA heads into tensor-core tiles (its CUDA-core
+    decode's time over its tensor-core decode's), paging's cost (the paged kernel's best split
+    over the contiguous kernel from batch 64 up) and the course's kernel against FlashInfer's."""
+    rows = [r for r in sec["rows"] if r.get("page_size")]
+    cases = sorted({(r["batch"], r["page_size"]) for r in rows})
+
+    def us(impl, b, ps):
+        at = [r["us"] for r in rows if r["impl"] == impl and r["batch"] == b and r["page_size"] == ps
+              and not (impl == "paged" and r.get("auto"))]
+        return min(at)
+    contig = {b: min(r["us"] for r in sec["rows"] if r["impl"] == "contiguous" and r["batch"] == b)
+              for b, _ in cases}
+    cc = [us("flashinfer", b, ps) / us("flashinfer-tc", b, ps) for b, ps in cases]
+    paging = [us("paged", b, ps) / contig[b] for b, ps in cases if b >= 64]
+    ours = [us("flashinfer-tc", b, ps) / us("paged", b, ps) for b, ps in cases]
+    return (f"FlashInfer's CUDA-core decode over its tensor-core decode (GQA heads packed into one "
+            f"tile): {_span(cc)}x the time, in all {len(cases)} cases.\n"
+            f"Paged over contiguous KV (best split, batch 64 and up): {_span(paging)}x.\n"
+            f"FlashInfer's tensor-core decode over the course's paged kernel: {_span(ours)}x "
+            f"(above 1: ours is faster).")
+
+
+def host_costs(res: dict) -> str:
+    """The host-side costs the recorded run timed, in ms per call: FlashInfer's `plan()` in the
+    paged and scheduled sections, and the course's balanced plan built and packed in Python
+    (`plan_us`) and copied into the CUDA graph's buffers (`load_us`)."""
+    secs = res["sections"]
+    fi_paged = [r["plan_us"] / 1e3 for r in secs["paged"]["rows"] if "plan_us" in r]
+    sched = secs["scheduled"]["rows"]
+    fi_sched = [r["plan_us"] / 1e3 for r in sched if r["impl"] == "flashinfer-tc"]
+    ours = [r for r in sched if r["impl"] == "sched balanced"]
+    return (f"FlashInfer plan(), paged section: {_span(fi_paged)} ms per call ({len(fi_paged)} batches)\n"
+            f"FlashInfer plan(), scheduled section: {_span(fi_sched)} ms per call ({len(fi_sched)} batches)\n"
+            f"balanced plan, planned and packed in Python: {_span([r['plan_us'] / 1e3 for r in ours])} ms; "
+            f"copied into the graph's buffers: {_span([r['load_us'] / 1e3 for r in ours])} ms")

@@ -1,0 +1,110 @@
+"""Notebook 05's chunked-prefill batch, speculative-decoding tree mask and the sentences read from
+the recorded run: each checked against an independent route (brute-force masks, the run's rows
+re-read here, FlashInfer's length formula)."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from attnlab.explore import runs
+from attnlab.explore.flashinfer.snippets import (host_costs, mixed_batch_check, paged_lesson, tree_check,
+                                                 tree_mask)
+from attnlab.schedule import query_tile
+from attnlab.variants import variant_attention, variant_mask
+
+
+def test_mixed_batch_arrays_tile_and_verdict():
+    r = mixed_batch_check(chunk=48, cached=20, decode_lens=(33, 7, 16), page_size=8, d=16, group=2)
+    assert r.ok and "each request within its rounding bound: yes" in r
+    assert "qo_indptr = [0, 48, 49, 50, 51]" in r
+    pages = [-(-n // 8) for n in (68, 33, 7, 16)]
+    assert f"kv_indptr = {np.concatenate([[0], np.cumsum(pages)]).tolist()}" in r
+    tile = query_tile((48 * 2 + 3 * 2) / 4)
+    assert f"query tile {tile} rows" in r and f"fills 2 of its tile's {tile} rows" in r
+    assert all(0 <= e < 1e-12 for e in r.measured.values()) and len(r.measured) == 4
+
+
+def test_mixed_batch_refuses_bad_input():
+    with pytest.raises(ValueError, match="chunk"):
+        mixed_batch_check(chunk=0)
+    with pytest.raises(TypeError, match="decode_lens"):
+        mixed_batch_check(decode_lens="300")
+    with pytest.raises(ValueError, match=r"decode_lens\[1\]"):
+        mixed_batch_check(decode_lens=(3, -1))
+
+
+def _brute(parents, prefix):
+    t = len(parents)
+    m = np.zeros((t, prefix + t), bool)
+    for i in range(t):
+        m[i, :prefix] = True
+        for j in range(t):                     # j is visible iff it lies on i's chain to the root
+            x = i
+            while x != -1 and x != j:
+                x = parents[x]
+            m[i, prefix + j] = x == j
+    return m
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tree_mask_equals_brute_force_on_random_trees(seed):
+    rng = np.random.default_rng(seed)
+    t = int(rng.integers(1, 12))
+    parents = [-1] + [int(rng.integers(-1, i)) for i in range(1, t)]
+    prefix = int(rng.integers(0, 6))
+    got = variant_mask(tree_mask(parents, prefix), t, prefix + t)
+    assert np.array_equal(got, _brute(parents, prefix))
+
+
+def test_tree_mask_hides_siblings_and_changes_the_output():
+    parents = [-1, 0, 0]
+    m = variant_mask(tree_mask(parents, 3), 3, 6)
+    assert not m[1, 5] and not m[2, 4] and m[1, 4] and m[2, 5]
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((3, 8)), rng.standard_normal((6, 8)), rng.standard_normal((6, 8))
+    from attnlab.variants import causal
+    assert np.abs(variant_attention(q, k, v, tree_mask(parents, 3))
+                  - variant_attention(q, k, v, causal())).max() > 1e-3
+    r = tree_check(parents, prefix=3, d=8)
+    assert r.ok and "draft 2 sees the 3 cached tokens and drafts [0, 2]" in r
+
+
+def test_tree_mask_refuses_bad_parents():
+    with pytest.raises(ValueError, match=r"parents\[1\]"):
+        tree_mask([-1, 1], 2)                   # a token cannot be its own parent
+    with pytest.raises(ValueError, match=r"parents\[0\]"):
+        tree_mask([0], 2)
+    with pytest.raises(ValueError, match="empty"):
+        tree_mask([], 2)
+    with pytest.raises(TypeError, match="parents"):
+        tree_mask(None, 2)
+
+
+def _spans(text):
+    return [tuple(float(x) for x in m.split("–")) for m in re.findall(r"(\d+\.\d+(?:–\d+\.\d+)?)", text)]
+
+
+def test_paged_lesson_ratios_come_from_the_rows():
+    sec = runs.section(runs.newest_run(), "paged")
+    rows = [r for r in sec["rows"] if r.get("page_size")]
+    cases = {(r["batch"], r["page_size"]) for r in rows}
+
+    def best(impl, b, ps):
+        return min(r["us"] for r in rows if (r["impl"], r["batch"], r["page_size"]) == (impl, b, ps)
+                   and not (impl == "paged" and r.get("auto")))
+    cc = [best("flashinfer", *c) / best("flashinfer-tc", *c) for c in cases]
+    ours = [best("flashinfer-tc", *c) / best("paged", *c) for c in cases]
+    lines = paged_lesson(sec).splitlines()
+    assert _spans(lines[0])[0] == (round(min(cc), 2), round(max(cc), 2))
+    assert _spans(lines[2])[0] == (round(min(ours), 2), round(max(ours), 2))
+    assert f"in all {len(cases)} cases" in lines[0]
+
+
+def test_host_costs_read_the_plan_times():
+    run = runs.newest_run()
+    text = host_costs(run)
+    fi = [r["plan_us"] / 1e3 for r in run["sections"]["paged"]["rows"] if "plan_us" in r]
+    assert _spans(text.splitlines()[0])[0] == (round(min(fi), 2), round(max(fi), 2))
+    assert f"({len(fi)} batches)" in text
