@@ -534,3 +534,33 @@ def test_split_kv_and_merge_are_short_enough_to_read():
     for fn in (split_kv_attention, merge):
         n = len(inspect.getsource(fn).splitlines())
         assert 15 <= n <= 30, (fn.__name__, n)
+
+
+# --- the split rule: the fewest splits within a margin of the fastest ---------------------------
+
+from attnlab.decode import SPLIT_MARGIN, recommended_split  # noqa: E402
+
+
+@pytest.mark.parametrize("batch,context,kv_heads", [(1, 32768, 8), (2, 16384, 8), (256, 4096, 8),
+                                                    (256, 32768, 8), (16, 8192, 16), (1, 4096, 1)])
+def test_recommended_split_is_fewest_within_margin(batch, context, kv_heads):
+    splits, fastest, runs = recommended_split(batch, context, kv_heads, "H100")
+    times = {s: decode_time(batch, context, kv_heads, s, "H100").time for s in SPLITS if s <= context}
+    best = min(times.values())
+    assert fastest == min(times, key=times.get) == best_split(batch, context, kv_heads, "H100")[0]
+    within = [s for s, t in sorted(times.items()) if t <= best * (1 + SPLIT_MARGIN)]
+    assert splits == within[0] and splits <= fastest
+    assert [r.splits for r in runs] == sorted(times)
+
+
+def test_recommended_split_cases_and_margin():
+    assert recommended_split(1, 32768)[:2] == (16, 16)            # fill one wave: fastest too
+    assert recommended_split(256, 32768)[:2] == (4, 16)           # 16 gains under 1 % over 4
+    assert recommended_split(256, 4096)[:2] == (1, 8)             # 8 splits: 0.8 % faster than none
+    assert recommended_split(256, 4096, margin=0)[0] == 8         # margin 0: the fastest itself
+    with pytest.raises(ValueError, match="margin=1.5"):
+        recommended_split(1, 4096, margin=1.5)
+    with pytest.raises(TypeError, match="margin"):
+        recommended_split(1, 4096, margin="0.01")
+    with pytest.raises(TypeError, match="margin"):
+        recommended_split(1, 4096, margin=True)

@@ -11,7 +11,9 @@ from attnlab import lowprec as lp
 from attnlab.explore.runs import newest_run
 from attnlab.explore.since import fastest_per_case, lowprec_numbers, mla_rows
 from attnlab.hardware import get_gpu, ridge_point
-from attnlab.mla import DEEPSEEK_V3, MLAShape, mla_decode_cost, mla_intensity
+from attnlab.decode import intensity
+from attnlab.mla import (DEEPSEEK_V3, MLAShape, mla_decode_cost, mla_forms, mla_intensity, mla_statement,
+                         mla_verdicts)
 from reference import attention_head
 
 from attnlab.roofs import POLY_FMA_OPS, SOFTMAX_FMA_OPS, exp_rate, fma_rate, score_times
@@ -78,8 +80,38 @@ def test_mla_materialised_is_mha():
     assert b == 2 * (128 * 8192 * 320 + 128 * 192 + 128 * 128)
     assert mla_intensity("materialised", 8192) == pytest.approx(1.0, abs=1e-3)
     rows = {r["case"]: r for r in mla_rows(8192)}
-    assert rows["MLA as g = 128 (notebook 04)"]["I"] == pytest.approx(128 * 8192 / 8320)
+    assert rows["MLA gqa_view (lecture: g = 128)"]["I"] == pytest.approx(128 * 8192 / 8320)
     assert mla_decode_cost("absorbed", 8192, shape=MLAShape(heads=1))[0] == 8192 * 2176
+
+
+def test_mla_gqa_view_is_the_lecture_g128():
+    # the lecture's view: 4 g l_kv w FLOPs over 2 (2 g w + 2 l_kv w) bytes, w = 576: g l_kv / (g + l_kv)
+    f, b = mla_decode_cost("gqa_view", 8192)
+    assert f == 4 * 128 * 8192 * 576 and b == 2 * (2 * 128 * 576 + 2 * 8192 * 576)
+    forms = mla_forms(8192)
+    assert list(forms) == ["gqa_view", "absorbed", "materialised"]
+    assert forms["gqa_view"] == pytest.approx(128 * 8192 / (128 + 8192))
+    assert forms["gqa_view"] == pytest.approx(intensity(128, 1, 8192))        # notebook 04's number
+    assert forms["absorbed"] == mla_intensity("absorbed", 8192)
+    assert round(forms["gqa_view"]) == 126 and round(forms["absorbed"], 1) == 234.8
+
+
+def test_mla_verdicts_per_gpu():
+    v = mla_verdicts(("H100", "H200", "A100", "B200"))
+    forms = mla_forms(8192)
+    for form, by_gpu in v.items():               # against each ridge, computed independently
+        for gpu, verdict in by_gpu.items():
+            below = forms[form] < ridge_point(gpu)
+            assert verdict == ("memory-bound" if below else "compute-bound")
+    assert v["absorbed"]["H100-SXM"] == "memory-bound" and v["absorbed"]["H200-SXM"] == "compute-bound"
+    assert set(v["gqa_view"].values()) == {"memory-bound"}
+    text = mla_statement()
+    assert "gqa_view          126.0" in text and "absorbed          234.8" in text
+    assert "compute-bound (1.14x)" in text and "memory-bound (0.80x)" in text
+    with pytest.raises(TypeError, match="gpus"):
+        mla_verdicts("H100")
+    with pytest.raises(ValueError, match="gpus"):
+        mla_verdicts(())
 
 
 def test_mla_bad_input():

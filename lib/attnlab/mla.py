@@ -6,6 +6,10 @@ dimensions of a key part k_r that carries the rotary position and is shared by a
 the `heads` = 128 query heads would get its own key and value by up-projection:
 k_h = [W_UK,h c ; k_r] (nope + rope = 128 + 64 = 192 wide), v_h = W_UV,h c (128 wide).
 
+- The lecture's rough view ("gqa_view"): GQA with g = 128 over one shared head of the latent's
+  width (576), K and V read as two tensors: FLOP/byte = g l_kv / (g + l_kv), about 126 at 8K.
+  It counts the 128-fold reuse of the cached row; what it leaves out is that K and V are the same
+  bytes (V is the first 512 dimensions of the row K is), which the absorbed form reads once.
 - Materialised form: up-project and store per-head K and V, then run ordinary attention. Every
   head reads its own K and V, so it is multi-head attention with g = 1 and d_k = 192, d_v = 128:
   about 1 FLOP per byte, and a KV cache 71 times bigger than the latent one.
@@ -18,6 +22,7 @@ k_h = [W_UK,h c ; k_r] (nope + rope = 128 + 64 = 192 wide), v_h = W_UV,h c (128 
 Per request and layer, one decode step (l_qo queries per head, l_kv cached tokens), b bytes per
 element:
 
+    gqa_view:     flops = 4 H l_qo l_kv w,  bytes = b (2 H l_qo w + 2 l_kv w),  w = latent + rope
     absorbed:     flops = 2 H l_qo l_kv (latent + rope) + 2 H l_qo l_kv latent
                   bytes = b (l_kv (latent + rope) + H l_qo (latent + rope) + H l_qo latent)
     materialised: flops = 2 H l_qo l_kv (nope + rope) + 2 H l_qo l_kv v_dim
@@ -32,9 +37,17 @@ from typing import NamedTuple
 
 from ._check import as_dtype_bytes, as_int, choice
 
-__all__ = ["MLAShape", "DEEPSEEK_V3", "mla_decode_cost", "mla_intensity", "FORMS"]
+__all__ = ["MLAShape", "DEEPSEEK_V3", "mla_decode_cost", "mla_intensity", "mla_forms", "mla_verdicts",
+           "mla_statement", "FORMS", "FORM_LABELS"]
 
-FORMS = ("absorbed", "materialised")
+FORMS = ("gqa_view", "absorbed", "materialised")
+
+#: What each form means, in the words every notebook uses.
+FORM_LABELS = {
+    "gqa_view": "the lecture's rough view, GQA with g = 128 (K and V read separately)",
+    "absorbed": "what MLA kernels run: K and V share the 576-wide latent row, read once",
+    "materialised": "per-head K and V up-projected and stored: MHA again",
+}
 
 
 class MLAShape(NamedTuple):
@@ -53,8 +66,11 @@ DEEPSEEK_V3 = MLAShape()
 def mla_decode_cost(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, shape: MLAShape = DEEPSEEK_V3,
                     *, dtype_bytes=2) -> tuple[int, float]:
     """(FLOPs, bytes) of one MLA layer's decode attention for one request, in `form`
-    ("absorbed" or "materialised"); formulas in the module docstring. Exact for Python ints.
+    ("gqa_view", "absorbed" or "materialised"); formulas in the module docstring. Exact for
+    Python ints.
 
+    >>> mla_decode_cost("gqa_view", 8192)
+    (2415919104, 19169280)
     >>> mla_decode_cost("absorbed", 8192)
     (2281701376, 9715712)
     >>> mla_decode_cost("materialised", 8192)
@@ -68,7 +84,11 @@ def mla_decode_cost(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, sha
     H, lat, rope, nope, v = (as_int(f"shape.{k}", x, 1, None) for k, x in zip(MLAShape._fields, shape))
     b = as_dtype_bytes("dtype_bytes", dtype_bytes)
     q = H * l_qo
-    if form == "absorbed":
+    if form == "gqa_view":
+        w = lat + rope
+        flops = 4 * q * l_kv * w
+        elements = 2 * q * w + 2 * l_kv * w
+    elif form == "absorbed":
         flops = 2 * q * l_kv * (lat + rope) + 2 * q * l_kv * lat
         elements = l_kv * (lat + rope) + q * (lat + rope) + q * lat
     else:
@@ -80,10 +100,66 @@ def mla_decode_cost(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, sha
 def mla_intensity(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, shape: MLAShape = DEEPSEEK_V3,
                   *, dtype_bytes=2) -> float:
     """FLOP per byte of `mla_decode_cost`. Absorbed, bf16, long context: H (2 (latent + rope) +
-    2 latent) / (2 (latent + rope)) = 128 x 2176 / 1152 = 241.8; materialised: about 1.
+    2 latent) / (2 (latent + rope)) = 128 x 2176 / 1152 = 241.8; the g = 128 view: about g;
+    materialised: about 1.
 
-    >>> round(mla_intensity("absorbed", 8192), 1), round(mla_intensity("materialised", 8192), 3)
-    (234.8, 1.0)
+    >>> [round(mla_intensity(f, 8192), 1) for f in ("gqa_view", "absorbed", "materialised")]
+    [126.0, 234.8, 1.0]
     """
     f, b = mla_decode_cost(form, l_kv, l_qo, shape, dtype_bytes=dtype_bytes)
     return f / b
+
+
+def mla_forms(l_kv: int = 8192, l_qo: int = 1, shape: MLAShape = DEEPSEEK_V3, *, dtype_bytes=2) -> dict:
+    """{form: FLOP/byte} for every form of FORMS, the one place the course's MLA intensities come
+    from.
+
+    >>> {f: round(i, 1) for f, i in mla_forms(8192).items()}
+    {'gqa_view': 126.0, 'absorbed': 234.8, 'materialised': 1.0}
+    """
+    return {f: mla_intensity(f, l_kv, l_qo, shape, dtype_bytes=dtype_bytes) for f in FORMS}
+
+
+def mla_verdicts(gpus=("H100-SXM", "H200-SXM"), l_kv: int = 8192, l_qo: int = 1,
+                 shape: MLAShape = DEEPSEEK_V3, *, dtype: str = "bf16") -> dict:
+    """{form: {gpu name: "memory-bound" | "compute-bound"}}: each form's intensity against each
+    GPU's ridge point in `dtype` (`hardware.ridge_point`).
+
+    >>> v = mla_verdicts()
+    >>> v["gqa_view"], v["absorbed"]
+    ({'H100-SXM': 'memory-bound', 'H200-SXM': 'memory-bound'}, {'H100-SXM': 'memory-bound', 'H200-SXM': 'compute-bound'})
+    """
+    from .hardware import DTYPE_BYTES, dtype_name, get_gpu, ridge_point
+    if isinstance(gpus, (str, bytes)) or not hasattr(gpus, "__iter__"):
+        raise TypeError(f"gpus must be a sequence of GPU names, got {gpus!r} ({type(gpus).__name__})")
+    chips = [get_gpu(g) for g in gpus]
+    if not chips:
+        raise ValueError("gpus=() is empty; valid: one or more names of hardware.gpus()")
+    dtype = dtype_name(dtype)
+    forms = mla_forms(l_kv, l_qo, shape, dtype_bytes=DTYPE_BYTES[dtype])
+    ridges = {g.name: ridge_point(g, dtype) for g in chips}
+    return {f: {n: "memory-bound" if i < r else "compute-bound" for n, r in ridges.items()}
+            for f, i in forms.items()}
+
+
+def mla_statement(gpus=("H100-SXM", "H200-SXM"), l_kv: int = 8192, l_qo: int = 1, *, dtype: str = "bf16") -> str:
+    """The course's one statement of MLA decode intensity (DeepSeek-V3's shape): each form named,
+    its FLOP/byte from `mla_forms`, and its verdict on each GPU of `gpus`."""
+    from .hardware import DTYPE_BYTES, dtype_name, get_gpu, ridge_point
+    dtype = dtype_name(dtype)
+    forms = mla_forms(l_kv, l_qo, dtype_bytes=DTYPE_BYTES[dtype])
+    verdicts = mla_verdicts(gpus, l_kv, l_qo, dtype=dtype)
+    names = list(next(iter(verdicts.values())))
+    ridges = {n: ridge_point(get_gpu(n), dtype) for n in names}
+    heads = [f"{n} (ridge {r:.0f})" for n, r in ridges.items()]
+    cells = {f: [f"{verdicts[f][n]} ({i / ridges[n]:.2f}x)" for n in names] for f, i in forms.items()}
+    widths = [max(len(h), *(len(c[j]) for c in cells.values())) for j, h in enumerate(heads)]
+    wf = max(map(len, FORMS))
+    lines = [f"MLA decode (DeepSeek-V3 shape), context {l_kv:,}, {l_qo} quer{'y' if l_qo == 1 else 'ies'} "
+             f"per head, {dtype}, from attnlab.mla.mla_forms; verdict (intensity / ridge) per GPU",
+             "  ".join([f"{'form':<{wf}}", "FLOP/byte", *(h.ljust(w) for h, w in zip(heads, widths))]).rstrip(),
+             "  ".join(["-" * wf, "-" * 9, *("-" * w for w in widths)])]
+    for f, i in forms.items():
+        lines.append("  ".join([f"{f:<{wf}}", f"{i:9.1f}", *(c.ljust(w) for c, w in zip(cells[f], widths))]).rstrip())
+    lines += [f"  {f}: {FORM_LABELS[f]}" for f in FORMS]
+    return "\n".join(lines)

@@ -108,7 +108,7 @@ def intensity_table(l_kv: int = 8192, gpu="H100-SXM") -> str:
     cases = [("MHA (every query head has its own KV)", 1)]
     for name in ("Llama-3-8B", "Llama-3-70B", "DeepSeek-V3"):
         m = get_model(name)
-        label = f"{name} (MLA, treated as MQA)" if name == "DeepSeek-V3" else f"{name} (GQA)"
+        label = f"{name} (MLA, gqa_view: g = 128)" if name == "DeepSeek-V3" else f"{name} (GQA)"
         cases.append((label, m.group))
     rows = []
     for label, g in cases:

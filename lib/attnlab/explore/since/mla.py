@@ -10,18 +10,20 @@ import numpy as np
 
 from ...decode import intensity
 from ...hardware import attainable, gpus, ridge_point
-from ...mla import mla_intensity
+from ...mla import mla_forms
 from .. import style
 
 __all__ = ["mla_cases", "mla_rows", "mla_table", "mla_figure"]
 
 
 def mla_cases(l_kv: int = 8192) -> dict:
-    """label -> bf16 FLOP/byte of one decode step at context l_kv (one query per head)."""
+    """label -> bf16 FLOP/byte of one decode step at context l_kv (one query per head); the MLA
+    rows are the named forms of `attnlab.mla.mla_forms`."""
+    forms = mla_forms(l_kv)
     return {"MHA (g = 1)": intensity(1, 1, l_kv), "GQA (g = 8)": intensity(8, 1, l_kv),
-            "MLA as g = 128 (notebook 04)": intensity(128, 1, l_kv),
-            "MLA materialised K, V": mla_intensity("materialised", l_kv),
-            "MLA absorbed (576-wide latent)": mla_intensity("absorbed", l_kv)}
+            "MLA gqa_view (lecture: g = 128)": forms["gqa_view"],
+            "MLA materialised K, V": forms["materialised"],
+            "MLA absorbed (576-wide latent)": forms["absorbed"]}
 
 
 def mla_rows(l_kv: int = 8192) -> list[dict]:
