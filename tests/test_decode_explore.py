@@ -132,8 +132,12 @@ def test_split_tables():
     t = dx.split_table(context=4096)
     assert "context 4,096" in t and "82.6 µs (6%)" in t
     rows = dx.split_rows_table(2, 16384, 8)
-    best = [line for line in rows.splitlines() if "best" in line and "<-" in line]
+    best = [line for line in rows.splitlines() if "fastest" in line and "<-" in line]
     assert len(best) == 1 and best[0].split()[0] == "8" and "128" in best[0]
+    assert "recommended" in best[0]                  # 8 splits: fastest and the fewest within 1 %
+    tail = dx.split_rows_table(256, 32768, 8).splitlines()
+    marked = {ln.split()[0]: ln.split("<- ")[1] for ln in tail if "<-" in ln}
+    assert marked == {"4": "recommended (fewest within 1%)", "16": "fastest"}
 
 
 # --- 4.3 merge ----------------------------------------------------------------------------------
@@ -200,10 +204,27 @@ def test_merge_curve_and_table():
     grid, fwd, oth, diff = dx.merge_errors(8, "float32", "reverse", 0).curve
     assert list(grid) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     assert diff[0] == 0.0 and np.all(fwd[1:] > 0)
-    text = dx.merge_table()
+    text = dx.merge_digits()
     lines = text.splitlines()[3:]
     assert [ln.split()[0] for ln in lines] == ["2", "8", "64"]
     assert all(re.fullmatch(r"\de-1[67]", ln.split()[1]) for ln in lines)
+
+
+def test_merge_table_states_bounds_not_digits():
+    q, k, v, ref = _reference(0)
+    rows = dx.merge_rows((2, 8, 64), 0)
+    for r in rows:                                    # the rows against an independent merge
+        hand = _forward_by_hand(q, k, v, r.splits, np.float32)
+        assert np.abs(hand - ref).max() < 16 * 2.0 ** -24      # a merge written by hand keeps it too
+        assert r.within_bounds and r.f64 < 16 * 2.0 ** -53 and r.f32 < 16 * 2.0 ** -24
+    assert [r.orders_equal for r in rows] == [True, False, False]
+    lines = dx.merge_table().splitlines()[3:]
+    assert lines[0].split()[-2:] == ["bitwise", "equal"]
+    assert all("< 1.8e-15 (16 u)" in ln and "< 9.5e-7 (16 u)" in ln for ln in lines)
+    assert all("differ, < 9.5e-7 (16 u)" in ln for ln in lines[1:])
+    assert not re.search(r"\de-(8|9|16)\b", dx.merge_table())     # no roundoff digit printed
+    broken = dx.MergeRow(8, 1e-14, 1e-8, 0.0)                          # a broken bound shows
+    assert not broken.within_bounds and dx.merge.__dict__["_bounded"](1e-14, "float64").startswith("1e-14")
 
 
 # --- 4.4 cascade --------------------------------------------------------------------------------
@@ -227,8 +248,12 @@ def test_lecture_cascade_numbers():
     assert (e.tokens_naive, e.tokens_cascade) == (8400, 1400) and round(100 * e.saving) == 83
     text = dx.cascade_check(8, 300, 20, d=16)
     assert "naive 2,560, cascade 460" in text
-    err = re.search(r"attention\| = (\S+)", text).group(1)
-    assert err == "0" or float(err) < 1e-14
+    assert "max |cascade - per-request attention| < 1.8e-15 (16 units of float64 roundoff)" in text
+    c = dx.cascade_run(8, 300, 20, d=16)
+    assert c.within_bound and c.max_diff < 16 * 2.0 ** -53
+    assert (c.tokens_naive, c.tokens_read) == (8 * 320, 300 + 8 * 20)
+    off = dx.CascadeCheck(8, 300, 20, 16, 1e-13, 2560, 460)          # a broken bound shows its value
+    assert not off.within_bound and "= 1e-13, above the bound" in str(off)
 
 
 # --- bad input ----------------------------------------------------------------------------------

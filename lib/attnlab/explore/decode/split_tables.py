@@ -2,6 +2,7 @@
 across contexts, where the wave tail and the merge go, and every split count of one case."""
 from __future__ import annotations
 
+from ...decode import SPLIT_MARGIN, recommended_split
 from ...hardware import decode_time, get_gpu
 from .. import style
 from .split_kv import split_kv_plan
@@ -63,12 +64,17 @@ def wave_tail(batch: int = 256, context: int = 32768, kv_heads: int = 8, splits=
 
 def split_rows_table(batch: int = 2, context: int = 16384, kv_heads: int = 8, gpu="H100-SXM") -> str:
     """Every split count of `attnlab.hardware.SPLITS` for one configuration: blocks, waves,
-    utilization, attention and merge time, total, speedup against no split; the best one marked."""
+    utilization, attention and merge time, total, speedup against no split; the fastest marked,
+    and the recommended one (`decode.recommended_split`: the fewest splits within 1 % of it)."""
     p = split_kv_plan(batch, context, kv_heads, 1, gpu)
+    rec = recommended_split(batch, context, kv_heads, gpu)[0]
+
+    def note(s):
+        marks = ["fastest"] * (s == p.best.splits) + [f"recommended (fewest within {SPLIT_MARGIN:.0%})"] * (s == rec)
+        return "<- " + ", ".join(marks) if marks else ""
     rows = [{"splits": r.splits, "blocks": r.blocks, "waves": r.waves, "util": r.utilization,
              "attn": r.attn_time, "merge": r.merge_time, "time": r.time,
-             "speedup": p.base.time / r.time,
-             "best": "<- best" if r.splits == p.best.splits else ""} for r in p.runs]
+             "speedup": p.base.time / r.time, "best": note(r.splits)} for r in p.runs]
     head = f"batch {batch}, context {context:,}, {kv_heads} KV heads, {p.gpu} ({p.sms} SMs)\n"
     return head + style.table(
         rows, {"splits": "splits", "blocks": "blocks", "waves": "waves", "util": "utilization",
