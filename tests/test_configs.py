@@ -288,6 +288,47 @@ def test_your_model_mla_beside_gqa():
     assert math.isclose(ds.ridge, ll.ridge)
 
 
+def test_your_model_mla_uses_the_absorbed_form():
+    from attnlab.mla import mla_intensity
+    ds = your_model("DeepSeek-V3", "H200", batch=64, context=8192)
+    # absorbed: 128 heads x (2 x 576 + 2 x 512) FLOPs per token over 576 latent values read once
+    flops = 128 * 8192 * (2 * 576 + 2 * 512)
+    nbytes = 2 * (8192 * 576 + 128 * 576 + 128 * 512)
+    assert ds.intensity_form == "absorbed" and ds.intensity == pytest.approx(flops / nbytes)
+    assert ds.intensity == mla_intensity("absorbed", 8192)
+    assert ds.gqa_view_intensity == pytest.approx(128 * 8192 / (128 + 8192))       # the lecture's view
+    assert not ds.memory_bound                                  # above the H200's ridge (206) ...
+    assert your_model("DeepSeek-V3", "H100", batch=64, context=8192).memory_bound   # ... below the H100's
+    text = your_model_summary("DeepSeek-V3", "H200", batch=64, context=8192)
+    assert "234.8 FLOP/B vs H200-SXM ridge 206: compute-bound (MLA absorbed form" in text
+    assert "g = 128 view: 126.0" in text
+    assert your_model("Llama-3-8B").intensity_form == "gqa"
+
+
+def test_your_model_split_is_the_notebook_04_rule():
+    from attnlab.decode import recommended_split
+    gemma = {"model_type": "gemma2", "num_hidden_layers": 46, "hidden_size": 4608, "num_attention_heads": 32,
+             "num_key_value_heads": 16, "head_dim": 128, "intermediate_size": 36864, "vocab_size": 256000,
+             "max_position_embeddings": 8192, "sliding_window": 4096}
+    r = your_model(gemma, "H100", batch=16, context=8192)
+    rec, fastest, runs = recommended_split(16, 8192, 16, "H100", head_dim=128, group=2)
+    assert (r.splits, r.fastest_splits) == (rec, fastest) == (1, 32)     # 32 splits gain < 1 %
+    times = {x.splits: x.time for x in runs}
+    assert times[1] <= times[32] * 1.01 and r.split_time_s == times[1]
+    assert "1 split: 330.5 us (unsplit 330.5 us; the fewest within 1% of the fastest, 32 splits)" in \
+        your_model_summary(gemma, "H100", batch=16, context=8192)
+
+
+def test_prefill_row_calls_fa1_traffic_an_upper_bound():
+    qwen = {"model_type": "qwen2", "num_hidden_layers": 64, "hidden_size": 5120, "num_attention_heads": 40,
+            "num_key_value_heads": 8, "intermediate_size": 27648, "vocab_size": 152064}
+    r = your_model(qwen, "H100", context=32768)
+    assert not r.flash_io_hidden and r.flash_io_s > r.prefill_flash_s
+    row = next(ln for ln in your_model_summary(qwen, "H100", context=32768).splitlines()
+               if ln.startswith("prefill, flash"))
+    assert "does not hide" not in row and "upper bound" in row and "M = 100,000" in row
+
+
 def test_window_reads_at_most_the_window():
     r = your_model("Mistral-7B-v0.1", "H200", batch=64, context=32768)
     assert r.keys == 4096
@@ -299,7 +340,7 @@ def test_window_reads_at_most_the_window():
 def test_summary_for_every_shipped_config_and_gpu(name, gpu):
     text = your_model_summary(name, gpu, batch=8, context=4096)
     assert name in text and get_gpu(gpu).name in text
-    for row in ("KV bytes per token", "decode intensity", "best split", "prefill, flash", "prefill, standard"):
+    for row in ("KV bytes per token", "decode intensity", "split (1 layer)", "prefill, flash", "prefill, standard"):
         assert row in text
 
 

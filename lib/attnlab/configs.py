@@ -16,7 +16,9 @@ hub's total for the dense models shipped here; pass `params=` to use your own nu
 
 The numbers (`kv_bytes_per_token`, `kv_cache_bytes`, `your_model`, `your_model_summary`) are the
 course's own models, not new ones: decode intensity from `decode.intensity`, the roofline's ridge
-point from `hardware.ridge_point`, split-KV from `hardware.best_split`, prefill from
+point from `hardware.ridge_point`, MLA's decode intensity in its absorbed form from
+`mla.mla_intensity` (the lecture's g = 128 view beside it), split-KV by notebook 04's rule
+(`decode.recommended_split`: the fewest splits within 1 % of the fastest), prefill from
 `models.prefill_cost`.
 
 This file is long because reading a config (its checks by field, the parameter count) and the
@@ -32,8 +34,9 @@ from pathlib import Path
 
 from ._catalog import _DATA_DIR, freeze, key
 from ._check import _short, as_bool, as_int
-from .decode import intensity
-from .hardware import DTYPE_BYTES, best_split, dtype_name, get_gpu, peak, ridge_point
+from .decode import SPLIT_MARGIN, intensity, recommended_split
+from .hardware import DTYPE_BYTES, dtype_name, get_gpu, peak, ridge_point
+from .mla import MLAShape, mla_intensity
 from .models import Model, get_model, prefill_cost
 
 __all__ = ["from_config", "configs", "config_path", "kv_bytes_per_token", "kv_cache_bytes",
@@ -283,12 +286,15 @@ def prefill_shape(model) -> Model:
 @dataclass(frozen=True)
 class YourModel:
     """`your_model`'s numbers: KV bytes (per token, all layers; the whole cache at batch x
-    context), decode intensity (FLOP/byte) against the GPU's ridge point, the best split (per
-    layer, at the full context) with its time and the unsplit time, the attention of one decode
-    step over all layers (each at its best split; a windowed layer reads at most its window), and
-    one prefill of `context` tokens as `models.prefill_cost` sees it: compute time (FlashAttention,
-    whose own traffic `flash_io_s` is assumed to hide under it: `flash_io_hidden`), and compute
-    plus standard attention's extra HBM time."""
+    context), decode intensity (FLOP/byte; for MLA the absorbed form, `intensity_form`, with the
+    lecture's g = 128 view in `gqa_view_intensity`) against the GPU's ridge point, the recommended
+    split (per layer, at the full context: the fewest splits within `split_margin` of the fastest,
+    `fastest_splits`) with its time and the unsplit time, the attention of one decode step over all
+    layers (each at its recommended split; a windowed layer reads at most its window), and one
+    prefill of `context` tokens as `models.prefill_cost` sees it: compute time, FA1's traffic with
+    the lecture's M = 100,000 elements and no L2 (`flash_io_s`, an upper bound of what a
+    FlashAttention kernel moves; `flash_io_hidden`: whether even that bound fits under the
+    compute time), and compute plus standard attention's extra HBM time."""
 
     model: Model
     gpu: str
@@ -300,8 +306,12 @@ class YourModel:
     hbm_bytes: int
     keys: int
     intensity: float
+    intensity_form: str
+    gqa_view_intensity: float
     ridge: float
     splits: int
+    fastest_splits: int
+    split_margin: float
     split_time_s: float
     unsplit_time_s: float
     decode_step_s: float
@@ -322,9 +332,11 @@ def your_model(config, gpu="H100-SXM", *, batch: int = 1, context: int = 32768,
                dtype: str = "bf16") -> YourModel:
     """The course's numbers for a model (a config as `from_config` reads it, a `Model` or a
     models.json name) on `gpu` at `batch` requests of `context` tokens. Decode counts a query per
-    request per head (l_qo = 1) and follows notebook 04's convention for MLA (an MQA head of dim
-    576 whose K and V are read as two tensors; a kernel that reads the latent once does about
-    twice the FLOPs per byte). Prefill takes the full causal N = context (no sliding window)."""
+    request per head (l_qo = 1). For MLA the intensity is the absorbed form that MLA kernels run
+    (`mla.mla_intensity("absorbed")`: K and V share the cached latent row); the lecture's g = 128
+    view (K and V read as two tensors) is kept beside it, and the decode times still use its bytes
+    (notebook 04's time model), an upper bound. Prefill takes the full causal N = context (no
+    sliding window)."""
     m = _model(config)
     g = get_gpu(gpu)
     dtype = dtype_name(dtype)
@@ -334,20 +346,28 @@ def your_model(config, gpu="H100-SXM", *, batch: int = 1, context: int = 32768,
     b = DTYPE_BYTES[dtype]
 
     def best(n):
-        splits, runs = best_split(batch, n, m.kv_heads, g, head_dim=m.head_dim, group=m.group,
-                                  dtype=dtype)
-        return splits, min(r.time for r in runs), runs[0].time
+        splits, fastest, runs = recommended_split(batch, n, m.kv_heads, g, head_dim=m.head_dim,
+                                                  group=m.group, dtype=dtype)
+        return splits, next(r.time for r in runs if r.splits == splits), runs[0].time, fastest
     windowed = 0 if m.sliding_window is None else (m.window_layers if m.window_layers is not None
                                                    else m.layers)
     keys = context if windowed < m.layers else min(context, m.sliding_window)
-    splits, split_s, unsplit_s = best(keys)
+    splits, split_s, unsplit_s, fastest = best(keys)
     step = (m.layers - windowed) * split_s
     if windowed:
         step += windowed * best(min(context, m.sliding_window))[1]
     pre = prefill_cost(prefill_shape(m), g, context, dtype=dtype)
+    gqa_view = intensity(m.group, 1, keys, dtype_bytes=b)
+    if m.mla:
+        e = m.extra
+        shape = MLAShape(m.q_heads, int(e["kv_lora_rank"]), int(e["qk_rope_head_dim"]),
+                         int(e["qk_nope_head_dim"]), int(e["v_head_dim"]))
+        form, decode_i = "absorbed", mla_intensity("absorbed", keys, 1, shape, dtype_bytes=b)
+    else:
+        form, decode_i = "gqa" if m.group > 1 else "mha", gqa_view
     return YourModel(m, g.name, dtype, batch, context, kv_bytes_per_token(m, dtype),
                      kv_cache_bytes(m, context, batch, dtype), g.hbm_bytes,
-                     keys, intensity(m.group, 1, keys, dtype_bytes=b), ridge_point(g, dtype), splits,
+                     keys, decode_i, form, gqa_view, ridge_point(g, dtype), splits, fastest, SPLIT_MARGIN,
                      split_s, unsplit_s, step, pre.compute_s, pre.compute_s + pre.extra_io_s,
                      pre.flash_io_s, pre.sp_bytes_per_layer, pre.flash_io_hidden,
                      pre.flash_moves_more)
@@ -375,6 +395,10 @@ def your_model_summary(config, gpu="H100-SXM", *, batch: int = 1, context: int =
         f", window {m.sliding_window:,} in " + ("all" if m.window_layers is None else str(m.window_layers))
         + " layers")
     where = "memory-bound" if r.memory_bound else "compute-bound"
+    form = (f" (MLA absorbed form: K and V share the latent row; the lecture's g = 128 view: "
+            f"{r.gqa_view_intensity:,.1f})" if m.mla else "")
+    fastest = ("also the fastest" if r.fastest_splits == r.splits else
+               f"the fewest within {r.split_margin:.0%} of the fastest, {r.fastest_splits} splits")
     rows = [
         ("model", f"{m.name}: {m.layers} layers, {m.q_heads} query / {m.kv_heads} KV "
                   f"head{'s' if m.kv_heads > 1 else ''} of "
@@ -384,12 +408,15 @@ def your_model_summary(config, gpu="H100-SXM", *, batch: int = 1, context: int =
         ("KV bytes per token", f"{r.kv_bytes_per_token:,.0f} B (all layers)"),
         ("KV cache", f"{_bytes(r.kv_cache_bytes)} of {_bytes(r.hbm_bytes)} HBM"
                      + ("" if r.kv_cache_bytes <= r.hbm_bytes else " (does not fit)")),
-        ("decode intensity", f"{r.intensity:,.1f} FLOP/B vs ridge {r.ridge:,.0f}: {where}"),
-        ("best split (1 layer)", f"{r.keys:,} keys: {r.splits} split{'s' if r.splits > 1 else ''}: {_time(r.split_time_s)} (unsplit {_time(r.unsplit_time_s)})"),
-        ("decode step (attention)", f"{_time(r.decode_step_s)} over {m.layers} layers, each at its best split"),
+        ("decode intensity", f"{r.intensity:,.1f} FLOP/B vs {r.gpu} ridge {r.ridge:,.0f}: {where}{form}"),
+        ("split (1 layer)", f"{r.keys:,} keys: {r.splits} split{'s' if r.splits > 1 else ''}: "
+                            f"{_time(r.split_time_s)} (unsplit {_time(r.unsplit_time_s)}; {fastest})"),
+        ("decode step (attention)", f"{_time(r.decode_step_s)} over {m.layers} layers, each at that split"
+                                    + ("; bytes of the g = 128 view, an upper bound" if m.mla else "")),
         ("prefill, flash", f"{_time(r.prefill_flash_s)} of compute"
                            + (" (full causal: the window is not modelled)" if m.sliding_window else "") + ("" if r.flash_io_hidden else
-                           f"; its own traffic, {_time(r.flash_io_s)}, does not hide under it")),
+                           f"; FA1's traffic at the lecture's M = 100,000 elements, no L2: {_time(r.flash_io_s)}, "
+                           f"more, but an upper bound (FA2/FA3 kernels, larger tiles and L2, run compute-bound here)")),
         ("prefill, standard", f"{_time(r.prefill_standard_s)} ({r.prefill_standard_s / r.prefill_flash_s:.2f}x)"
                               + ("; FA1's count moves more at this head dim" if r.flash_moves_more else "")),
         ("S + P of one layer", _bytes(r.sp_bytes_per_layer)
