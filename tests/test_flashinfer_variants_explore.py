@@ -13,6 +13,7 @@ import pytest
 
 from attnlab.attention import flash_attention
 from attnlab.explore import EXPLORERS
+from attnlab.explore._controls import options_of
 from attnlab.explore.flashinfer import variant_gallery as vg
 from attnlab.hbm import HBM
 from attnlab.variants import (alibi, causal, rope, sigmoid, sink_window, sliding_window, soft_cap,
@@ -183,6 +184,84 @@ def test_slider_follows_the_variant():
     assert ex.computes == before + 1 and "sink_window(4, 8)" in ex.summary.value
 
 
+class _Browser:
+    """A SelectionSlider's view in the browser, reached through the widget's comm: it applies each
+    state message whole; stops that leave its index past the end clamp it (as the slider does), and
+    the clamped index is sent back once the Python code has run."""
+    kernel, comm_id = True, "browser"
+
+    def __init__(self, w):
+        self.w, self.labels, self.index, self.echo = w, list(w._options_labels), w.index, []
+
+    def on_msg(self, callback):
+        pass
+
+    def close(self, *args, **kw):
+        pass
+
+    def send(self, data=None, buffers=None, **kw):
+        state = (data or {}).get("state", {})
+        self.labels = list(state.get("_options_labels", self.labels))
+        self.index = state.get("index", self.index)
+        if self.index is not None and self.index >= len(self.labels):
+            self.index = len(self.labels) - 1
+            self.echo.append(self.index)
+
+    def deliver(self):
+        while self.echo:
+            self.w.set_state({"index": self.echo.pop(0)})
+
+
+def _pixels(png):
+    from PIL import Image
+    import io
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
+
+
+def _same(a, b):
+    return a.shape == b.shape and (np.abs(a - b).max(axis=2) > 40).mean() < 1e-3
+
+
+def test_rope_picked_first_takes_its_default_and_the_blit_stays_clean():
+    """From a fresh explorer a learner picks RoPE first (the window slider stood at stop 5 of 9;
+    RoPE has 5 stops), then other variants: θ must read 1e4 (not the clamped 1e5), and after every
+    pick the blitted PNG equals a full redraw and a fresh explorer built at the same values (no
+    title printed over an old one, no bar left at its old height)."""
+    cls = EXPLORERS["variant_gallery"]
+    ex = cls()
+    w = ex.widgets["param"]
+    browser = _Browser(w)
+    w.comm = browser
+    try:
+        for variant in ("RoPE", "sliding window", "soft-cap", "RoPE", "causal", "sink + window", "ALiBi"):
+            ex.widgets["variant"].value = variant
+            browser.deliver()
+            assert ex.values["param"] == vg.KINDS[variant][3], (variant, ex.values)
+            fast = _pixels(ex.image.value)
+            kept = dict(ex._backgrounds)
+            assert _same(fast, _pixels(ex.png(full=True))), f"blit differs after {variant}"
+            ex._backgrounds.update(kept)
+            fresh = cls(**ex.values)
+            assert _same(fast, _pixels(fresh.image.value)), f"stale artists after {variant}"
+            for ax, ax0 in zip((ex.ax_w, ex.ax_t, ex.ax_h), (fresh.ax_w, fresh.ax_t, fresh.ax_h)):
+                assert ax.get_title() == ax0.get_title()
+            assert [b.get_height() for b in ex.skip] == [b.get_height() for b in fresh.skip]
+    finally:
+        w.comm = None
+
+
+def test_the_theta_readout_is_short_enough_to_show_whole():
+    """The slider's readout box holds about five characters: RoPE's stops are labelled 10 ... 1e5."""
+    ex = EXPLORERS["variant_gallery"](variant="RoPE")
+    w = ex.widgets["param"]
+    assert w.value == 10000 and w.label == "1e4"
+    assert options_of(w) == (10, 100, 1000, 10000, 100000)
+    assert max(map(len, w._options_labels)) <= 4
+    for kind, (_, _, stops, _) in vg.KINDS.items():
+        labels = [o[0] if isinstance(o, tuple) else str(o) for o in stops]
+        assert max(map(len, labels)) <= 12, kind      # "no parameter" is the longest
+
+
 def test_constructor_takes_each_variant_at_its_default_or_a_given_stop():
     cls = EXPLORERS["variant_gallery"]
     assert "soft_cap(2)" in cls(variant="soft-cap").summary.value
@@ -201,10 +280,10 @@ def test_bad_parameters_are_refused_by_the_library_and_shown(variant, param, nam
         ex.compute(variant=variant, param=param, second="none", N=64, tile=16)
     ex.set(variant=variant)
     w = ex.widgets["param"]
-    w.options = [0, *[o for o in w.options]]          # a stop the lecture's slider does not have
+    w.options = [("0", 0), *zip(w._options_labels, options_of(w))]     # a stop the lecture's slider lacks
     ex.set(param=0)
     assert re.search(rf"\b{name}=0", ex.error) and ex._error_text.get_visible()
-    ex.set(param=w.options[1])
+    ex.set(param=options_of(w)[1])
     assert ex.error is None and not ex._error_text.get_visible()
 
 

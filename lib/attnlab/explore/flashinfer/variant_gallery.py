@@ -58,7 +58,8 @@ KINDS = {
     "ALiBi": (alibi, "ALiBi slope", tuple((f"1/{2 ** k}" if k else "1", 2.0 ** -k)
                                           for k in range(8, -1, -1)), 0.0625),
     "sigmoid": (sigmoid, "bias b (weight = σ(s + b))", (-8, -6, -4, -2, 0, 2), -4),
-    "RoPE": (rope, "RoPE base θ", (10, 100, 1000, 10000, 100000), 10000),
+    "RoPE": (rope, "RoPE base θ", (("10", 10), ("100", 100), ("1e3", 1000), ("1e4", 10000), ("1e5", 100000)),
+             10000),      # short labels: the slider's readout shows five digits cut off
     "none": (lambda _: None, None, NO_PARAM, 0),
 }
 #: the variant composed with &, at fixed parameters, by name
@@ -233,8 +234,14 @@ class VariantGalleryExplorer(Explorer):
         if name == "variant":              # the slider takes the new variant's parameter
             _, label, stops, default = KINDS[value]
             w = self.widgets["param"]
-            w.options, w.value = stops, default
-            w.description, w.disabled = label or "(no parameter)", label is None
+            # One state message (hold_sync), and index 0 before the new stops: a browser slider
+            # that got the new stops with the old index (5 of 9 windows) would clamp it onto the
+            # new list (θ = 1e5 of 5) and send that back; the default is what it must show.
+            with w.hold_sync():
+                w.index = 0
+                w.options = stops
+                w.value = default
+                w.description, w.disabled = label or "(no parameter)", label is None
 
     def compute(self, variant, param, second, N, tile):
         return variant_gallery_numbers(make_variant(variant, param, second), N, tile)
