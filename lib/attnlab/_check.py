@@ -11,7 +11,11 @@ from fractions import Fraction
 import numpy as np
 
 __all__ = ["as_int", "as_float", "as_bool", "choice", "as_dtype", "as_array", "as_counts",
-           "as_reals", "as_dtype_bytes"]
+           "as_reals", "as_dtype_bytes", "ARRAY_LIMIT", "check_bytes", "as_rng", "fields_equal"]
+
+#: The most bytes of arrays one call may allocate; a larger request is refused by name before
+#: numpy is asked (it would end in MemoryError, or swap).
+ARRAY_LIMIT = 2**31
 
 #: dtype kinds of real numbers: signed and unsigned integers, floats.
 REAL_KINDS = "iuf"
@@ -245,6 +249,55 @@ def as_dtype_bytes(name: str, value):
     if not np.isfinite(x) or Fraction(x) not in (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8)):
         raise ValueError(f"{name}={value!r} is out of range; valid: an integer >= 1, or 0.5, 0.25, 0.125")
     return x
+
+
+def check_bytes(what: str, nbytes, limit: int = ARRAY_LIMIT) -> int:
+    """`nbytes` (a Python int, computed before allocating) if it is at most `limit`, else ValueError
+    saying what asked for it and the limit.
+
+    >>> check_bytes("num_blocks x block_size", 2**40)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_blocks x block_size needs 1 TiB of arrays; valid: at most 2 GiB
+    """
+    nbytes = int(nbytes)
+    if nbytes > limit:
+        raise ValueError(f"{what} needs {_bytes(nbytes)} of arrays; valid: at most {_bytes(limit)}")
+    return nbytes
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
+
+
+def as_rng(name: str, value) -> np.random.Generator:
+    """A numpy Generator: `value` itself if it is one, else a seed (an integer >= 0; bools refused)."""
+    if isinstance(value, np.random.Generator):
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a numpy Generator or an integer seed >= 0, got "
+                        f"{_short(value)} ({type(value).__name__})")
+    return np.random.default_rng(as_int(name, value, 0, None))
+
+
+def fields_equal(a, b) -> bool:
+    """Equality of two dataclass instances field by field, arrays by shape, dtype and values (the
+    generated __eq__ would ask an array for one truth value). NotImplemented for other types."""
+    if type(a) is not type(b):
+        return NotImplemented
+    from dataclasses import fields
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
+                    and np.array_equal(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 def _range(lo, hi, name: str = "value") -> str:
