@@ -19,12 +19,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._check import as_int
+from ._check import as_float, as_int
 
-__all__ = ["INT32_MAX", "query_tile", "Split", "Items", "split", "requests", "pieces", "expand", "runs"]
+__all__ = ["INT32_MAX", "MAX_KV_HEADS", "MAX_CTAS", "MAX_ITEMS", "query_tile", "Split", "Items", "split", "requests", "pieces", "expand", "runs"]
 
 INT32_MAX = 2**31 - 1           # lengths and packed rows fit int32, as FlashInfer's indptr does
 _COEF_MAX = 2**20               # alpha, beta: with int32 lengths an item's cost stays below 2^52
+MAX_KV_HEADS = 1 << 16          # KV heads of one batch
+MAX_CTAS = 1 << 20              # CTAs of one plan (an H100 has 132 SMs)
+MAX_ITEMS = 1 << 24             # items (pieces x KV heads) of one plan: ~100 bytes of columns each
 _PAIRS = {tuple, list}
 _PACK = struct.Struct("ii").pack  # exactly two int32s: floats, strings, None, 2^31 refused
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
@@ -37,9 +40,8 @@ def query_tile(avg_packed_qo_len: float, head_dim: int = 128) -> int:
     ([16, 16, 64, 64, 128], 64)
     """
     head_dim = as_int("head_dim", head_dim, 1, None)
-    if isinstance(avg_packed_qo_len, bool) or not np.isfinite(avg_packed_qo_len) or avg_packed_qo_len <= 0:
-        raise ValueError(f"avg_packed_qo_len={avg_packed_qo_len!r}; valid: a positive number")
-    return _tile(avg_packed_qo_len, head_dim)
+    avg = as_float("avg_packed_qo_len", avg_packed_qo_len, 0.0, None, lo_open=True)   # bools refused
+    return _tile(avg, head_dim)
 
 
 def _tile(avg: float, head_dim: int = 128) -> int:
@@ -73,6 +75,17 @@ class Split(NamedTuple):
     alpha: int
     beta: int
 
+    def __eq__(self, other):            # arrays compared as wholes, not entry by entry
+        if not isinstance(other, Split):
+            return NotImplemented
+        return all(map(_same, self, other))
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
     def pieces(self) -> tuple:
         """(request, q_start, q_end, kv_start, kv_end) of every piece, in arrival order."""
         return self.cols or pieces(self.kv, self.packed, self.tiles, self.tile_q, self.chunk)[0]
@@ -83,6 +96,15 @@ class Split(NamedTuple):
             return self.cost
         _, q_start, q_end, kv_start, kv_end = cols or self.pieces()
         return self.alpha * (q_end - q_start) + self.beta * (kv_end - kv_start)
+
+
+def _same(a, b) -> bool:
+    """Equality of Split fields: arrays whole, tuples of them entry by entry."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and a == b
 
 
 class Items:
@@ -122,8 +144,8 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk) -> Split:
     """The checked batch cut into one KV head's pieces (chunk "balanced": L_kv of FlashInfer's
     Algorithm 1); a piece costs alpha x its query rows + beta x its KV tokens."""
     qo, kv = requests(lens)
-    kv_heads = _count("kv_heads", kv_heads, 1)
-    num_ctas = _count("num_ctas", num_ctas, 1)
+    kv_heads = _count("kv_heads", kv_heads, 1, MAX_KV_HEADS)
+    num_ctas = _count("num_ctas", num_ctas, 1, MAX_CTAS)
     group = _count("group", group, 1)
     if chunk not in (None, "balanced"):             # beyond any l_kv, a chunk is the whole KV
         chunk = min(_count("chunk", chunk, 1), INT32_MAX)
@@ -146,6 +168,7 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk) -> Split:
         chunk = max(1, -(-kv_heads * work // num_ctas))
     if tiles is None:                               # one query tile each: costs without pieces
         per = np.ones(len(kv), np.int64) if chunk is None else (kv + (chunk - 1)) // chunk
+        _bound_items(int(per.sum()), kv_heads, chunk)
         rows = alpha * packed
         cost = values = rows + (kv if beta == 1 else beta * kv)
         if len(cost) < int(per.sum()):              # chunks of `chunk` tokens, then the rest
@@ -160,9 +183,21 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk) -> Split:
                 cost[np.cumsum(per) - 1] = last
         return Split(values, cost, per, kv_heads, num_ctas, tq, kv, packed, None, chunk, None,
                      alpha, beta)
+    chunks = 1 if chunk is None else (kv + (chunk - 1)) // chunk
+    _bound_items(int((tiles * chunks).sum()), kv_heads, chunk, tq)
     cols, per, rows, kv_len = pieces(kv, packed, tiles, tq, chunk)
     cost = alpha * rows + beta * kv_len
     return Split(cost, cost, per, kv_heads, num_ctas, tq, kv, packed, tiles, chunk, cols, alpha, beta)
+
+
+def _bound_items(n_pieces: int, kv_heads: int, chunk, tile_q=None) -> None:
+    """Refuse a plan of more than MAX_ITEMS items before its columns are allocated."""
+    if n_pieces * kv_heads > MAX_ITEMS:
+        cut = f"KV chunks of chunk={chunk} tokens" if chunk is not None else "whole KV"
+        tiles = f", query tiles of tile_q={tile_q} rows" if tile_q is not None else ""
+        raise ValueError(f"lengths cut into {n_pieces:,} pieces ({cut}{tiles}) x kv_heads={kv_heads} "
+                         f"is {n_pieces * kv_heads:,} work items; valid: at most {MAX_ITEMS:,} "
+                         f"(use larger chunks or tiles)")
 
 
 def requests(lens) -> tuple[np.ndarray, np.ndarray]:

@@ -36,7 +36,7 @@ from functools import cached_property
 import numpy as np
 
 from . import _pieces
-from ._check import as_array, as_int
+from ._check import as_array, as_dtype_bytes, as_int, check_bytes, fields_equal
 from ._lpt import Schedule, list_schedule
 from ._pieces import query_tile
 from .hardware import get_gpu, sm_share_time
@@ -154,13 +154,22 @@ class Plan:
 
     @property
     def utilization(self) -> float:
-        return float(self.loads.sum() / (self.num_ctas * self.makespan))
+        """Mean load over the makespan; 0.0 when no item costs anything (alpha = beta = 0)."""
+        top = self.makespan
+        return float(self.loads.sum() / (self.num_ctas * top)) if top else 0.0
 
     def time(self, gpu="H100-SXM", *, head_dim: int = 128, dtype_bytes: int = 2) -> float:
         """Seconds under the SM-sharing model: the busiest CTA streams its K and V chunks (and
-        its query tiles in, partial outputs out) at bandwidth / SMs."""
+        its query tiles in, partial outputs out) at bandwidth / SMs. head_dim in [1, 65536];
+        dtype_bytes an integer in [1, 16] or 0.5, 0.25, 0.125 (packed fp4 and below)."""
         g = get_gpu(gpu)
-        moved = (2 * (self.kv_end - self.kv_start) + 2 * (self.q_end - self.q_start)) * (head_dim * dtype_bytes)
+        head_dim = as_int("head_dim", head_dim, 1, 1 << 16)
+        dtype_bytes = as_dtype_bytes("dtype_bytes", dtype_bytes)
+        if dtype_bytes > 16:
+            raise ValueError(f"dtype_bytes={dtype_bytes} is out of range; valid: 1 <= dtype_bytes <= 16, "
+                             f"or 0.5, 0.25, 0.125")
+        rows = 2 * (self.kv_end - self.kv_start) + 2 * (self.q_end - self.q_start)   # < 2^34
+        moved = rows * float(head_dim * dtype_bytes)
         per = np.bincount(self.cta, weights=moved, minlength=self.num_ctas)
         return sm_share_time(1, float(per.max()), g, sms=max(g.sms, self.num_ctas)).time
 
@@ -192,8 +201,9 @@ def plan_per_request(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, a
 def plan_fixed_split(lengths, *, chunk: int = 1024, kv_heads: int, num_ctas: int, group: int = 1,
                      alpha: int = 2, beta: int = 1, tile_q=None) -> Plan:
     """The KV cut into chunks of `chunk` tokens, items in arrival order."""
+    chunk = as_int("chunk", chunk, 1, None)         # before split: "balanced" is not a chunk
     split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk)
-    return _in_arrival_order(f"fixed {as_int('chunk', chunk)}", split)
+    return _in_arrival_order(f"fixed {chunk}", split)
 
 
 def plan_balanced(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
@@ -215,21 +225,41 @@ def plan_balanced(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alph
 def run_plan(plan: Plan, q, k, v) -> np.ndarray:
     """Execute a decode plan in numpy: q (batch, kv_heads * group, d); k, v one array
     (kv_heads, l_kv, d) per request. Each item's partial state over its KV chunk, then the
-    merge in the plan's order. Packed row r of KV head h is query head h * group + r."""
+    merge in the plan's order. Packed row r of KV head h is query head h * group + r.
+
+    The arrays must be those the plan was made for: batch, kv_heads, group (l_qo = 1) and each
+    request's l_kv are checked against it by name, so a plan never reads part of a request."""
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a Plan, got {type(plan).__name__}")
+    split = plan._items.split
+    n, kv_heads = len(split.kv), split.kv_heads
     q = as_array("q", q, ndim=3, shape="(batch, kv_heads * group, d)")
-    kv_heads = 1 + max(w.kv_head for w in plan.work)
-    group = q.shape[1] // kv_heads
-    if group * kv_heads != q.shape[1]:
-        raise ValueError(f"q has {q.shape[1]} heads, not a multiple of the plan's {kv_heads} KV heads")
+    group = int(split.packed[0])
+    if (split.packed != group).any():
+        raise ValueError(f"run_plan runs decode plans (every request l_qo = 1, l_qo x group packed rows "
+                         f"the same); this plan packs {sorted(set(split.packed.tolist()))[:5]} rows")
+    if q.shape[:2] != (n, kv_heads * group):
+        raise ValueError(f"q has shape {q.shape}; the plan wants (batch={n}, kv_heads x group="
+                         f"{kv_heads} x {group}, d)")
+    d = q.shape[2]
+    ks, vs = _per_request("k", k, n), _per_request("v", v, n)
+    for i, (l_kv, ki, vi) in enumerate(zip(split.kv.tolist(), ks, vs)):
+        ki = ks[i] = as_array(f"k[{i}]", ki, ndim=3, shape="(kv_heads, l_kv, d)")
+        vi = vs[i] = as_array(f"v[{i}]", vi, ndim=3, shape="(kv_heads, l_kv, d_v)")
+        if ki.shape != (kv_heads, l_kv, d):
+            raise ValueError(f"k[{i}] has shape {ki.shape}; the plan wants (kv_heads={kv_heads}, "
+                             f"l_kv={l_kv}) for request {i}, and q's head dim d={d}")
+        if vi.shape[:2] != (kv_heads, l_kv) or (i and vi.shape[2] != vs[0].shape[2]):
+            raise ValueError(f"v[{i}] has shape {vi.shape}; the plan wants (kv_heads={kv_heads}, "
+                             f"l_kv={l_kv}, d_v) for request {i}, one d_v for all")
+    d_v = vs[0].shape[2]
     states = []
     for w in plan.work:
-        kr = as_array("k", k[w.request], ndim=3)[w.kv_head, w.kv_start:w.kv_end]
-        vr = as_array("v", v[w.request], ndim=3)[w.kv_head, w.kv_start:w.kv_end]
+        kr = ks[w.request][w.kv_head, w.kv_start:w.kv_end]
+        vr = vs[w.request][w.kv_head, w.kv_start:w.kv_end]
         heads = [w.kv_head * group + r for r in w.q_rows]           # decode: l_qo = 1
         states.append(attention_state(q[w.request, heads], kr, vr))
-    o = np.zeros(q.shape, np.result_type(q.dtype, np.float32))
+    o = np.zeros((n, kv_heads * group, d_v), np.result_type(q.dtype, vs[0].dtype, np.float32))
     for (r, h, _t), js in plan.merge:
         oi, _ = merge_states([states[j] for j in js])
         rows = plan.work[js[0]].q_rows
@@ -237,7 +267,17 @@ def run_plan(plan: Plan, q, k, v) -> np.ndarray:
     return o
 
 
-@dataclass(frozen=True)
+def _per_request(name: str, xs, n: int) -> list:
+    """One array per request: a list/tuple of n, or an array whose first axis has n entries."""
+    if isinstance(xs, (str, bytes)) or not hasattr(xs, "__len__"):
+        raise TypeError(f"{name} must be one (kv_heads, l_kv, d) array per request, got "
+                        f"{type(xs).__name__}")
+    if len(xs) != n:
+        raise ValueError(f"{name} has {len(xs)} entries; the plan has {n} requests")
+    return list(xs)
+
+
+@dataclass(frozen=True, eq=False)
 class Workspace:
     """A plan packed into fixed shapes, as a CUDA-graph-replayed persistent kernel reads it:
     item j of CTA c is (request, kv_head, q_start, q_end, kv_start, kv_end)[c, j] where valid, and
@@ -254,6 +294,9 @@ class Workspace:
     merge_indptr: np.ndarray  # int32 (max_outputs + 1,)
     merge_slots: np.ndarray   # int32 (max_ctas * max_items,)
     merge_out: np.ndarray     # int32 (max_outputs, 4): (request, kv_head, q_start, q_end)
+
+    __eq__ = fields_equal                # arrays compared as wholes
+    __hash__ = None
 
     @property
     def max_ctas(self) -> int:
@@ -283,6 +326,9 @@ def fixed_size_workspace(plan: Plan, max_ctas: int, max_items: int, max_outputs:
     max_ctas = as_int("max_ctas", max_ctas, 1, None)
     max_items = as_int("max_items", max_items, 1, None)
     max_outputs = max_ctas * max_items if max_outputs is None else as_int("max_outputs", max_outputs, 1, None)
+    slots = max_ctas * max_items                       # 6 int32 + a bool + a merge slot each
+    check_bytes(f"max_ctas={max_ctas} x max_items={max_items} (and max_outputs={max_outputs})",
+                slots * (6 * 4 + 1 + 4) + max_outputs * (4 * 4 + 4))
     if plan.num_ctas > max_ctas:
         raise ValueError(f"the plan uses {plan.num_ctas} CTAs; max_ctas={max_ctas} holds fewer")
     cta = plan.cta
