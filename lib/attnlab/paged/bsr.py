@@ -3,10 +3,11 @@ See `attnlab.paged` for the arrays' meaning."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
-from .._check import as_array, as_bool, as_int
+from .._check import as_array, as_bool, as_int, check_bytes, fields_equal
 from ..hbm import HBM
 from ..softmax import attention_state
 from .cache import PagedKVCache
@@ -14,10 +15,15 @@ from .cache import PagedKVCache
 __all__ = ["BSRLayout", "to_bsr", "bsr_attention"]
 
 
-@dataclass(frozen=True)
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+@dataclass(frozen=True, eq=False)
 class BSRLayout:
     """Block tables as FlashInfer's three int32 arrays (see the module docstring). Checked on
-    construction: a layout FlashInfer would read out of bounds is refused by name."""
+    construction: a layout FlashInfer would read out of bounds is refused by name, and so is one
+    whose sequence lengths (page_size x (pages - 1) + last page) do not fit int32, the type of
+    FlashInfer's length arrays. Two layouts are equal when their arrays and sizes are."""
     kv_indptr: np.ndarray
     kv_indices: np.ndarray
     kv_last_page_len: np.ndarray
@@ -25,7 +31,7 @@ class BSRLayout:
     num_blocks: int
 
     def __post_init__(self):
-        ps = as_int("page_size", self.page_size, 1, None)
+        ps = as_int("page_size", self.page_size, 1, _INT32_MAX)
         nb = as_int("num_blocks", self.num_blocks, 1, None)
         indptr = _int32("kv_indptr", self.kv_indptr)
         indices = _int32("kv_indices", self.kv_indices)
@@ -50,26 +56,41 @@ class BSRLayout:
         if bad.any():
             raise ValueError(f"kv_last_page_len holds {int(last[bad][0])}; valid: 1 <= len <= "
                              f"page_size={ps}")
+        lens = ps * (pages.astype(np.int64) - 1) + last          # exact: int64, then checked
+        if lens.max() > _INT32_MAX:
+            i = int(np.argmax(lens))
+            raise ValueError(f"request {i} holds page_size={ps} x {int(pages[i]) - 1} pages + "
+                             f"{int(last[i])} = {int(lens[i]):,} tokens; valid: at most {_INT32_MAX:,} "
+                             f"(FlashInfer's length arrays are int32)")
         for name, a in (("kv_indptr", indptr), ("kv_indices", indices), ("kv_last_page_len", last)):
             a.setflags(write=False)
             object.__setattr__(self, name, a)
         object.__setattr__(self, "page_size", ps)
         object.__setattr__(self, "num_blocks", nb)
 
+    __eq__ = fields_equal                # arrays compared as wholes
+    __hash__ = None
+
     @property
     def num_requests(self) -> int:
         return self.kv_indptr.size - 1
 
     def pages(self, i: int) -> np.ndarray:
+        """The pages of request i, 0 <= i < num_requests."""
+        i = as_int("i", i, 0, self.num_requests - 1)
         return self.kv_indices[self.kv_indptr[i]:self.kv_indptr[i + 1]]
 
     def seq_lens(self) -> np.ndarray:
-        return self.page_size * (np.diff(self.kv_indptr) - 1) + self.kv_last_page_len
+        """Tokens per request, int32 (they fit: checked on construction), computed in int64."""
+        pages = np.diff(self.kv_indptr).astype(np.int64)
+        return (self.page_size * (pages - 1) + self.kv_last_page_len).astype(np.int32)
 
     def to_scipy(self):
         """The same matrix as a `scipy.sparse.bsr_array`: rows = requests, columns = the pool's
         tokens, blocks of (1, page_size); its indptr and indices are kv_indptr and kv_indices."""
         from scipy.sparse import bsr_array
+        check_bytes(f"to_scipy: {self.kv_indices.size} pages x page_size={self.page_size} (int8)",
+                    self.kv_indices.size * self.page_size)
         data = np.ones((self.kv_indices.size, 1, self.page_size), np.int8)
         data[self.kv_indptr[1:] - 1, 0, :] = np.arange(self.page_size) < self.kv_last_page_len[:, None]
         return bsr_array((data, self.kv_indices.copy(), self.kv_indptr.copy()),
@@ -79,7 +100,9 @@ class BSRLayout:
 def _int32(name, a) -> np.ndarray:
     a = as_array(name, a, ndim=1, kinds="iu")
     if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
-        raise ValueError(f"{name} does not fit in int32")
+        raise ValueError(f"{name} holds {int(a.max()) if a.max() > 0 else int(a.min())}, which does not "
+                         f"fit int32 (FlashInfer's index arrays); valid: {np.iinfo(np.int32).min} .. "
+                         f"{_INT32_MAX}")
     return a.astype(np.int32)
 
 
@@ -98,7 +121,8 @@ def to_bsr(cache: PagedKVCache, rids) -> BSRLayout:
     tables = [cache.block_table(r) for r in rids]
     indptr = np.cumsum([0] + [len(t) for t in tables])
     last = [cache.seq_len(r) - cache.block_size * (len(t) - 1) for r, t in zip(rids, tables)]
-    return BSRLayout(indptr, np.array(sum(tables, []), dtype=np.int64), np.array(last),
+    indices = np.fromiter(chain.from_iterable(tables), np.int64, int(indptr[-1]))   # linear
+    return BSRLayout(indptr, indices, np.array(last),
                      cache.block_size, cache.num_blocks)
 
 

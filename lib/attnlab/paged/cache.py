@@ -2,9 +2,11 @@
 table per request, fork with copy-on-write. See `attnlab.paged` for the layout it feeds."""
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
-from .._check import as_array, as_int
+from .._check import ARRAY_LIMIT, as_array, as_int, check_bytes
 
 __all__ = ["OutOfBlocks", "PagedKVCache"]
 
@@ -20,6 +22,10 @@ class PagedKVCache:
     a real allocator's (not 0, 1, 2, ...). Full blocks can be shared between requests (`fork`);
     a shared partial last block is copied on the first write to it (copy-on-write).
 
+    The two pools (K and V) may hold at most 2 GiB together (num_blocks x block_size x head_dim
+    x the dtype's bytes x 2); values beyond the dtype's largest finite one are refused, not
+    stored as inf.
+
     >>> cache = PagedKVCache(64, 4, 8, seed=0)
     >>> rng = np.random.default_rng(1)
     >>> a = cache.add(rng.standard_normal((10, 8)), rng.standard_normal((10, 8)))
@@ -32,9 +38,18 @@ class PagedKVCache:
         self.num_blocks = as_int("num_blocks", num_blocks, 1, 1 << 24)
         self.block_size = as_int("block_size", block_size, 1, 1 << 16)
         self.head_dim = as_int("head_dim", head_dim, 1, 1 << 16)
-        self.dtype = np.dtype(dtype)
-        if self.dtype.kind != "f":
-            raise TypeError(f"dtype must be a float dtype, got {self.dtype}")
+        try:
+            self.dtype = None if dtype is None else np.dtype(dtype)
+        except (TypeError, ValueError):
+            self.dtype = None
+        if self.dtype is None or self.dtype.kind != "f":
+            raise TypeError(f"dtype must be a float dtype (np.float16, np.float32, np.float64, ...), "
+                            f"got {dtype!r}")
+        self._max = float(np.finfo(self.dtype).max)
+        check_bytes(f"num_blocks={self.num_blocks} x block_size={self.block_size} x head_dim="
+                    f"{self.head_dim} x {self.dtype.itemsize} bytes ({self.dtype}) x 2 pools",
+                    2 * self.num_blocks * self.block_size * self.head_dim * self.dtype.itemsize,
+                    ARRAY_LIMIT)
         self.k_pool = np.zeros((self.num_blocks, self.block_size, self.head_dim), self.dtype)
         self.v_pool = np.zeros_like(self.k_pool)
         order = np.random.default_rng(as_int("seed", seed, 0, None)).permutation(self.num_blocks)
@@ -53,7 +68,10 @@ class PagedKVCache:
 
     def _rid(self, rid) -> int:
         if isinstance(rid, bool) or not isinstance(rid, (int, np.integer)) or int(rid) not in self._tables:
-            raise ValueError(f"rid={rid!r} is not a request of this cache; valid: {sorted(self._tables)}")
+            ids = sorted(self._tables)                # the message stays short for any cache
+            valid = (", ".join(map(str, ids)) if len(ids) <= 10 else
+                     f"{len(ids):,} requests, {', '.join(map(str, ids[:5]))}, ..., {ids[-1]}")
+            raise ValueError(f"rid={rid!r} is not a request of this cache; valid: [{valid}]")
         return int(rid)
 
     def block_table(self, rid) -> list[int]:
@@ -77,6 +95,12 @@ class PagedKVCache:
         if k.shape[1] != self.head_dim or v.shape != k.shape or k.shape[0] < 1:
             raise ValueError(f"k and v must both be (n_tokens >= 1, head_dim={self.head_dim}); "
                              f"got k {k.shape}, v {v.shape}")
+        for name, a in (("k", k), ("v", v)):
+            top = float(np.abs(a).max())
+            if top > self._max:
+                raise ValueError(f"{name} holds {top:.4g}, beyond dtype {self.dtype}'s largest finite "
+                                 f"value {self._max:.4g}; valid: |{name}| <= {self._max:.4g} (or a "
+                                 f"wider dtype)")
         return k, v
 
     def _take(self, n: int, what: str) -> list[int]:
@@ -89,27 +113,35 @@ class PagedKVCache:
         return blocks
 
     def _write(self, rid: int, k, v) -> None:
-        """Append tokens, filling the last block first (copied first if another request shares it)."""
+        """Append tokens, filling the last block first (copied first if another request shares it),
+        then whole new blocks at once: linear in the tokens, whatever the page size."""
         table, n, bs = self._tables[rid], self._lens[rid], self.block_size
         used = n - bs * (len(table) - 1) if table else bs       # tokens in the last block
         room = bs - used
         shared_partial = table and room > 0 and self._refs[table[-1]] > 1
         new = -(-max(len(k) - room, 0) // bs)
-        fresh = self._take(new + (1 if shared_partial else 0), f"request {rid}")   # all or nothing
+        fresh = deque(self._take(new + (1 if shared_partial else 0), f"request {rid}"))  # all or nothing
         if shared_partial:                                      # copy-on-write of the last block
-            old, copy = table[-1], fresh.pop(0)
+            old, copy = table[-1], fresh.popleft()
             self.k_pool[copy], self.v_pool[copy] = self.k_pool[old], self.v_pool[old]
             self._refs[old] -= 1
             table[-1] = copy
-        pos, i = n, 0
-        while i < len(k):                                       # one page (or its rest) at a time
-            if pos // bs == len(table):
-                table.append(fresh.pop(0))
-            page, off = table[pos // bs], pos % bs
-            m = min(bs - off, len(k) - i)
-            self.k_pool[page, off:off + m] = k[i:i + m]
-            self.v_pool[page, off:off + m] = v[i:i + m]
-            pos, i = pos + m, i + m
+        m = min(room, len(k))
+        if m:                                                   # the rest of the last block
+            self.k_pool[table[-1], used:used + m] = k[:m]
+            self.v_pool[table[-1], used:used + m] = v[:m]
+        if new:
+            pages = list(fresh)
+            table.extend(pages)
+            rest_k, rest_v = k[m:], v[m:]
+            full = len(rest_k) // bs                            # whole pages in one assignment
+            if full:
+                self.k_pool[pages[:full]] = rest_k[:full * bs].reshape(full, bs, -1)
+                self.v_pool[pages[:full]] = rest_v[:full * bs].reshape(full, bs, -1)
+            tail = len(rest_k) - full * bs
+            if tail:
+                self.k_pool[pages[full], :tail] = rest_k[full * bs:]
+                self.v_pool[pages[full], :tail] = rest_v[full * bs:]
         self._lens[rid] = n + len(k)
 
     def add(self, k, v) -> int:
