@@ -2,7 +2,8 @@
 attend in float64, and measure the error against float64 attention on the exact inputs.
 
 Rounding is ml_dtypes' (float32 -> ml_dtypes.float8_e4m3fn / float4_e2m1fn -> float32): round to
-nearest even, saturating formats without infinities. A scale maps each group's largest |value| to
+nearest even, saturating: a value beyond the format's largest finite one becomes that value
+(e4m3 itself has no infinity and would give NaN; bf16 would give inf). A scale maps each group's largest |value| to
 the format's largest finite value (448 for e4m3, 6 for e2m1) before rounding and back after:
 
 - per tensor: one scale for the whole (N, d) matrix (the baseline FP8 attention of FA3's paper);
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from ._check import as_array, as_bool, as_float, as_int, choice
+from ._check import as_array, as_bool, as_float, as_int, as_rng, check_bytes, choice
 
 __all__ = ["FORMATS", "format_max", "quantise", "random_orthogonal", "outlier_inputs", "attention64",
            "lowprec_attention", "attention_error", "AttentionError", "METHODS", "compare_methods"]
@@ -51,8 +52,21 @@ def format_max(fmt: str) -> float:
     return float(ml_dtypes.finfo(FORMATS[choice("fmt", fmt, tuple(FORMATS))]).max)
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+_X_MAX = _F32_MAX / 2           # |x| quantise takes: float32's range, with room for a scale's rounding
+_TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
+_CACHE_BYTES = 1 << 26          # inputs and references cached only up to this size each
+_ROWS_BYTES = 1 << 26           # attention64 works in row blocks of at most 64 MiB of scores
+
+
 def _round(x32: np.ndarray, fmt: str) -> np.ndarray:
-    return x32.astype(FORMATS[fmt]).astype(np.float32)
+    top = np.float32(format_max(fmt))
+    return np.clip(x32, -top, top).astype(FORMATS[fmt]).astype(np.float32)     # saturate
+
+
+def _divide(x32, s):
+    with np.errstate(over="ignore"):        # beyond float32 is beyond the format: it saturates
+        return x32 / s
 
 
 def quantise(x, fmt: str = "fp8_e4m3", block: int | None = None, *, scale: float | None = None) -> np.ndarray:
@@ -60,30 +74,41 @@ def quantise(x, fmt: str = "fp8_e4m3", block: int | None = None, *, scale: float
 
     scale: one given scale (x / scale is rounded, then multiplied back); else block None: one
     scale per tensor, amax / format_max; block b: one scale per b consecutive rows (axis 0).
-    A group of zeros keeps scale 1.
+    A group of zeros keeps scale 1. Values that land beyond the format's range saturate to its
+    largest finite value. |x| at most 1.7e38 (float32's range, halved); a given scale in
+    [1.2e-38, 3.4e38 / (2 format_max)], so that neither x / scale nor the result leaves float32.
 
     >>> quantise(np.array([0.3, 1.0, 7.0]), "fp4_e2m1", scale=1.0).tolist()
     [0.5, 1.0, 6.0]
+    >>> quantise(np.array([500.0, -1e4]), "fp8_e4m3", scale=1.0).tolist()
+    [448.0, -448.0]
     """
     choice("fmt", fmt, tuple(FORMATS))
-    x = as_array("x", x, kinds="f").astype(np.float32)
-    if scale is not None:
-        s = np.float32(as_float("scale", scale, 0.0, None, lo_open=True))
-        return _round(x / s, fmt) * s
+    x = as_array("x", x, kinds="f")
+    if x.size and float(np.abs(x).max()) > _X_MAX:
+        raise ValueError(f"x holds {float(np.abs(x).max()):.4g}; valid: |x| <= {_X_MAX:.3g} "
+                         f"(quantise works in float32)")
+    x = x.astype(np.float32)
     top = np.float32(format_max(fmt))
+    if scale is not None:
+        s = np.float32(as_float("scale", scale, float(np.finfo(np.float32).tiny), _X_MAX / float(top)))
+        return _round(_divide(x, s), fmt) * s
     if block is None:
         amax = np.float32(np.abs(x).max(initial=0.0))
-        s = amax / top if amax > 0 else np.float32(1.0)
+        s = max(amax / top, _TINY) if amax > 0 else np.float32(1.0)
         return _round(x / s, fmt) * s
     block = as_int("block", block, 1, None)
     if x.ndim == 0:
         raise ValueError("x must have at least one axis for block scaling; valid: an (N, ...) array")
     n = x.shape[0]
+    if n == 0:
+        return x.copy()
+    block = min(block, n)                   # one block past the rows is the same single group
     pad = -n % block
     xp = np.concatenate([x, np.zeros((pad, *x.shape[1:]), np.float32)]) if pad else x
     groups = xp.reshape(-1, block, *x.shape[1:])
     amax = np.abs(groups).reshape(groups.shape[0], -1).max(axis=1)
-    s = np.where(amax > 0, amax / top, np.float32(1.0)).astype(np.float32)
+    s = np.where(amax > 0, np.maximum(amax / top, _TINY), np.float32(1.0)).astype(np.float32)
     s = s.reshape(-1, *([1] * (groups.ndim - 1)))
     return (_round(groups / s, fmt) * s).reshape(xp.shape)[:n]
 
@@ -94,7 +119,7 @@ def random_orthogonal(d: int, rng) -> np.ndarray:
     d = as_int("d", d, 1, 4096)
     if d & (d - 1):
         raise ValueError(f"d={d} is not a power of two; valid: 1, 2, 4, ..., 4096 (Sylvester Hadamard)")
-    signs = np.random.default_rng(rng).choice([-1.0, 1.0], size=d)
+    signs = as_rng("rng", rng).choice([-1.0, 1.0], size=d)
     return _hadamard(d) * signs[None, :] / np.sqrt(d)
 
 
@@ -125,19 +150,42 @@ def _inputs(n, d, strength, n_outliers, seed):
 
 def outlier_inputs(n: int = 512, d: int = 64, strength: float = 30.0, n_outliers: int = 4, seed: int = 0):
     """(q, k, v, outlier channels): float64 (n, d) inputs as the module docstring describes; read
-    only (cached: the same arguments return the same arrays)."""
+    only (cached up to 64 MiB each: the same arguments return the same arrays; larger ones are
+    made afresh, so the cache stays under 32 x 64 MiB). n <= 65536, d <= 4096 and the three
+    arrays at most 2 GiB together (n x d <= 2^31 / 24)."""
     n = as_int("n", n, 1, 1 << 16)
     d = as_int("d", d, 1, 4096)
+    check_bytes(f"outlier_inputs: n={n} x d={d} x 3 arrays of float64", 3 * n * d * 8)
     strength = as_float("strength", strength, 0.0, 1e4)
     n_outliers = as_int("n_outliers", n_outliers, 0, d)
     seed = as_int("seed", seed, 0, None)
-    return _inputs(n, d, strength, n_outliers, seed)
+    small = 3 * n * d * 8 <= _CACHE_BYTES
+    return (_inputs if small else _inputs.__wrapped__)(n, d, strength, n_outliers, seed)
 
 
 def attention64(q, k, v) -> np.ndarray:
-    """softmax(q k^T / sqrt(d)) v in float64 (the reference)."""
-    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-    s = q @ k.T / np.sqrt(q.shape[-1])
+    """softmax(q k^T / sqrt(d)) v in float64 (the reference): q (N_q, d), k (N_k, d), v (N_k, d_v),
+    finite. Computed in blocks of query rows (at most 64 MiB of scores each), so memory is
+    O(N_k) per row, not N_q x N_k."""
+    q = as_array("q", q, ndim=2, shape="(N_q, d)").astype(np.float64, copy=False)
+    k = as_array("k", k, ndim=2, shape="(N_k, d)").astype(np.float64, copy=False)
+    v = as_array("v", v, ndim=2, shape="(N_k, d_v)").astype(np.float64, copy=False)
+    if q.shape[1] < 1 or k.shape[1] != q.shape[1] or k.shape[0] < 1 or v.shape[0] != k.shape[0]:
+        raise ValueError(f"q (N_q, d), k (N_k, d), v (N_k, d_v) with d, N_k >= 1; got q {q.shape}, "
+                         f"k {k.shape}, v {v.shape}")
+    check_bytes(f"attention64: output N_q={q.shape[0]} x d_v={v.shape[1]} (float64)",
+                q.shape[0] * v.shape[1] * 8)
+    rows = max(1, _ROWS_BYTES // (8 * k.shape[0]))
+    c = np.sqrt(q.shape[-1])
+    if rows >= q.shape[0]:
+        return _softmax_v(q @ k.T / c, v)
+    out = np.empty((q.shape[0], v.shape[1]))
+    for a in range(0, q.shape[0], rows):
+        out[a:a + rows] = _softmax_v(q[a:a + rows] @ k.T / c, v)
+    return out
+
+
+def _softmax_v(s, v):
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     return (p / p.sum(axis=-1, keepdims=True)) @ v
 
@@ -147,9 +195,15 @@ def lowprec_attention(q, k, v, fmt: str = "fp8_e4m3", block: int | None = None, 
     """Attention of q, k, v each rounded by `quantise(., fmt, block)`; with `transform`, q and k
     are first multiplied by `random_orthogonal(d, seed)`. Attends in float64."""
     transform = as_bool("transform", transform)
+    seed = as_int("seed", seed, 0, None)
+    q = as_array("q", q, ndim=2, shape="(N_q, d)")
+    k = as_array("k", k, ndim=2, shape="(N_k, d)")
+    v = as_array("v", v, ndim=2, shape="(N_k, d_v)")
+    if k.shape[1] != q.shape[1]:
+        raise ValueError(f"q {q.shape} and k {k.shape} must have the same head dim d")
     if transform:
-        m = random_orthogonal(np.shape(q)[-1], seed)
-        q, k = np.asarray(q) @ m, np.asarray(k) @ m
+        m = random_orthogonal(q.shape[-1], seed)
+        q, k = q @ m, k @ m
     return attention64(*(quantise(a, fmt, block) for a in (q, k, v)))
 
 
@@ -180,7 +234,8 @@ def attention_error(fmt: str = "fp8_e4m3", block: int | None = None, transform: 
 @functools.lru_cache(maxsize=256)
 def _error(fmt, block, transform, strength, n, d, n_outliers, seed):
     q, k, v, _ = outlier_inputs(n, d, strength, n_outliers, seed)
-    ref = _reference(n, d, float(strength), n_outliers, seed)
+    small = 3 * n * d * 8 <= _CACHE_BYTES
+    ref = (_reference if small else _reference.__wrapped__)(n, d, float(strength), n_outliers, seed)
     o = lowprec_attention(q, k, v, fmt, block, transform, seed)
     err = o - ref
     amax = float(np.abs(k).max()) if not transform else float(np.abs(k @ random_orthogonal(d, seed)).max())
