@@ -38,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from .._check import as_bool, as_int
+from .._check import as_bool, as_int, check_bytes
 from ..attention import Tiles, _prepare, _heads, fa2_head
 from ..hbm import HBM
 
@@ -62,8 +62,10 @@ class Variant:
     output_transform: Callable | None = None
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a non-empty string, got {self.name!r} ({type(self.name).__name__})")
+        if not self.name.strip():
+            raise ValueError(f"name={self.name!r} is empty; valid: a non-empty string (it labels plots)")
         for f in _FUNCTORS:
             fn = getattr(self, f)
             if fn is not None and not callable(fn):
@@ -208,9 +210,11 @@ def _variant_of(variants) -> Variant:
 
 def variant_mask(variants, n_q: int, n_k: int) -> np.ndarray:
     """The dense (n_q, n_k) bool mask of a variant (or list of variants): True where query i may
-    see key j, positions bottom-right aligned. For pictures and tests; kernels never build it."""
+    see key j, positions bottom-right aligned. For pictures and tests; kernels never build it
+    (n_q x n_k at most 2^31 entries, with the position grids the mask is computed on)."""
     var = _variant_of(variants)
     n_q, n_k = as_int("n_q", n_q, 1, None), as_int("n_k", n_k, 1, None)
+    check_bytes(f"variant_mask: n_q={n_q} x n_k={n_k} (bool, and int64 positions)", n_q * n_k)
     m = _mask_of(var, np.arange(n_q)[:, None] + (n_k - n_q), np.arange(n_k)[None, :])
     return np.ones((n_q, n_k), bool) if m is None else np.array(m)
 
@@ -227,6 +231,11 @@ def tile_mask(variants, n_q: int, n_k: int, block_r: int, block_c: int) -> np.nd
     var = _variant_of(variants)
     n_q, n_k = as_int("n_q", n_q, 1, None), as_int("n_k", n_k, 1, None)
     block_r, block_c = as_int("block_r", block_r, 1, None), as_int("block_c", block_c, 1, None)
+    rows, cols = -(-n_q // block_r), -(-n_k // block_c)
+    check_bytes(f"tile_mask: {rows} x {cols} tiles (n_q={n_q}, n_k={n_k}, block_r={block_r}, "
+                f"block_c={block_c}; 28 bytes a label)", rows * cols * 28)
+    check_bytes(f"tile_mask: a query tile's mask, block_r={min(block_r, n_q)} x n_k={n_k}",
+                min(block_r, n_q) * n_k * 9)
     starts = np.arange(0, n_k, block_c)
     widths = np.diff(np.append(starts, n_k))
     out = np.empty((-(-n_q // block_r), len(starts)), dtype="<U7")
