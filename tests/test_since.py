@@ -203,3 +203,19 @@ def test_fastest_per_case_on_the_recorded_h200_run():
     assert rows[("prefill", "batch 1, N 4096")]["impl"] == "sdpa-cudnn"
     assert rows[("paged", "batch 256, context 4096")]["impl"] == "flashinfer-tc"
     assert all(not r["impl"].startswith(("ours", "sched", "paged", "contiguous", "cascade")) for r in rows.values())
+
+
+def test_lowprec_explorer_format_readable_and_n():
+    import ipywidgets as widgets
+    from attnlab.explore.since import LowPrecExplorer
+    x = LowPrecExplorer(fmt="fp4_e2m1", block=64, strength=30, transform=True, n=64)
+    fmt = x.widgets["fmt"]
+    assert isinstance(fmt, widgets.ToggleButtons)              # every choice is a labelled button
+    assert [label for label, _ in fmt.options] == ["FP8 e4m3", "FP4 e2m1"] and fmt.value == "fp4_e2m1"
+    r = lowprec_numbers("fp4_e2m1", 64, 30, True, n=64)           # the explorer computes at its own N
+    assert f"{r.baseline / r.rmse:.2f}x" in x.summary.value and "N = 64," in x.summary.value
+    assert "N = 64" in x.ax_e.get_title()
+    with pytest.raises(ValueError, match="n=8"):
+        LowPrecExplorer(n=8)
+    with pytest.raises(TypeError, match="n"):
+        LowPrecExplorer(n="256")

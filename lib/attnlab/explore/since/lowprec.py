@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import lowprec as lp
+from ..._check import as_int
 from .. import style
 from .._base import Explorer, readonly
-from .._controls import checkbox, steps
+from .._controls import checkbox, steps, toggle
 
 __all__ = ["LowPrecNumbers", "lowprec_numbers", "lowprec_table", "LowPrecExplorer", "N_EXPLORE", "D_EXPLORE"]
 
@@ -81,21 +82,26 @@ class LowPrecExplorer(Explorer):
     Left: the largest |k| of each channel the quantiser sees (log scale): a few outlier channels,
     or, with the transform, every channel at a similar height. Right: RMSE of the attention output
     against float64 for bf16 rounding, the per-tensor baseline of this format, and your setting.
+    The format is a pair of buttons, so the chosen one is always readable. `n` (queries and keys)
+    is fixed per explorer: N_EXPLORE = 256 answers within a slider step; a static snapshot can
+    take the table's 2,048.
     """
     name = "lowprec_error"
     size = (style.WIDTH, 4.0)
 
-    def __init__(self, fmt: str = "fp8_e4m3", block: int = 64, strength: float = 30, transform: bool = True):
+    def __init__(self, fmt: str = "fp8_e4m3", block: int = 64, strength: float = 30, transform: bool = True,
+                 *, n: int = N_EXPLORE):
+        self.n = as_int("n", n, 16, 1 << 14)
         super().__init__(fmt=fmt, block=block, strength=strength, transform=transform)
 
     def controls(self):
-        return {"fmt": steps("format", FMTS, "fp8_e4m3"),
+        return {"fmt": toggle("format", FMTS, "fp8_e4m3"),
                 "block": steps("scale per", BLOCKS, 64),
                 "strength": steps("outlier strength (x)", STRENGTHS, 30),
                 "transform": checkbox("random orthogonal transform of Q, K", True)}
 
     def compute(self, fmt, block, strength, transform):
-        return lowprec_numbers(fmt, block, strength, transform)
+        return lowprec_numbers(fmt, block, strength, transform, n=self.n)
 
     def build(self, fig):
         ax_c, ax_e = self.ax_c, self.ax_e = fig.subplots(1, 2)
@@ -136,9 +142,9 @@ class LowPrecExplorer(Explorer):
         tr = "with" if r.transform else "without"
         self.ax_c.set_title(f"|k| per channel the quantiser sees ({tr} transform)", fontsize=9.5)
         self.ax_e.set_title(f"{fmt}, scale: {block}, outliers x{r.strength:g}, "
-                            f"{'transform' if r.transform else 'no transform'}", fontsize=9.5)
+                            f"{'transform' if r.transform else 'no transform'}, N = {self.n:,}", fontsize=9.5)
         gain = r.baseline / r.rmse
         return (f"{fmt}, scale: {block}, {tr} the transform, key outliers x{r.strength:g}: RMSE "
                 f"<b>{r.rmse:.2e}</b> against {r.baseline:.2e} per tensor (<b>{gain:.2f}x</b> "
                 f"{'lower' if gain >= 1 else 'higher'}); bf16 rounding gives {r.bf16:.2e}. "
-                f"N = {N_EXPLORE}, d = {D_EXPLORE}, seed 0.")
+                f"N = {self.n:,}, d = {D_EXPLORE}, seed 0.")
