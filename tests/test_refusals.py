@@ -349,3 +349,26 @@ def test_records_holding_arrays_compare_as_wholes():
     for rec in (a, w, ws, s):
         with pytest.raises(TypeError):
             hash(rec)
+
+
+def test_paged_cache_refuses_int64_extremes_its_dtype_cannot_hold():
+    c = PagedKVCache(8, 4, 2, dtype=np.float16)
+    low = np.full((1, 2), np.iinfo(np.int64).min)                        # abs() of it wraps
+    _raises(ValueError, "k", c.add, low, np.ones((1, 2)))
+    rid = c.add(np.full((1, 2), -65504), np.ones((1, 2), np.int64))
+    assert c.gather(rid)[0].tolist() == [[-65504.0, -65504.0]]
+
+
+def test_functors_that_return_the_wrong_thing_are_named():
+    from attnlab.variants import variant_attention
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((6, 4)) for _ in range(3))
+    short = Variant(name="short", logits_mask=lambda qi, kj: np.ones(3, bool))
+    _raises(ValueError, "logits_mask", variant_mask, short, 4, 5)
+    _raises(ValueError, "logits_mask", variant_attention, q, k, v, short)
+    words = Variant(name="words", query_transform=lambda x, pos: "rotated")
+    _raises(TypeError, "query_transform", variant_attention, q, k, v, words)
+    shout = Variant(name="shout", logits_transform=lambda s, qi, kj: [["a"]])
+    _raises(TypeError, "logits_transform", variant_attention, q, k, v, shout)
+    wide = Variant(name="wide", key_transform=lambda x, pos: np.ones((len(x), 5)))
+    _raises(ValueError, "key_transform", variant_attention, q, k, v, wide)

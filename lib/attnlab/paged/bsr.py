@@ -156,6 +156,10 @@ def _gather_pages(cache, layout, i, hbm):
     """Request i's K and V, loaded page by page through kv_indices (the last page cut to its
     length): page_size x d elements of K and of V per page, counted where they are read."""
     pages, ks, vs = layout.pages(i), [], []
+    if hbm is None:                                    # nothing to count: one gather, not a loop
+        n = layout.page_size * (len(pages) - 1) + int(layout.kv_last_page_len[i])
+        d = cache.head_dim
+        return cache.k_pool[pages].reshape(-1, d)[:n], cache.v_pool[pages].reshape(-1, d)[:n]
     for j, p in enumerate(pages):
         n = layout.kv_last_page_len[i] if j == len(pages) - 1 else layout.page_size
         ks.append(cache.k_pool[p, :n])                 # one page of K: n x d elements

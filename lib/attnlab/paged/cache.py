@@ -96,7 +96,7 @@ class PagedKVCache:
             raise ValueError(f"k and v must both be (n_tokens >= 1, head_dim={self.head_dim}); "
                              f"got k {k.shape}, v {v.shape}")
         for name, a in (("k", k), ("v", v)):
-            top = float(np.abs(a).max())
+            top = max(float(a.max()), -float(a.min()))        # no abs: it wraps int64's min
             if top > self._max:
                 raise ValueError(f"{name} holds {top:.4g}, beyond dtype {self.dtype}'s largest finite "
                                  f"value {self._max:.4g}; valid: |{name}| <= {self._max:.4g} (or a "

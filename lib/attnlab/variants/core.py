@@ -111,7 +111,25 @@ def _mask_of(variant: Variant, q_idx, kv_idx):
     m = np.asarray(variant.logits_mask(q_idx, kv_idx))
     if m.dtype != bool:
         raise TypeError(f"logits_mask of {variant.name!r} must return booleans, got dtype {m.dtype}")
-    return np.broadcast_to(m, (q_idx.shape[0], kv_idx.shape[1]))
+    shape = (q_idx.shape[0], kv_idx.shape[1])
+    try:
+        return np.broadcast_to(m, shape)
+    except ValueError:
+        raise ValueError(f"logits_mask of {variant.name!r} returned shape {m.shape}; valid: the "
+                         f"tile's {shape} (or a shape that broadcasts to it)") from None
+
+
+def _as_values(variant, f: str, y, dtype, shape):
+    """A functor's result as an array of `dtype` and `shape`, finite, else an error naming it."""
+    try:
+        y = np.asarray(y, dtype=dtype)
+    except (TypeError, ValueError):
+        raise TypeError(f"{f} of {variant.name!r} must return real numbers, got "
+                        f"{type(y).__name__}") from None
+    if y.shape != shape or not np.isfinite(y).all():
+        raise ValueError(f"{f} of {variant.name!r} must return finite values of shape {shape}, "
+                         f"got shape {y.shape}")
+    return y
 
 
 class _VariantTiles(Tiles):
@@ -132,10 +150,8 @@ class _VariantTiles(Tiles):
         s = super().scores(qi, kj, r0, c0, hbm)                  # scale * q k^T, checked
         q_idx, kv_idx = self._grid(r0, r0 + len(qi), c0, c0 + len(kj))
         if self.variant.logits_transform is not None:
-            s = np.asarray(self.variant.logits_transform(s, q_idx, kv_idx), dtype=s.dtype)
-            if s.shape != (len(qi), len(kj)) or not np.isfinite(s).all():
-                raise ValueError(f"logits_transform of {self.variant.name!r} must return finite "
-                                 f"logits of shape {(len(qi), len(kj))}")
+            s = _as_values(self.variant, "logits_transform", self.variant.logits_transform(s, q_idx, kv_idx),
+                           s.dtype, (len(qi), len(kj)))
         if not self.variant.use_softmax:
             s = -np.logaddexp(0.0, -s)                          # log sigma(s): sigma(s) = e^s'
         m = _mask_of(self.variant, q_idx, kv_idx)
@@ -151,11 +167,7 @@ def _rows(variant, f, x, pos):
     fn = getattr(variant, f)
     if fn is None:
         return x
-    y = np.asarray(fn(x, pos), dtype=x.dtype)
-    if y.shape != x.shape or not np.isfinite(y).all():
-        raise ValueError(f"{f} of {variant.name!r} must return finite rows of shape {x.shape}, "
-                         f"got shape {y.shape}")
-    return y
+    return _as_values(variant, f, fn(x, pos), x.dtype, x.shape)
 
 
 def variant_attention(q, k, v, *variants: Variant, block_r: int | None = None, block_c: int = 64,
