@@ -372,3 +372,15 @@ def test_functors_that_return_the_wrong_thing_are_named():
     _raises(TypeError, "logits_transform", variant_attention, q, k, v, shout)
     wide = Variant(name="wide", key_transform=lambda x, pos: np.ones((len(x), 5)))
     _raises(ValueError, "key_transform", variant_attention, q, k, v, wide)
+
+
+def test_paged_attention_refuses_score_matrices_past_the_limit():
+    from attnlab.paged import bsr_attention, composable_attention
+    c = PagedKVCache(2**14, 2**10, 1, dtype=np.float16)
+    rid = c.add(np.zeros((2**23, 1)), np.zeros((2**23, 1)))               # 8 Mi keys
+    lay = to_bsr(c, [rid])
+    q = np.zeros((2**10, 1))
+    assert "request 0" in _raises(ValueError, "bsr_attention", bsr_attention, q, c, lay, qo_indptr=[0, 2**10])
+    _raises(ValueError, "composable_attention", composable_attention, q, c, [rid], qo_indptr=[0, 2**10])
+    one = bsr_attention(np.ones((1, 1)), c, lay)                          # one row: 8 Mi scores
+    assert one.tolist() == [[0.0]]

@@ -175,7 +175,8 @@ def bsr_attention(q, cache: PagedKVCache, layout: BSRLayout, *, qo_indptr=None, 
     row per request, (n, d), or (n, h, d) for h query heads sharing the KV head. Prefill: q is
     (total_q, d) and request i's queries are q[qo_indptr[i]:qo_indptr[i+1]], causal bottom-right
     within the request when `causal`. Equals attention over `cache.gather(rid)` exactly.
-    Returns o (shaped like q), or (o, lse) with return_lse (natural log)."""
+    Returns o (shaped like q), or (o, lse) with return_lse (natural log). One request's scores
+    (its query rows x its keys) are built at once: at most 2 GiB, checked before any is."""
     if not isinstance(cache, PagedKVCache):
         raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
     if not isinstance(layout, BSRLayout):
@@ -190,6 +191,11 @@ def bsr_attention(q, cache: PagedKVCache, layout: BSRLayout, *, qo_indptr=None, 
     q, spans = _queries(q, n, cache.head_dim, qo_indptr)
     o = np.zeros(q.shape, np.result_type(q.dtype, cache.dtype, np.float32))
     lse = np.full(q.shape[:-1], -np.inf, o.dtype)
+    lens = layout.seq_lens()
+    for i, (a, b) in enumerate(spans):                      # scores (and mask) of one request at once
+        rows = (b - a) * (q.shape[1] if q.ndim == 3 else 1) if qo_indptr is None else b - a
+        check_bytes(f"bsr_attention: request {i}'s {rows} query rows x {int(lens[i])} keys of scores",
+                    rows * int(lens[i]) * 9)
     for i, (a, b) in enumerate(spans):
         k, v = _gather_pages(cache, layout, i, hbm)
         qi = q[a:b] if qo_indptr is not None else q[i]          # (n_q, d), (h, d) or (d,)

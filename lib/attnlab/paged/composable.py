@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._check import check_bytes
 from ..hbm import HBM
 from ..softmax import attention_state, merge
 from .bsr import _list, _queries
@@ -64,7 +65,8 @@ def composable_attention(q, cache: PagedKVCache, rids, *, qo_indptr=None, hbm: H
 
     Returns (o, reads): o shaped like q; reads = {"single": KV pages read when every request reads
     all of its pages, "composable": the shared pages once plus each request's own pages,
-    "shared": the shared pages}.
+    "shared": the shared pages}. The shared block row's scores (all the group's query rows x the
+    shared keys) and each request's own are at most 2 GiB each, checked before any is built.
 
     >>> cache = PagedKVCache(32, 4, 2, seed=0)
     >>> base = cache.add(np.ones((8, 2)), np.ones((8, 2)))             # 2 full pages
@@ -80,6 +82,12 @@ def composable_attention(q, cache: PagedKVCache, rids, *, qo_indptr=None, hbm: H
     d = cache.head_dim
     q, spans = _queries(q, len(rids), d, qo_indptr)
     pages, tokens = shared_prefix(cache, rids)
+    rows = q.size // d                                     # every query row of the group
+    check_bytes(f"composable_attention: {rows} query rows x {tokens} shared keys of scores",
+                rows * tokens * 8)
+    for r, (a, b) in zip(rids, spans):
+        own = (q[a:b].size // d) * (cache.seq_len(r) - tokens)
+        check_bytes(f"composable_attention: request {r}'s query rows x its own keys of scores", own * 8)
     tables = [cache.block_table(r) for r in rids]
     o = np.zeros(q.shape, np.result_type(q.dtype, cache.dtype, np.float32))
     lse = np.full(q.shape[:-1], -np.inf, o.dtype)          # (0, -inf): the identity of ⊕
