@@ -45,7 +45,7 @@ def test_intensity_matches_the_hand_formula(g, l_qo, l_kv):
     assert r.attainable == pytest.approx(min(H100["peak"], r.intensity * H100["bw"]))
     assert r.bound == ("memory-bound" if r.intensity < r.ridge else "compute-bound")
     assert r.refs["MHA"] == pytest.approx(intensity_hand(1, l_qo, l_kv))
-    assert r.refs["MLA g=128"] == pytest.approx(intensity_hand(128, l_qo, l_kv))
+    assert r.refs["MLA, g=128 view"] == pytest.approx(intensity_hand(128, l_qo, l_kv))
     ci = r.curve_i
     assert ci == pytest.approx([intensity_hand(g, l_qo, x) for x in r.curve_l], rel=1e-12)
     assert np.all(np.diff(ci) > 0) and ci[-1] < g * l_qo

@@ -28,7 +28,7 @@ L_KV_STEPS = [1 << k for k in range(7, 18)]             # 128 ... 131072: 8192 s
 I_LIM = (0.5, 5000.0)                                   # FLOP/byte: every slider setting fits
 TFLOPS_LIM = (0.5, 5000.0)                              # TFLOP/s: every GPU's bf16 roof fits
 LINEAR_N = 4096                                         # the contrast: a 4096 x 4096 linear layer
-REFERENCES = (("MHA", 1), ("GQA g=8", 8), ("MLA g=128", 128))
+REFERENCES = (("MHA", 1), ("GQA g=8", 8), ("MLA, g=128 view", 128))
 CURVE_L = readonly(np.geomspace(L_KV_MIN, L_KV_MAX, 61))
 ROOF_GRID = readonly(np.geomspace(*I_LIM, 121))
 
@@ -49,7 +49,7 @@ class DecodeIntensity:
     peak: float                 # FLOP/s
     bandwidth: float            # bytes/s
     attainable: float           # FLOP/s on the roof at this intensity
-    refs: dict                  # 'MHA' / 'GQA g=8' / 'MLA g=128' -> intensity at the same l_qo, l_kv
+    refs: dict                  # "MHA" / "GQA g=8" / "MLA, g=128 view" -> intensity at the same l_qo, l_kv
     linear: float               # a LINEAR_N x LINEAR_N bf16 linear layer on the batch's tokens
     refs_attainable: dict       # label -> attainable FLOP/s of each reference on the roof
     linear_attainable: float    # attainable FLOP/s of the linear layer
@@ -140,8 +140,8 @@ class IntensityExplorer(Explorer):
     """Controls: group size g, queries per step l_qo (speculative tokens), context l_kv, batch;
     GPU.
 
-    Left: the bf16 roofline with decode attention (star), MHA / GQA g=8 / MLA g=128 at the same
-    l_qo and l_kv, and a linear layer on the same batch for contrast: batch moves the linear
+    Left: the bf16 roofline with decode attention (star), MHA / GQA g=8 / MLA in the lecture's
+    g = 128 view at the same l_qo and l_kv, and a linear layer on the same batch for contrast: batch moves the linear
     layer, never the attention point. Right: intensity against l_kv for this g and l_qo, its
     asymptote g l_qo and the ridge point. Both panels have fixed axes.
     """
