@@ -254,6 +254,10 @@ def test_lecture_cascade_numbers():
     assert (c.tokens_naive, c.tokens_read) == (8 * 320, 300 + 8 * 20)
     off = dx.CascadeCheck(8, 300, 20, 16, 1e-13, 2560, 460)          # a broken bound shows its value
     assert not off.within_bound and "= 1e-13, above the bound" in str(off)
+    with pytest.raises(ValueError, match="prefix=0 and unique=0"):
+        dx.cascade_run(2, 0, 0, d=4)
+    with pytest.raises(TypeError, match="prefix"):
+        dx.cascade_run(2, True, 3, d=4)
 
 
 # --- bad input ----------------------------------------------------------------------------------

@@ -125,6 +125,8 @@ def cascade_run(n: int = 64, prefix: int = 4096, unique: int = 256, d: int = 64,
     n = as_int("n", n, 1, None)
     prefix = as_int("prefix", prefix, 0, None)
     unique = as_int("unique", unique, 0, None)
+    if prefix + unique == 0:
+        raise ValueError("prefix=0 and unique=0 leave each request no key to attend to; valid: prefix + unique >= 1")
     d = as_int("d", d, 1, None)
     seed = as_int("seed", seed, 0, None)
     rng = np.random.default_rng(seed)
