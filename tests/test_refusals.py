@@ -384,3 +384,17 @@ def test_paged_attention_refuses_score_matrices_past_the_limit():
     _raises(ValueError, "composable_attention", composable_attention, q, c, [rid], qo_indptr=[0, 2**10])
     one = bsr_attention(np.ones((1, 1)), c, lay)                          # one row: 8 Mi scores
     assert one.tolist() == [[0.0]]
+
+
+def test_a_layout_older_than_a_free_is_refused():
+    from attnlab.paged import bsr_attention
+    c = PagedKVCache(16, 4, 2, seed=2)
+    rng = np.random.default_rng(8)
+    a, b = (c.add(rng.standard_normal((6, 2)), rng.standard_normal((6, 2))) for _ in range(2))
+    lay = to_bsr(c, [a, b])
+    q = rng.standard_normal((2, 2))
+    before = bsr_attention(q, c, lay)
+    c.free(b)
+    _raises(ValueError, "layout", bsr_attention, q, c, lay)
+    again = bsr_attention(q[:1], c, to_bsr(c, [a]))
+    assert np.array_equal(again[0], before[0])

@@ -184,6 +184,11 @@ def bsr_attention(q, cache: PagedKVCache, layout: BSRLayout, *, qo_indptr=None, 
     if layout.page_size != cache.block_size or layout.num_blocks != cache.num_blocks:
         raise ValueError(f"layout (page_size={layout.page_size}, num_blocks={layout.num_blocks}) does "
                          f"not describe this cache ({cache.block_size}, {cache.num_blocks})")
+    idle = np.flatnonzero(cache._refs[layout.kv_indices] == 0)
+    if idle.size:                                  # a layout older than a free() reads stale pages
+        raise ValueError(f"layout reads block {int(layout.kv_indices[idle[0]])}, which no request of "
+                         f"this cache holds ({idle.size} such page(s)); valid: a layout of live "
+                         f"requests (make it again with to_bsr after free)")
     causal, return_lse = as_bool("causal", causal), as_bool("return_lse", return_lse)
     if hbm is not None and not isinstance(hbm, HBM):
         raise TypeError(f"hbm must be an HBM counter or None, got {type(hbm).__name__}")
