@@ -306,7 +306,7 @@ def test_your_model_mla_uses_the_absorbed_form():
 
 
 def test_your_model_split_is_the_notebook_04_rule():
-    from attnlab.decode import recommended_split
+    from attnlab.hardware import recommended_split
     gemma = {"model_type": "gemma2", "num_hidden_layers": 46, "hidden_size": 4608, "num_attention_heads": 32,
              "num_key_value_heads": 16, "head_dim": 128, "intermediate_size": 36864, "vocab_size": 256000,
              "max_position_embeddings": 8192, "sliding_window": 4096}

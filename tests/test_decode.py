@@ -538,7 +538,7 @@ def test_split_kv_and_merge_are_short_enough_to_read():
 
 # --- the split rule: the fewest splits within a margin of the fastest ---------------------------
 
-from attnlab.decode import SPLIT_MARGIN, recommended_split  # noqa: E402
+from attnlab.hardware import SPLIT_MARGIN, recommended_split  # noqa: E402
 
 
 @pytest.mark.parametrize("batch,context,kv_heads", [(1, 32768, 8), (2, 16384, 8), (256, 4096, 8),

@@ -12,8 +12,8 @@ from attnlab.explore.runs import newest_run
 from attnlab.explore.since import fastest_per_case, lowprec_numbers, mla_rows
 from attnlab.hardware import get_gpu, ridge_point
 from attnlab.decode import intensity
-from attnlab.mla import (DEEPSEEK_V3, MLAShape, mla_decode_cost, mla_forms, mla_intensity, mla_statement,
-                         mla_verdicts)
+from attnlab.mla import DEEPSEEK_V3, MLAShape, mla_decode_cost, mla_forms, mla_intensity
+from attnlab.explore.since.mla import mla_statement, mla_verdicts
 from reference import attention_head
 
 from attnlab.roofs import POLY_FMA_OPS, SOFTMAX_FMA_OPS, exp_rate, fma_rate, score_times

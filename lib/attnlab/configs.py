@@ -18,7 +18,7 @@ The numbers (`kv_bytes_per_token`, `kv_cache_bytes`, `your_model`, `your_model_s
 course's own models, not new ones: decode intensity from `decode.intensity`, the roofline's ridge
 point from `hardware.ridge_point`, MLA's decode intensity in its absorbed form from
 `mla.mla_intensity` (the lecture's g = 128 view beside it), split-KV by notebook 04's rule
-(`decode.recommended_split`: the fewest splits within 1 % of the fastest), prefill from
+(`hardware.recommended_split`: the fewest splits within 1 % of the fastest), prefill from
 `models.prefill_cost`.
 
 This file is long because reading a config (its checks by field, the parameter count) and the
@@ -34,8 +34,8 @@ from pathlib import Path
 
 from ._catalog import _DATA_DIR, freeze, key
 from ._check import _short, as_bool, as_int
-from .decode import SPLIT_MARGIN, intensity, recommended_split
-from .hardware import DTYPE_BYTES, dtype_name, get_gpu, peak, ridge_point
+from .decode import intensity
+from .hardware import DTYPE_BYTES, SPLIT_MARGIN, dtype_name, get_gpu, peak, recommended_split, ridge_point
 from .mla import MLAShape, mla_intensity
 from .models import Model, get_model, prefill_cost
 

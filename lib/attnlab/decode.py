@@ -19,11 +19,7 @@ from ._check import as_array, as_bool, as_counts, as_dtype_bytes, as_int, as_rea
 from .softmax import _order, attention_state, merge, merge_states
 
 __all__ = ["intensity", "decode_cost", "DecodeCost", "split_bounds", "split_kv_attention",
-           "cascade_attention", "CascadeResult", "cascade_intensity", "recommended_split", "SPLIT_MARGIN"]
-
-#: How close to the fastest split count a smaller one must come to be recommended instead: past
-#: one full wave the model's times are flat, and a further split only adds merge work.
-SPLIT_MARGIN = 0.01
+           "cascade_attention", "CascadeResult", "cascade_intensity"]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -237,27 +233,3 @@ def cascade_intensity(n: int, prefix: int, unique: int, g: int = 4) -> dict:
             "naive": intensity(g, 1, prefix + unique),
             "tokens_naive": n * (prefix + unique), "tokens_cascade": prefix + n * unique,
             "saving": 1 - (prefix + n * unique) / (n * (prefix + unique))}
-
-
-def recommended_split(batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM", *,
-                      margin: float = SPLIT_MARGIN, **kw):
-    """Notebook 04's rule for split-KV: the fewest splits whose `hardware.decode_time` is within
-    `margin` (a fraction, default 1 %) of the fastest candidate's, so that no split is added for
-    a gain the model cannot promise. Returns (splits, fastest splits, every run); `kw` goes to
-    `hardware.best_split` (candidates, head_dim, group, dtype).
-
-    >>> recommended_split(1, 32768)[:2]          # Llama-3-8B layer, batch 1, 32K: fill one wave
-    (16, 16)
-    >>> recommended_split(256, 32768)[:2]        # the ragged last wave: 4 splits within 1 % of 16
-    (4, 16)
-    """
-    from .hardware import best_split
-    if isinstance(margin, bool) or not isinstance(margin, (int, float, np.integer, np.floating)):
-        raise TypeError(f"margin must be a number, got {margin!r} ({type(margin).__name__}); valid: 0 <= margin < 1")
-    margin = float(margin)
-    if not 0 <= margin < 1:
-        raise ValueError(f"margin={margin!r} is out of range; valid: 0 <= margin < 1 (a fraction of the best time)")
-    fastest, runs = best_split(batch, context, kv_heads, gpu, **kw)
-    best = min(r.time for r in runs)
-    chosen = min((r for r in runs if r.time <= best * (1 + margin)), key=lambda r: r.splits)
-    return chosen.splits, fastest, runs

@@ -37,8 +37,7 @@ from typing import NamedTuple
 
 from ._check import as_dtype_bytes, as_int, choice
 
-__all__ = ["MLAShape", "DEEPSEEK_V3", "mla_decode_cost", "mla_intensity", "mla_forms", "mla_verdicts",
-           "mla_statement", "FORMS", "FORM_LABELS"]
+__all__ = ["MLAShape", "DEEPSEEK_V3", "mla_decode_cost", "mla_intensity", "mla_forms", "FORMS", "FORM_LABELS"]
 
 FORMS = ("gqa_view", "absorbed", "materialised")
 
@@ -118,48 +117,3 @@ def mla_forms(l_kv: int = 8192, l_qo: int = 1, shape: MLAShape = DEEPSEEK_V3, *,
     {'gqa_view': 126.0, 'absorbed': 234.8, 'materialised': 1.0}
     """
     return {f: mla_intensity(f, l_kv, l_qo, shape, dtype_bytes=dtype_bytes) for f in FORMS}
-
-
-def mla_verdicts(gpus=("H100-SXM", "H200-SXM"), l_kv: int = 8192, l_qo: int = 1,
-                 shape: MLAShape = DEEPSEEK_V3, *, dtype: str = "bf16") -> dict:
-    """{form: {gpu name: "memory-bound" | "compute-bound"}}: each form's intensity against each
-    GPU's ridge point in `dtype` (`hardware.ridge_point`).
-
-    >>> v = mla_verdicts()
-    >>> v["gqa_view"], v["absorbed"]
-    ({'H100-SXM': 'memory-bound', 'H200-SXM': 'memory-bound'}, {'H100-SXM': 'memory-bound', 'H200-SXM': 'compute-bound'})
-    """
-    from .hardware import DTYPE_BYTES, dtype_name, get_gpu, ridge_point
-    if isinstance(gpus, (str, bytes)) or not hasattr(gpus, "__iter__"):
-        raise TypeError(f"gpus must be a sequence of GPU names, got {gpus!r} ({type(gpus).__name__})")
-    chips = [get_gpu(g) for g in gpus]
-    if not chips:
-        raise ValueError("gpus=() is empty; valid: one or more names of hardware.gpus()")
-    dtype = dtype_name(dtype)
-    forms = mla_forms(l_kv, l_qo, shape, dtype_bytes=DTYPE_BYTES[dtype])
-    ridges = {g.name: ridge_point(g, dtype) for g in chips}
-    return {f: {n: "memory-bound" if i < r else "compute-bound" for n, r in ridges.items()}
-            for f, i in forms.items()}
-
-
-def mla_statement(gpus=("H100-SXM", "H200-SXM"), l_kv: int = 8192, l_qo: int = 1, *, dtype: str = "bf16") -> str:
-    """The course's one statement of MLA decode intensity (DeepSeek-V3's shape): each form named,
-    its FLOP/byte from `mla_forms`, and its verdict on each GPU of `gpus`."""
-    from .hardware import DTYPE_BYTES, dtype_name, get_gpu, ridge_point
-    dtype = dtype_name(dtype)
-    forms = mla_forms(l_kv, l_qo, dtype_bytes=DTYPE_BYTES[dtype])
-    verdicts = mla_verdicts(gpus, l_kv, l_qo, dtype=dtype)
-    names = list(next(iter(verdicts.values())))
-    ridges = {n: ridge_point(get_gpu(n), dtype) for n in names}
-    heads = [f"{n} (ridge {r:.0f})" for n, r in ridges.items()]
-    cells = {f: [f"{verdicts[f][n]} ({i / ridges[n]:.2f}x)" for n in names] for f, i in forms.items()}
-    widths = [max(len(h), *(len(c[j]) for c in cells.values())) for j, h in enumerate(heads)]
-    wf = max(map(len, FORMS))
-    lines = [f"MLA decode (DeepSeek-V3 shape), context {l_kv:,}, {l_qo} quer{'y' if l_qo == 1 else 'ies'} "
-             f"per head, {dtype}, from attnlab.mla.mla_forms; verdict (intensity / ridge) per GPU",
-             "  ".join([f"{'form':<{wf}}", "FLOP/byte", *(h.ljust(w) for h, w in zip(heads, widths))]).rstrip(),
-             "  ".join(["-" * wf, "-" * 9, *("-" * w for w in widths)])]
-    for f, i in forms.items():
-        lines.append("  ".join([f"{f:<{wf}}", f"{i:9.1f}", *(c.ljust(w) for c, w in zip(cells[f], widths))]).rstrip())
-    lines += [f"  {f}: {FORM_LABELS[f]}" for f in FORMS]
-    return "\n".join(lines)

@@ -2,7 +2,7 @@
 across contexts, where the wave tail and the merge go, and every split count of one case."""
 from __future__ import annotations
 
-from ...decode import SPLIT_MARGIN, recommended_split
+from ...hardware import SPLIT_MARGIN, recommended_split
 from ...hardware import decode_time, get_gpu
 from .. import style
 from .split_kv import split_kv_plan
@@ -65,7 +65,7 @@ def wave_tail(batch: int = 256, context: int = 32768, kv_heads: int = 8, splits=
 def split_rows_table(batch: int = 2, context: int = 16384, kv_heads: int = 8, gpu="H100-SXM") -> str:
     """Every split count of `attnlab.hardware.SPLITS` for one configuration: blocks, waves,
     utilization, attention and merge time, total, speedup against no split; the fastest marked,
-    and the recommended one (`decode.recommended_split`: the fewest splits within 1 % of it)."""
+    and the recommended one (`hardware.recommended_split`: the fewest splits within 1 % of it)."""
     p = split_kv_plan(batch, context, kv_heads, 1, gpu)
     rec = recommended_split(batch, context, kv_heads, gpu)[0]
 

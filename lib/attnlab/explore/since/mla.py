@@ -1,6 +1,10 @@
 """MLA decode on the roofline (notebook 06, §6): the absorbed and the materialised form against
 MHA and GQA, on every GPU of data/gpus.json, as intensity and as a share of the ridge point.
 
+`mla_verdicts` and `mla_statement` are the course's one statement of MLA decode intensity: each
+form of `attnlab.mla` named, with its verdict against each GPU's ridge point (the verdict needs
+the machine, so it lives here and not in the layer-1 `attnlab.mla`).
+
 Pure part: `mla_rows(l_kv)` from `attnlab.mla` and `attnlab.decode.intensity`; `mla_figure` draws
 them on each GPU's bf16 roofline.
 """
@@ -9,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...decode import intensity
-from ...hardware import attainable, gpus, ridge_point
-from ...mla import mla_forms
+from ...hardware import DTYPE_BYTES, attainable, dtype_name, get_gpu, gpus, ridge_point
+from ...mla import DEEPSEEK_V3, FORM_LABELS, FORMS, MLAShape, mla_forms
 from .. import style
 
-__all__ = ["mla_cases", "mla_rows", "mla_table", "mla_figure"]
+__all__ = ["mla_cases", "mla_rows", "mla_table", "mla_figure", "mla_verdicts", "mla_statement"]
 
 
 def mla_cases(l_kv: int = 8192) -> dict:
@@ -60,3 +64,46 @@ def mla_figure(l_kv: int = 8192):
                  fontsize=9.5)
     ax.legend(fontsize=style.SMALL, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
+
+
+def mla_verdicts(gpus=("H100-SXM", "H200-SXM"), l_kv: int = 8192, l_qo: int = 1,
+                 shape: MLAShape = DEEPSEEK_V3, *, dtype: str = "bf16") -> dict:
+    """{form: {gpu name: "memory-bound" | "compute-bound"}}: each form's intensity against each
+    GPU's ridge point in `dtype` (`hardware.ridge_point`).
+
+    >>> v = mla_verdicts()
+    >>> v["gqa_view"], v["absorbed"]
+    ({'H100-SXM': 'memory-bound', 'H200-SXM': 'memory-bound'}, {'H100-SXM': 'memory-bound', 'H200-SXM': 'compute-bound'})
+    """
+    if isinstance(gpus, (str, bytes)) or not hasattr(gpus, "__iter__"):
+        raise TypeError(f"gpus must be a sequence of GPU names, got {gpus!r} ({type(gpus).__name__})")
+    chips = [get_gpu(g) for g in gpus]
+    if not chips:
+        raise ValueError("gpus=() is empty; valid: one or more names of hardware.gpus()")
+    dtype = dtype_name(dtype)
+    forms = mla_forms(l_kv, l_qo, shape, dtype_bytes=DTYPE_BYTES[dtype])
+    ridges = {g.name: ridge_point(g, dtype) for g in chips}
+    return {f: {n: "memory-bound" if i < r else "compute-bound" for n, r in ridges.items()}
+            for f, i in forms.items()}
+
+
+def mla_statement(gpus=("H100-SXM", "H200-SXM"), l_kv: int = 8192, l_qo: int = 1, *, dtype: str = "bf16") -> str:
+    """The course's one statement of MLA decode intensity (DeepSeek-V3's shape): each form named,
+    its FLOP/byte from `mla_forms`, and its verdict on each GPU of `gpus`."""
+    dtype = dtype_name(dtype)
+    forms = mla_forms(l_kv, l_qo, dtype_bytes=DTYPE_BYTES[dtype])
+    verdicts = mla_verdicts(gpus, l_kv, l_qo, dtype=dtype)
+    names = list(next(iter(verdicts.values())))
+    ridges = {n: ridge_point(get_gpu(n), dtype) for n in names}
+    heads = [f"{n} (ridge {r:.0f})" for n, r in ridges.items()]
+    cells = {f: [f"{verdicts[f][n]} ({i / ridges[n]:.2f}x)" for n in names] for f, i in forms.items()}
+    widths = [max(len(h), *(len(c[j]) for c in cells.values())) for j, h in enumerate(heads)]
+    wf = max(map(len, FORMS))
+    lines = [f"MLA decode (DeepSeek-V3 shape), context {l_kv:,}, {l_qo} quer{'y' if l_qo == 1 else 'ies'} "
+             f"per head, {dtype}, from attnlab.mla.mla_forms; verdict (intensity / ridge) per GPU",
+             "  ".join([f"{'form':<{wf}}", "FLOP/byte", *(h.ljust(w) for h, w in zip(heads, widths))]).rstrip(),
+             "  ".join(["-" * wf, "-" * 9, *("-" * w for w in widths)])]
+    for f, i in forms.items():
+        lines.append("  ".join([f"{f:<{wf}}", f"{i:9.1f}", *(c.ljust(w) for c, w in zip(cells[f], widths))]).rstrip())
+    lines += [f"  {f}: {FORM_LABELS[f]}" for f in FORMS]
+    return "\n".join(lines)
