@@ -2,6 +2,9 @@
 
 Wrong type -> TypeError, wrong value -> ValueError. Nothing here converts silently: a string is not a
 number, a bool is neither a number nor a count, and "False" is not a flag.
+
+This file is long because every layer's checks live here, with the allocation limit and the
+equality of records that hold arrays: one place, so every message reads the same way.
 """
 from __future__ import annotations
 

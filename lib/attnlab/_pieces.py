@@ -8,6 +8,9 @@ costs are worked out; `pieces` lists them, in arrival order, when asked. `expand
 items: blocks of pieces, each block under every KV head, head-major; `runs` finds the blocks of
 a longest-first order (equal costs of one request, which keep their arrival order: head, then
 piece).
+
+This file is long because the checks come first: every size (KV heads, CTAs, the items a cut
+makes) is bounded before numpy allocates anything, in the same pass that cuts the batch.
 """
 from __future__ import annotations
 
