@@ -234,3 +234,25 @@ def test_workspace_explorer_keeps_its_shape_title_while_the_batch_moves():
         assert ex.ax_w.get_title().splitlines() == first
         assert f"batch {b}," in ex.ax_n.get_title()
     assert first[1] == "items int32 (132, 32, 6), valid bool (132, 32), count int32 (132,)"
+
+
+def test_a_refused_batch_is_not_claimed_by_the_stale_figure_and_its_box_covers_no_label():
+    """256 requests do not fit 16 slots: the picture stays at batch 128, and the box says so
+    (the right panel's title still reads "batch 128"); the box sits over the grid, clear of the
+    right panel with its axis label and ticks, and inside the figure."""
+    ex = EXPLORERS["workspace"]()
+    ex.set(batch=128, max_items=16)
+    assert ex.error is None
+    ex.set(batch=256)
+    assert ex.error and "max_items >= 17" in ex.error
+    assert "batch 128," in ex.ax_n.get_title()
+    note = "The figure still shows the last valid values: batch = 128."
+    assert note in ex._error_text.get_text().replace("\n", " ") and note in ex.summary.value
+    r = ex.canvas.get_renderer()
+    box = ex._error_text.get_window_extent(r)
+    right = ex.ax_n.get_tightbbox(r)
+    assert box.x1 < right.x0, (box, right)
+    fb = ex.figure.bbox
+    assert fb.x0 <= box.x0 and box.x1 <= fb.x1 and fb.y0 <= box.y0 and box.y1 <= fb.y1
+    ex.set(batch=64)                                  # a valid value: the note and the box go
+    assert ex.error is None and not ex._error_text.get_visible() and "batch 64," in ex.ax_n.get_title()

@@ -18,8 +18,10 @@ The base does the rest, once for every explorer:
   labels, legends), redrawn in full only when an axis limit or scale changed: blitting;
 - a `ValueError` from `compute` (a learner's typed value the model refuses) is shown inside the
   figure in one style, over the last good picture, and in the summary line;
-- `set()` refuses unknown controls and values a control cannot take with a `ValueError` that
-  names the control and what it accepts (never a raw traitlets error).
+- `set()` refuses unknown controls (ValueError) and values a control cannot take (`check_value`:
+  TypeError for a wrong type, a bool for a number included; ValueError for None, NaN, inf, out of
+  range, not an option), naming the control and what it accepts (never a raw traitlets error), and
+  a refused `set()` leaves the controls, the picture and the error state exactly as they were.
 
 Nothing here re-derives a formula: numbers come from layers 1 and 2 through `compute`.
 """
@@ -71,6 +73,10 @@ class Explorer:
     name: ClassVar[str] = ""
     #: figure size in inches (width, height); the DPI is style.DPI for every explorer
     size: ClassVar[tuple[float, float]] = (style.WIDTH, 3.9)
+    #: where the box of a refused value sits (figure fraction) and its width in characters: a
+    #: subclass moves it off a label it would cover
+    error_xy: ClassVar[tuple[float, float]] = (0.5, 0.5)
+    error_width: ClassVar[int] = 70
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -111,7 +117,9 @@ class Explorer:
         self.partial_draws = 0    # refreshes that redrew the background of some panels
         self.last_render_s = 0.0
         self.error: str | None = None
+        self._shown: dict = {}     # the control values of the last good picture
         self._holds = 0
+        self._restoring = False
         self._dirty = False
         self._background = None
         self._backgrounds: OrderedDict = OrderedDict()    # axis state -> rendered background
@@ -130,7 +138,7 @@ class Explorer:
                 if getattr(self, n) is not value:
                     raise TypeError(f"{type(self).__name__}.build replaced the base's attribute {n!r} "
                                     f"(reserved: {', '.join(_RESERVED)}); give the artist another name")
-            self._error_text = self.figure.text(0.5, 0.5, "", ha="center", va="center",
+            self._error_text = self.figure.text(*self.error_xy, "", ha="center", va="center",
                                                 visible=False, zorder=100, **style.ERROR)
         self.dynamic.append(self._error_text)
         # white, in display coordinates: clears one panel's region before it is redrawn
@@ -152,20 +160,51 @@ class Explorer:
         return {k: w.value for k, w in self.widgets.items()}
 
     def _assign(self, values: dict, link: bool = False) -> None:
+        """Give the controls `values`, each checked by `check_value` just before it is assigned
+        (a linked control's options may follow an earlier one: set(variant=..., param=...)). If
+        any is refused, every control is put back as it was (options, ranges, labels, values) and
+        nothing is refreshed: a refused set() leaves the explorer exactly as it was."""
         unknown = sorted(set(values) - set(self.widgets))
         if unknown:
             raise ValueError(f"unknown control(s) {unknown} for explorer {self.name!r}; "
                              f"valid: {sorted(self.widgets)}")
-        for k, v in values.items():
-            w = self.widgets[k]
-            check_value(k, w, v)
-            try:
-                w.value = v
-            except (traitlets.TraitError, KeyError, TypeError) as e:
-                raise ValueError(f"{k}={v!r} is not a value of control {w.description!r}; "
-                                 f"valid: {accepted(w)}") from e
-            if link:                               # not observed yet: apply the links by hand
-                self.linked(k, w.value)
+        saved, dirty = self._save(), self._dirty
+        try:
+            for k, v in values.items():
+                w = self.widgets[k]
+                v = check_value(k, w, v)
+                try:
+                    w.value = v
+                except (traitlets.TraitError, KeyError, TypeError) as e:
+                    raise ValueError(f"{k}={v!r} is not a value of control {w.description!r}; "
+                                     f"valid: {accepted(w)}") from e
+                if link:                           # not observed yet: apply the links by hand
+                    self.linked(k, w.value)
+        except BaseException:
+            self._restore(saved)
+            self._dirty = dirty
+            raise
+
+    #: the traits of a control that `linked` may change, restored in this order (options first)
+    _TRAITS = ("options", "min", "max", "step", "description", "disabled", "value")
+
+    def _save(self) -> dict:
+        return {k: {t: getattr(w, t) for t in self._TRAITS if w.has_trait(t)}
+                for k, w in self.widgets.items()}
+
+    def _restore(self, saved: dict) -> None:
+        self._restoring = True                     # no links, no refresh while putting back
+        try:
+            for k, traits in saved.items():
+                w = self.widgets[k]
+                order = [t for t in self._TRAITS if t in traits]
+                if "min" in traits and "max" in traits and traits["min"] > w.max:
+                    order[order.index("min")], order[order.index("max")] = "max", "min"
+                for t in order:
+                    if getattr(w, t) != traits[t]:
+                        setattr(w, t, traits[t])
+        finally:
+            self._restoring = False
 
     @contextlib.contextmanager
     def hold(self):
@@ -186,6 +225,8 @@ class Explorer:
         return self
 
     def _on_change(self, change) -> None:
+        if self._restoring:
+            return
         with self.hold():
             self._dirty = True
             self.linked(self._name_of(change["owner"]), change["new"])
@@ -211,13 +252,23 @@ class Explorer:
                 self.summary.value = self.draw(result) or ""
             self._key = self.background_key(result)
             self._error_text.set_visible(False)
+            self._shown = self.values
         else:
-            self._error_text.set_text(style.wrap(self.error, 70))
+            self._error_text.set_text(style.wrap(self.error + self._stale_note(), self.error_width))
             self._error_text.set_visible(True)
-            self.summary.value = f"<span style='color:{style.ERROR_COLOR}'>{self.error}</span>"
+            self.summary.value = f"<span style='color:{style.ERROR_COLOR}'>{self.error}{self._stale_note()}</span>"
         self.image.value = self.png()
         self.renders += 1
         self.last_render_s = time.perf_counter() - t0
+
+    def _stale_note(self) -> str:
+        """What the picture under a refused value shows: the last good values of the controls
+        that moved since (its titles must not be read as the refused ones)."""
+        old = {k: v for k, v in self._shown.items() if self.values.get(k) != v}
+        if not old:
+            return ""
+        return (" The figure still shows the last valid values: "
+                + ", ".join(f"{k} = {v}" for k, v in old.items()) + ".")
 
     # --- drawing --------------------------------------------------------------------------
     def _axis_state(self):

@@ -2,10 +2,14 @@
 shows (no "queries/step l_…"), each range being the valid input range of the model behind it."""
 from __future__ import annotations
 
+import numbers
+
 import ipywidgets as widgets
 import numpy as np
 
-__all__ = ["slider", "steps", "dropdown", "toggle", "checkbox", "text", "check_value", "accepted"]
+from .._check import _short
+
+__all__ = ["slider", "steps", "dropdown", "toggle", "checkbox", "text", "check_value", "accepted", "options_of"]
 
 _STYLE = {"description_width": "initial"}
 _WIDTH = "440px"
@@ -57,31 +61,89 @@ def text(description: str, value: str, width: str = "560px"):
                         continuous_update=False, layout=widgets.Layout(width=width))
 
 
-def check_value(name: str, w, v) -> None:
-    """Refuse what a widget would silently coerce: a slider clamps out-of-range numbers and an
-    IntSlider truncates 2.5 to 2; a Checkbox takes 'False' as truthy; a Text takes only strings."""
+def options_of(w) -> tuple:
+    """The values a selection control (slider of stops, dropdown, buttons) can take."""
+    vals = getattr(w, "_options_values", None)
+    if vals is None:
+        vals = [o[1] if isinstance(o, tuple) else o for o in w.options]
+    return tuple(vals)
+
+
+def _is_bool(v) -> bool:
+    return isinstance(v, (bool, np.bool_))
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not _is_bool(v)
+
+
+def _kind(v) -> str:
+    return "bool" if _is_bool(v) else "number" if _is_number(v) else "str" if isinstance(v, str) else "other"
+
+
+def check_value(name: str, w, v):
+    """`v` as control `w` (named `name`) takes it, or an error: what a widget would silently coerce
+    is refused. A slider clamps out-of-range numbers and an IntSlider truncates 2.5 to 2; a bool is
+    not a number (True is not 1 split); a Checkbox takes 'False' as truthy; a Text takes only
+    strings; None, NaN and inf are no value of any control. Wrong type -> TypeError, wrong value ->
+    ValueError, both naming the control, the value and what it accepts. Nothing is assigned here."""
+    got = f"{_short(v)} ({type(v).__name__})"
+    if v is None and not (hasattr(w, "options") and None in options_of(w)):
+        raise ValueError(f"{name}=None is not a value of this control; valid: {accepted(w)}")
     if isinstance(w, widgets.Checkbox):
-        if not isinstance(v, (bool, np.bool_)):
-            raise TypeError(f"{name} must be True or False, got {v!r} ({type(v).__name__})")
-    elif isinstance(w, widgets.Text):
+        if not _is_bool(v):
+            raise TypeError(f"{name} must be True or False, got {got}")
+        return bool(v)
+    if isinstance(w, widgets.Text):
         if not isinstance(v, str):
-            raise TypeError(f"{name} must be a string, got {v!r} ({type(v).__name__})")
-    elif isinstance(w, (widgets.IntSlider, widgets.FloatSlider, widgets.FloatLogSlider)):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{name} must be a number, got {v!r} ({type(v).__name__})")
-        if isinstance(w, widgets.IntSlider) and float(v) != int(v):
-            raise ValueError(f"{name}={v!r} is not an integer; valid: integers {accepted(w)}")
+            raise TypeError(f"{name} must be a string, got {got}")
+        return v
+    if hasattr(w, "options"):
+        opts = options_of(w)
+        kinds = {_kind(o) for o in opts}
+        if _kind(v) not in kinds:
+            want = " or ".join(sorted({"bool": "True or False", "number": "a number", "str": "a string",
+                                       "other": "an option"}[k] for k in kinds))
+            raise TypeError(f"{name} must be {want} (one of {accepted(w)}), got {got}")
+        for o in opts:
+            if _kind(o) != _kind(v):
+                continue
+            try:
+                same = bool(o == v)
+            except (TypeError, ValueError):
+                same = False
+            if same:
+                return o
+        raise ValueError(f"{name}={_short(v)} is not one of the options; valid: {accepted(w)}")
+    if isinstance(w, (widgets.IntSlider, widgets.FloatSlider, widgets.FloatLogSlider)):
+        if not _is_number(v):
+            raise TypeError(f"{name} must be a number, got {got}")
+        try:
+            f = float(v)
+        except OverflowError:                      # an int beyond float64
+            f = float("inf")
+        if not np.isfinite(f):
+            raise ValueError(f"{name}={_short(v)} is not a finite number; valid: {accepted(w)}")
         lo, hi = ((w.base ** w.min, w.base ** w.max) if isinstance(w, widgets.FloatLogSlider)
                   else (w.min, w.max))
-        if not (np.isfinite(v) and lo * (1 - 1e-12) <= v <= hi * (1 + 1e-12)):
-            raise ValueError(f"{name}={v!r} is out of range; valid: {accepted(w)}")
+        if isinstance(w, widgets.IntSlider):
+            if not f.is_integer():
+                raise ValueError(f"{name}={_short(v)} is not an integer; valid: integers {accepted(w)}")
+            v = int(v) if isinstance(v, numbers.Integral) else int(f)
+            if not lo <= v <= hi:
+                raise ValueError(f"{name}={v!r} is out of range; valid: {accepted(w)}")
+            return v
+        tol = 1e-12 * max(abs(lo), abs(hi))
+        if not lo - tol <= f <= hi + tol:
+            raise ValueError(f"{name}={_short(v)} is out of range; valid: {accepted(w)}")
+        return min(max(f, lo), hi)
+    return v
 
 
 def accepted(w) -> str:
     """What control `w` accepts, in words, for an error message."""
     if hasattr(w, "options") and w.options:
-        opts = [o[1] if isinstance(o, tuple) else o for o in w.options]
-        return ", ".join(map(repr, opts))
+        return ", ".join(map(repr, options_of(w)))
     if isinstance(w, widgets.FloatLogSlider):
         return f"{w.base ** w.min:g} to {w.base ** w.max:g}"
     if hasattr(w, "min") and hasattr(w, "max"):

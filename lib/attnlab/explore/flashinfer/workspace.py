@@ -117,6 +117,7 @@ class WorkspaceExplorer(Explorer):
     """
     name = "workspace"
     size = (style.WIDTH, 4.4)
+    error_xy, error_width = (0.32, 0.6), 52       # over the grid: clear of the right panel's labels
 
     def __init__(self, batch: int = 64, dist: str = "longtail", max_items: int = MAX_ITEMS):
         super().__init__(batch=batch, dist=dist, max_items=max_items)
