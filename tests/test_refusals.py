@@ -326,6 +326,19 @@ def test_variant_names_and_parameter_bounds():
                        (lambda: sigmoid(1e300), "bias")]:
         _raises(ValueError, name, call)
     assert np.array_equal(variant_mask(sliding_window(INT32_MAX), 3, 5), variant_mask(causal(), 3, 5))
+    far = Variant(name="far", logits_mask=lambda qi, kj: kj > qi - 2**70)     # beyond int64
+    _raises(ValueError, "logits_mask", variant_mask, far, 3, 5)
+
+
+def test_a_tiny_cap_takes_tanh_to_its_limit_without_warning():
+    from attnlab.variants import variant_attention
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((5, 4)) for _ in range(3))
+    tiny = Variant(name="tiny cap", logits_transform=lambda s, qi, kj: 1e-300 * np.tanh(s / 1e-300))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = variant_attention(q, k, v, tiny)                # s / c overflows; c tanh(inf) = c
+    np.testing.assert_allclose(out, np.broadcast_to(v.mean(axis=0), out.shape), rtol=1e-12)
 
 
 # --- records that hold arrays: equality --------------------------------------------------------------

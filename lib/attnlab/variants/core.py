@@ -32,6 +32,7 @@ after loading it. The arithmetic and the HBM traffic are the same.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Callable
@@ -108,7 +109,11 @@ def _mask_of(variant: Variant, q_idx, kv_idx):
     None when it has no mask. A mask that is not boolean is refused (NaN is not "masked")."""
     if variant.logits_mask is None:
         return None
-    m = np.asarray(variant.logits_mask(q_idx, kv_idx))
+    try:
+        m = np.asarray(variant.logits_mask(q_idx, kv_idx))
+    except OverflowError:                   # e.g. a window of 2^70 positions against int64 indices
+        raise ValueError(f"logits_mask of {variant.name!r} overflows int64 positions; valid: "
+                         f"windows and sink counts below 2^62") from None
     if m.dtype != bool:
         raise TypeError(f"logits_mask of {variant.name!r} must return booleans, got dtype {m.dtype}")
     shape = (q_idx.shape[0], kv_idx.shape[1])
@@ -126,6 +131,8 @@ def _as_values(variant, f: str, y, dtype, shape):
     except (TypeError, ValueError):
         raise TypeError(f"{f} of {variant.name!r} must return real numbers, got "
                         f"{type(y).__name__}") from None
+    if shape is None:                       # the caller checks shape and finiteness
+        return y
     if y.shape != shape or not np.isfinite(y).all():
         raise ValueError(f"{f} of {variant.name!r} must return finite values of shape {shape}, "
                          f"got shape {y.shape}")
@@ -150,8 +157,10 @@ class _VariantTiles(Tiles):
         s = super().scores(qi, kj, r0, c0, hbm)                  # scale * q k^T, checked
         q_idx, kv_idx = self._grid(r0, r0 + len(qi), c0, c0 + len(kj))
         if self.variant.logits_transform is not None:
-            s = _as_values(self.variant, "logits_transform", self.variant.logits_transform(s, q_idx, kv_idx),
-                           s.dtype, (len(qi), len(kj)))
+            s = np.asarray(self.variant.logits_transform(s, q_idx, kv_idx), dtype=s.dtype)
+            if s.shape != (len(qi), len(kj)) or not np.isfinite(s).all():
+                raise ValueError(f"logits_transform of {self.variant.name!r} must return finite "
+                                 f"logits of shape {(len(qi), len(kj))}")
         if not self.variant.use_softmax:
             s = -np.logaddexp(0.0, -s)                          # log sigma(s): sigma(s) = e^s'
         m = _mask_of(self.variant, q_idx, kv_idx)
@@ -161,6 +170,21 @@ class _VariantTiles(Tiles):
         if self.variant.use_softmax:
             return super().finish(acc, l, m)
         return acc * np.exp(m)[:, None]                          # sum sigma V; 0 where m = -inf
+
+
+def _guarded(variant: Variant) -> Variant:
+    """The variant with its logits_transform checked: a result that is not numbers is refused by
+    name, and an overflow to +-inf on the way (soft_cap(1e-300): s / c) is no RuntimeWarning,
+    since the scores' own check refuses what stays infinite and tanh takes inf to its limit."""
+    f = variant.logits_transform
+    if f is None:
+        return variant
+
+    def checked(s, q_idx, kv_idx):
+        with np.errstate(over="ignore"):
+            y = f(s, q_idx, kv_idx)
+        return _as_values(variant, "logits_transform", y, s.dtype, None)
+    return dataclasses.replace(variant, logits_transform=checked)
 
 
 def _rows(variant, f, x, pos):
@@ -196,7 +220,7 @@ def variant_attention(q, k, v, *variants: Variant, block_r: int | None = None, b
     q, k, v, scale, single = _prepare(q, k, v, scale)
     n_q, n_k = q.shape[2], k.shape[2]
     q_idx, kv_idx = np.arange(n_q) + (n_k - n_q), np.arange(n_k)
-    tiles = _VariantTiles(variant, scale, n_k - n_q)
+    tiles = _VariantTiles(_guarded(variant), scale, n_k - n_q)
     out = np.zeros(q.shape[:3] + (v.shape[3],), q.dtype)
     lse = np.full(q.shape[:3], -np.inf, q.dtype)
     for b, h, g in _heads(q, k):
