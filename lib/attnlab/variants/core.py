@@ -174,16 +174,13 @@ class _VariantTiles(Tiles):
 
 def _guarded(variant: Variant) -> Variant:
     """The variant with its logits_transform checked: a result that is not numbers is refused by
-    name, and an overflow to +-inf on the way (soft_cap(1e-300): s / c) is no RuntimeWarning,
-    since the scores' own check refuses what stays infinite and tanh takes inf to its limit."""
+    name (the scores' own check, in `_VariantTiles`, then refuses a wrong shape or inf)."""
     f = variant.logits_transform
     if f is None:
         return variant
 
     def checked(s, q_idx, kv_idx):
-        with np.errstate(over="ignore"):
-            y = f(s, q_idx, kv_idx)
-        return _as_values(variant, "logits_transform", y, s.dtype, None)
+        return _as_values(variant, "logits_transform", f(s, q_idx, kv_idx), s.dtype, None)
     return dataclasses.replace(variant, logits_transform=checked)
 
 
