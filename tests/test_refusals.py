@@ -401,3 +401,20 @@ def test_a_layout_older_than_a_free_is_refused():
     _raises(ValueError, "layout", bsr_attention, q, c, lay)
     again = bsr_attention(q[:1], c, to_bsr(c, [a]))
     assert np.array_equal(again[0], before[0])
+
+
+def test_the_free_list_of_the_largest_pool_is_an_array():
+    tracemalloc.start()
+    try:
+        c = PagedKVCache(1 << 24, 1, 1, dtype=np.float16)                # the most blocks allowed
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert c.num_free() == 1 << 24
+    assert peak < 600 << 20          # pools 64 MiB, int64 refs, order and stack 128 MiB each
+    a = c.add(np.ones((3, 1)), np.ones((3, 1)))
+    b = c.fork(a)
+    c.free(a)
+    assert c.num_free() == (1 << 24) - 3                                 # b still holds them
+    c.free(b)
+    assert c.num_free() == 1 << 24

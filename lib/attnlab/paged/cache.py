@@ -53,7 +53,8 @@ class PagedKVCache:
         self.k_pool = np.zeros((self.num_blocks, self.block_size, self.head_dim), self.dtype)
         self.v_pool = np.zeros_like(self.k_pool)
         order = np.random.default_rng(as_int("seed", seed, 0, None)).permutation(self.num_blocks)
-        self._free = [int(b) for b in order[::-1]]       # pop() hands out order[0], order[1], ...
+        self._free = order[::-1].copy()                  # a stack, its top at _top: hands out
+        self._top = self.num_blocks                       # order[0], order[1], ... (8 bytes a block)
         self._refs = np.zeros(self.num_blocks, np.int64)  # requests using each block
         self._tables: dict[int, list[int]] = {}
         self._lens: dict[int, int] = {}
@@ -61,7 +62,7 @@ class PagedKVCache:
 
     # --- queries -------------------------------------------------------------------------
     def num_free(self) -> int:
-        return len(self._free)
+        return self._top
 
     def requests(self) -> list[int]:
         return list(self._tables)
@@ -104,11 +105,12 @@ class PagedKVCache:
         return k, v
 
     def _take(self, n: int, what: str) -> list[int]:
-        if n > len(self._free):
+        if n > self._top:
             raise OutOfBlocks(f"{what} needs {n} free block(s) but the pool of num_blocks="
-                              f"{self.num_blocks} has {len(self._free)} free; free requests or "
+                              f"{self.num_blocks} has {self._top} free; free requests or "
                               f"make a larger cache")
-        blocks = [self._free.pop() for _ in range(n)]
+        blocks = self._free[self._top - n:self._top][::-1].tolist()     # popped, top first
+        self._top -= n
         self._refs[blocks] = 1
         return blocks
 
@@ -176,10 +178,11 @@ class PagedKVCache:
     def free(self, rid) -> None:
         """Release a request; a block returns to the pool when no request uses it any more."""
         rid = self._rid(rid)
-        for b in self._tables.pop(rid):
-            self._refs[b] -= 1
-            if self._refs[b] == 0:
-                self._free.append(b)
+        table = np.array(self._tables.pop(rid), np.int64)    # distinct blocks: one update each
+        self._refs[table] -= 1
+        back = table[self._refs[table] == 0]                  # pushed in table order
+        self._free[self._top:self._top + len(back)] = back
+        self._top += len(back)
         del self._lens[rid]
 
 
