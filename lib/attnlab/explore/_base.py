@@ -24,6 +24,10 @@ The base does the rest, once for every explorer:
   a refused `set()` leaves the controls, the picture and the error state exactly as they were.
 
 Nothing here re-derives a formula: numbers come from layers 1 and 2 through `compute`.
+
+This file is long because it is the whole contract every explorer shares (checking and rolling
+back control values, one compute per change, blitting, errors in the figure): split, each part
+would reach into the others' state.
 """
 from __future__ import annotations
 
