@@ -224,7 +224,7 @@ def test_merge_table_states_bounds_not_digits():
     assert all("differ, < 9.5e-7 (16 u)" in ln for ln in lines[1:])
     assert not re.search(r"\de-(8|9|16)\b", dx.merge_table())     # no roundoff digit printed
     broken = dx.MergeRow(8, 1e-14, 1e-8, 0.0)                          # a broken bound shows
-    assert not broken.within_bounds and dx.merge.__dict__["_bounded"](1e-14, "float64").startswith("1e-14")
+    assert not broken.within_bounds and dx.merge_bounds.__dict__["_bounded"](1e-14, "float64").startswith("1e-14")
 
 
 # --- 4.4 cascade --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from attnlab.attention import flash_attention
 from attnlab.explore import EXPLORERS
 from attnlab.explore._controls import options_of
 from attnlab.explore.flashinfer import variant_gallery as vg
+from attnlab.explore.flashinfer import variant_tables
 from attnlab.hbm import HBM
 from attnlab.variants import (alibi, causal, rope, sigmoid, sink_window, sliding_window, soft_cap,
                               variant_attention)
@@ -302,7 +303,7 @@ def test_summary_and_titles_show_the_numbers():
 
 def test_variant_table_matches_dense_masks():
     n, t = 4096, 128
-    text = vg.variant_table(n, t)
+    text = variant_tables.variant_table(n, t)
     rows = {m.group(1).strip(): tuple(map(int, m.groups()[1:4])) + (float(m.group(5)),)
             for m in re.finditer(r"^(\S.*?)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)%$", text, re.M)}
     masks = {"causal": m_causal(n), "sliding_window(512)": m_window(n, 512),

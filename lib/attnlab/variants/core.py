@@ -29,6 +29,9 @@ acc / l, which is sum_j sigma(s_j) v_j exactly (up to rounding), with no normali
 
 The row transforms run on whole tensors before the loop; a kernel runs them on each tile right
 after loading it. The arithmetic and the HBM traffic are the same.
+
+This file is long because the functors' checks (every parameter and every returned array refused
+by the functor's name) sit beside the loop they guard; the loop itself is the short part.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 weights, which tiles its mask lets the kernel skip (FlexAttention's block mask: empty / partial /
 full), and the HBM traffic that skipping saves.
 
-Pure part: `variant_gallery_numbers(variants, N, tile)` -> GalleryNumbers, and `variant_table`.
+Pure part: `variant_gallery_numbers(variants, N, tile)` -> GalleryNumbers (the long-context
+table of the same counts is `variant_tables.variant_table`).
 Every number comes from attnlab.variants: the weights are the output of `variant_attention` with
 V = I (row i of O is then row i of the weight matrix), the tile kinds come from `tile_mask`, the
 traffic from `tile_io` (equal to the HBM counter of a real run, tested). `dense_weights` writes the
@@ -34,7 +35,7 @@ from .. import style
 from .._base import Explorer, readonly
 from .._controls import dropdown, steps
 
-__all__ = ["GalleryNumbers", "variant_gallery_numbers", "dense_weights", "variant_table",
+__all__ = ["GalleryNumbers", "variant_gallery_numbers", "dense_weights",
            "VariantGalleryExplorer", "KINDS", "SECOND", "N_STOPS", "TILES"]
 
 D = 16                      # head dim of the pattern's q and k
@@ -151,42 +152,6 @@ def variant_gallery_numbers(variants=(), N: int = 256, tile: int = 32) -> Galler
         _elements(tile_io(var, N, N, tile, tile, TRAFFIC_D)),
         _elements(tile_io([], N, N, tile, tile, TRAFFIC_D)),
         float(np.abs(w - dense_weights(var, q, k)).max()), (float(sums.min()), float(sums.max())))
-
-
-#: the lecture's variants at a long context (Mistral's and Gemma 2's kind of window, cap, slope)
-TABLE_VARIANTS = (causal(), sliding_window(512), sink_window(4, 512), soft_cap(30),
-                  soft_cap(30) & sliding_window(512), sigmoid(0), alibi(0.0625))
-
-
-def variant_table(n: int = 4096, tile: int = 128, variants=TABLE_VARIANTS) -> str:
-    """Tiles of each variant at N_q = N_k = n (from `tile_mask`) and the K/V traffic its empty
-    tiles skip (from `tile_io`; only masks skip, transforms touch every tile).
-
-    >>> print(variant_table())
-    n = 4096 tokens, 128 x 128 tiles (1,024 in all); K/V traffic skipped against plain attention
-    variant                             empty  partial  full  K/V skipped
-    ----------------------------------  -----  -------  ----  -----------
-    causal                                496       32   496        48.4%
-    sliding_window(512)                   874       60    90        85.4%
-    sink_window(4, 512)                   847       87    90        82.7%
-    soft_cap(30)                            0        0  1024         0.0%
-    soft_cap(30) & sliding_window(512)    874       60    90        85.4%
-    sigmoid(0)                              0        0  1024         0.0%
-    alibi(0.0625)                           0        0  1024         0.0%
-    """
-    n, tile = as_int("n", n, 1, None), as_int("tile", tile, 1, None)
-    plain = tile_io([], n, n, tile, tile, 1)
-    rows = []
-    for v in variants:
-        counts = dict(zip(*np.unique(tile_mask(v, n, n, tile, tile), return_counts=True)))
-        kv = tile_io(v, n, n, tile, tile, 1)
-        rows.append({"name": v.name, **{kind: int(counts.get(kind, 0)) for kind in TILE_KINDS},
-                     "kv": 1 - (kv["K"][0] + kv["V"][0]) / (plain["K"][0] + plain["V"][0])})
-    tiles = math.ceil(n / tile) ** 2
-    return (f"n = {n} tokens, {tile} x {tile} tiles ({tiles:,} in all); K/V traffic skipped against "
-            f"plain attention\n" + style.table(
-                rows, {"name": "variant", "empty": "empty", "partial": "partial", "full": "full",
-                       "kv": "K/V skipped"}, {"kv": ".1%"}))
 
 
 _KIND_COLORS = ("#e8e8e8", "#fdae61", "#2c7bb6")          # empty, partial, full
