@@ -47,7 +47,7 @@ test: $(TEST_STAMP)
 JOBS ?= 2
 NBVAL := -m pytest -n $(JOBS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 check:
-	MPLBACKEND=Agg $(PY) -m pytest -n $(JOBS) tests
+	MPLBACKEND=Agg $(PY) -m pytest -n $(JOBS) --dist worksteal tests
 	@$(MAKE) --no-print-directory check-notebooks
 	MPLBACKEND=Agg $(PY) -m pytest tests/browser
 
