@@ -69,11 +69,11 @@ test-browser: $(TEST_STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest tests/browser
 
 bench: $(BASE_STAMP)
-	MPLBACKEND=Agg $(PY) -m attnlab.bench
+	MPLBACKEND=Agg $(PY) -m attnlab.course.explorer_bench
 
 # Re-execute every notebook in place (instructors, after changing the library or a notebook).
 notebooks: $(BASE_STAMP)
-	$(PY) -m attnlab.tools.execute notebooks/*.ipynb
+	$(PY) -m attnlab.course.execute notebooks/*.ipynb
 
 # Render, never execute: the pages show what the notebooks were committed with (after `make notebooks`).
 # Formulas use MathJax from its CDN; for typeset formulas offline, name a local MathJax 2, e.g.
@@ -81,7 +81,7 @@ notebooks: $(BASE_STAMP)
 # (Debian/Ubuntu: apt-get install libjs-mathjax).
 site: $(BASE_STAMP)
 	rm -rf site
-	$(PY) -m attnlab.tools.site --notebooks notebooks --out site $(if $(MATHJAX_URL),--mathjax-url "$(MATHJAX_URL)")
+	$(PY) -m attnlab.course.site --notebooks notebooks --out site $(if $(MATHJAX_URL),--mathjax-url "$(MATHJAX_URL)")
 
 clean:
 	rm -rf $(VENV) .pytest_cache build/browser_timings.json site

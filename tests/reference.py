@@ -2,9 +2,9 @@
 
 Nothing here imports `attnlab`: the attention is written from the definition, one query row at a
 time, and the HBM counts are enumerated block by block from the dataflow described in the
-docstrings of `attnlab.attention` (not copied from `attnlab.iomodel`'s formulas).
+docstrings of `attnlab.core.attention` (not copied from `attnlab.core.iomodel`'s formulas).
 
-Conventions (the docstring of attnlab.attention, "Conventions (tests rely on them)"):
+Conventions (the docstring of attnlab.core.attention, "Conventions (tests rely on them)"):
 - one head is (N, d); batched is (B, H, N, d); GQA: query head h reads KV head h // (Hq // Hkv);
 - causal masks are bottom-right aligned: query i sees key j iff j <= i + N_k - N_q;
 - a query that sees no key outputs 0 and has lse = -inf;

@@ -6,7 +6,7 @@ import functools
 import numpy as np
 import pytest
 
-from attnlab.attention import block_sizes, causal_mask, flash_attention, standard_attention
+from attnlab.core.attention import block_sizes, causal_mask, flash_attention, standard_attention
 
 try:
     from tests import reference as ref
@@ -314,7 +314,7 @@ def test_bad_flash_parameters(kwargs, exc, pattern):
 
 # --- fa2_head: the FlashAttention-2 loop, printed by the notebook, is the one that runs -------------
 
-from attnlab.attention import fa2_head  # noqa: E402
+from attnlab.core.attention import fa2_head  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -331,7 +331,7 @@ def test_fa2_head_matches_reference_random(seed):
 
 
 def test_flash_attention_fa2_runs_fa2_head(monkeypatch):
-    import attnlab.attention as att
+    import attnlab.core.attention as att
     seen = []
     real = att.fa2_head
 

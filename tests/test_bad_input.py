@@ -15,17 +15,17 @@ import warnings
 import numpy as np
 import pytest
 
-from attnlab import _catalog, _check
-from attnlab.attention import block_sizes, causal_mask, fa2_head, flash_attention, standard_attention
-from attnlab.decode import (cascade_attention, cascade_intensity, decode_cost, intensity,
+from attnlab import catalog as _catalog, validate as _check
+from attnlab.core.attention import block_sizes, causal_mask, fa2_head, flash_attention, standard_attention
+from attnlab.core.decode import (cascade_attention, cascade_intensity, decode_cost, intensity,
                             split_bounds, split_kv_attention)
-from attnlab.hardware import (GPU, attainable, best_split, decode_time, dtype_name, get_gpu, peak,
+from attnlab.machine.hardware import (GPU, attainable, best_split, decode_time, dtype_name, get_gpu, peak,
                               ridge_point, roofline_time, sm_share_time)
-from attnlab.hbm import HBM, Event
-from attnlab.iomodel import flash_io, io_ratio, io_table, lower_bound, standard_io
-from attnlab.models import (Model, attention_linear_crossover, get_model, linear_flops_per_token,
+from attnlab.core.hbm import HBM, Event
+from attnlab.core.iomodel import flash_io, io_ratio, io_table, lower_bound, standard_io
+from attnlab.machine.models import (Model, attention_linear_crossover, get_model, linear_flops_per_token,
                             prefill_cost, prefill_cost_curve)
-from attnlab.softmax import (attention_state, merge, merge_states, online_softmax,
+from attnlab.core.softmax import (attention_state, merge, merge_states, online_softmax,
                              online_softmax_trace, softmax)
 
 RNG = np.random.default_rng(20240601)
@@ -610,7 +610,7 @@ def test_overflow_is_an_error_not_inf(fn, args):
 # --- cached results are not shared mutable state -------------------------------------------------------------------
 
 def test_catalog_tables_are_read_only():
-    from attnlab import hardware, models
+    from attnlab.machine import hardware, models
     for loaded in (hardware._load(), models._load()):
         for table in loaded:
             with pytest.raises(TypeError):

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import attnlab.models as models_mod
-from attnlab.configs import (CONFIG_DIR, YourModel, config_path, configs, from_config,
+import attnlab.machine.models as models_mod
+from attnlab.machine.configs import (CONFIG_DIR, YourModel, config_path, configs, from_config,
                              kv_bytes_per_token, kv_cache_bytes, prefill_shape, your_model,
                              your_model_summary)
-from attnlab.hardware import get_gpu, ridge_point
-from attnlab.models import Model, get_model, prefill_cost
+from attnlab.machine.hardware import get_gpu, ridge_point
+from attnlab.machine.models import Model, get_model, prefill_cost
 
 SHIPPED = ["DeepSeek-V3", "Gemma-2-9B", "Llama-3-8B", "Llama-3.1-70B", "Mistral-7B-v0.1", "Qwen2.5-7B"]
 
@@ -289,7 +289,7 @@ def test_your_model_mla_beside_gqa():
 
 
 def test_your_model_mla_uses_the_absorbed_form():
-    from attnlab.mla import mla_intensity
+    from attnlab.core.mla import mla_intensity
     ds = your_model("DeepSeek-V3", "H200", batch=64, context=8192)
     # absorbed: 128 heads x (2 x 576 + 2 x 512) FLOPs per token over 576 latent values read once
     flops = 128 * 8192 * (2 * 576 + 2 * 512)
@@ -306,7 +306,7 @@ def test_your_model_mla_uses_the_absorbed_form():
 
 
 def test_your_model_split_is_the_notebook_04_rule():
-    from attnlab.hardware import recommended_split
+    from attnlab.machine.hardware import recommended_split
     gemma = {"model_type": "gemma2", "num_hidden_layers": 46, "hidden_size": 4608, "num_attention_heads": 32,
              "num_key_value_heads": 16, "head_dim": 128, "intermediate_size": 36864, "vocab_size": 256000,
              "max_position_embeddings": 8192, "sliding_window": 4096}

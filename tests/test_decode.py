@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab.decode import (cascade_attention, cascade_intensity, intensity, split_bounds,
+from attnlab.core.decode import (cascade_attention, cascade_intensity, intensity, split_bounds,
                             split_kv_attention)
-from attnlab.hardware import SPLITS, best_split, decode_time, ridge_point, sm_share_time
+from attnlab.machine.hardware import SPLITS, best_split, decode_time, ridge_point, sm_share_time
 
 try:
     from tests import reference as ref
@@ -443,7 +443,7 @@ def test_best_split_no_candidate():
 
 # --- decode_cost: FLOPs and bytes by hand; intensity is their ratio -------------------------------
 
-from attnlab.decode import DecodeCost, decode_cost  # noqa: E402
+from attnlab.core.decode import DecodeCost, decode_cost  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -506,8 +506,8 @@ def test_split_bounds_exact_and_large():
 # --- the read-the-kernel functions are the code that runs -------------------------------------------
 
 def test_split_kv_runs_attention_state_and_merge(monkeypatch):
-    import attnlab.decode as dec
-    import attnlab.softmax as sm
+    import attnlab.core.decode as dec
+    import attnlab.core.softmax as sm
     calls = {"state": 0, "merge": 0}
     real_state, real_merge = dec.attention_state, sm.merge
 
@@ -530,7 +530,7 @@ def test_split_kv_runs_attention_state_and_merge(monkeypatch):
 
 def test_split_kv_and_merge_are_short_enough_to_read():
     import inspect
-    from attnlab.softmax import merge
+    from attnlab.core.softmax import merge
     for fn in (split_kv_attention, merge):
         n = len(inspect.getsource(fn).splitlines())
         assert 15 <= n <= 30, (fn.__name__, n)
@@ -538,7 +538,7 @@ def test_split_kv_and_merge_are_short_enough_to_read():
 
 # --- the split rule: the fewest splits within a margin of the fastest ---------------------------
 
-from attnlab.hardware import SPLIT_MARGIN, recommended_split  # noqa: E402
+from attnlab.machine.hardware import SPLIT_MARGIN, recommended_split  # noqa: E402
 
 
 @pytest.mark.parametrize("batch,context,kv_heads", [(1, 32768, 8), (2, 16384, 8), (256, 4096, 8),

@@ -1,6 +1,6 @@
 """Notebook 04's pure functions (attnlab.explore.decode), checked against calculations written out
 here: the intensity and time model formulas by hand, attention by its definition, the cascade's
-token counts by arithmetic. Nothing below calls attnlab.decode to get an expected value."""
+token counts by arithmetic. Nothing below calls attnlab.core.decode to get an expected value."""
 from __future__ import annotations
 
 import math

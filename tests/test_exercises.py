@@ -1,4 +1,4 @@
-"""attnlab.exercises: each exercise accepts its worked answer and the library's number, refuses the
+"""attnlab.course.exercises: each exercise accepts its worked answer and the library's number, refuses the
 usual mistakes with a hint that does not give the number away, reads junk without raising, and
 the numbers it accepts agree with the lecture's hand arithmetic (so a library change shows here).
 The notebook's answer cells start empty (None, "not answered yet" with the form); the worked
@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab import exercises
-from attnlab.exercises import FORMS, TOLERANCE, TOLERANCE_ABS, check, expected
-from attnlab.hardware import ridge_point
-from attnlab.mla import mla_intensity
+from attnlab.course import exercises
+from attnlab.course.exercises import FORMS, TOLERANCE, TOLERANCE_ABS, check, expected
+from attnlab.machine.hardware import ridge_point
+from attnlab.core.mla import mla_intensity
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_exercises.ipynb"
 CELLS = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]

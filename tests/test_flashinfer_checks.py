@@ -59,7 +59,7 @@ def test_attention_bound_holds_and_a_wrong_kernel_breaks_it():
     """The bound covers two float32 computations of one attention, and not a kernel that drops
     one key (an error of a different kind than rounding)."""
     from attnlab.explore.flashinfer.checks import attention_bound
-    from attnlab.softmax import attention_state
+    from attnlab.core.softmax import attention_state
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((40, 32)).astype(np.float32) for _ in range(3))
     exact = attention_state(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))[0]

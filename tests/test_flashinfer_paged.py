@@ -1,5 +1,5 @@
 """Notebook 05's paged-KV explorers (attnlab.explore.flashinfer.page_table, .composable): their pure
-functions against attnlab.paged called directly here and against counts worked out by hand
+functions against attnlab.core.paged called directly here and against counts worked out by hand
 (the lecture's kv_indptr [0, 5, 8, 16] and 76 against 31 blocks), bad input refused by name, and
 what the figures show."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from attnlab.explore import EXPLORERS, style
 from attnlab.explore import flashinfer as fx
 from attnlab.explore.flashinfer import _cells
 from attnlab.explore.flashinfer.composable import SAME
-from attnlab.paged import PagedKVCache, bsr_attention, composable_attention, to_bsr
+from attnlab.core.paged import PagedKVCache, bsr_attention, composable_attention, to_bsr
 
 # --- page tables ---------------------------------------------------------------------------------
 
@@ -180,7 +180,7 @@ def test_composable_against_the_library(n, prefix, own, ps):
     shared = prefix if (prefix and n > 1) else (prefix + own if n == 1 else 0)
     assert r.shared == shared
     assert r.composable == shared + n * (prefix + own) - n * shared
-    # the same cache built here, through attnlab.paged
+    # the same cache built here, through attnlab.core.paged
     d = fx.CHECK_HEAD_DIM
     rng = np.random.default_rng(0)
     c = PagedKVCache(prefix + n * own + 1, ps, d, dtype=np.float32, seed=0)

@@ -1,5 +1,5 @@
 """Notebook 05's scheduler and workspace explorers (attnlab.explore.flashinfer), checked against
-attnlab.schedule called directly here, and the committed batches against their generator."""
+attnlab.machine.schedule called directly here, and the committed batches against their generator."""
 from __future__ import annotations
 
 import json
@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from attnlab import schedule
+from attnlab.machine import schedule, workload
 from attnlab.explore import EXPLORERS
 from attnlab.explore import flashinfer as fx
-from attnlab.hardware import data_path
-from attnlab.tools import batches
+from attnlab.machine.hardware import data_path
+from attnlab.course import batches
 
 KV_HEADS, GROUP = 8, 4                      # Llama-3-8B
 PLANNERS = {"per-request": schedule.plan_per_request,
@@ -22,7 +22,7 @@ CASES = [(1, "longtail", 132, "balanced"), (64, "longtail", 132, "per-request"),
 
 
 def direct_plan(batch, dist, num_ctas, scheduler):
-    lens = schedule.lengths(dist, batch, seed=batches.SEED)
+    lens = workload.lengths(dist, batch, seed=batches.SEED)
     return PLANNERS[scheduler](lens, kv_heads=KV_HEADS, num_ctas=num_ctas, group=GROUP)
 
 
@@ -31,15 +31,15 @@ def direct_plan(batch, dist, num_ctas, scheduler):
 def test_committed_batches_equal_the_generator():
     path = data_path(batches.FILENAME)
     assert path.read_text(encoding="utf-8") == batches.dumps(batches.generate()), \
-        "data/request_lengths.json drifted from schedule.lengths: run python -m attnlab.tools.batches"
+        "data/request_lengths.json drifted from workload.lengths: run python -m attnlab.course.batches"
     content = json.loads(path.read_text(encoding="utf-8"))
     assert content["seed"] == batches.SEED == 0
     assert content["parameters"] == {"l_qo": 1, "mean": 4096, "max_len": 131072}
-    assert list(content["batches"]) == list(schedule.DISTS)
-    for dist in schedule.DISTS:
-        assert [int(b) for b in content["batches"][dist]] == list(schedule.RECORDED_BATCHES)
-        for b in schedule.RECORDED_BATCHES:
-            assert schedule.recorded_lengths(dist, b) == schedule.lengths(dist, b, seed=0)
+    assert list(content["batches"]) == list(workload.DISTS)
+    for dist in workload.DISTS:
+        assert [int(b) for b in content["batches"][dist]] == list(workload.RECORDED_BATCHES)
+        for b in workload.RECORDED_BATCHES:
+            assert workload.recorded_lengths(dist, b) == workload.lengths(dist, b, seed=0)
 
 
 def test_check_mode_reports_an_up_to_date_file(capsys):
@@ -52,13 +52,13 @@ def test_check_mode_reports_an_up_to_date_file(capsys):
                                            (("zipf", "4"), TypeError, "batch")])
 def test_recorded_lengths_refuses_bad_input_by_name(args, exc, word):
     with pytest.raises(exc, match=word):
-        schedule.recorded_lengths(*args)
+        workload.recorded_lengths(*args)
 
 
 def test_recorded_lengths_returns_a_fresh_list():
-    a = schedule.recorded_lengths("longtail", 4)
+    a = workload.recorded_lengths("longtail", 4)
     a.append((1, 1))
-    assert len(schedule.recorded_lengths("longtail", 4)) == 4
+    assert len(workload.recorded_lengths("longtail", 4)) == 4
 
 
 # --- scheduler numbers against schedule.* ----------------------------------------------------------
@@ -131,7 +131,7 @@ def test_the_lectures_claims_at_132_ctas():
     assert per[-1] < 0.6 and per[-1] < per[-2]                                # batch 256: the long tail
     assert np.all(fixed >= per) and fixed[:3].max() < 0.5 and fixed[-1] > 0.95
     big = fx.scheduler_numbers(256, "longtail", 132, "per-request")
-    longest = max(l_kv for _, l_kv in schedule.recorded_lengths("longtail", 256))
+    longest = max(l_kv for _, l_kv in workload.recorded_lengths("longtail", 256))
     assert big.chosen.makespan >= longest + 2 * GROUP                         # it waits on that request
 
 
@@ -184,14 +184,14 @@ def test_explorer_draws_the_numbers():
 # --- the fixed-size workspace --------------------------------------------------------------------------
 
 def test_max_items_is_the_smallest_multiple_of_8_holding_every_committed_batch():
-    need = max(int(fx.workspace_need(d).max()) for d in schedule.DISTS)
+    need = max(int(fx.workspace_need(d).max()) for d in workload.DISTS)
     assert fx.MAX_ITEMS >= need > fx.MAX_ITEMS - 8
-    for d in schedule.DISTS:
+    for d in workload.DISTS:
         counts = [np.bincount([w.cta for w in direct_plan(b, d, 132, "balanced").work]).max() for b in fx.BATCHES]
         assert fx.workspace_need(d).tolist() == counts
 
 
-@pytest.mark.parametrize("dist", schedule.DISTS)
+@pytest.mark.parametrize("dist", workload.DISTS)
 def test_shapes_never_change_contents_do(dist):
     seen = set()
     for b in fx.BATCHES:

@@ -11,8 +11,8 @@ import pytest
 from attnlab.explore import runs
 from attnlab.explore.flashinfer.snippets import (host_costs, mixed_batch_check, paged_lesson, tree_check,
                                                  tree_mask)
-from attnlab.schedule import query_tile
-from attnlab.variants import variant_attention, variant_mask
+from attnlab.machine.schedule import query_tile
+from attnlab.core.variants import variant_attention, variant_mask
 
 
 def test_mixed_batch_arrays_tile_and_verdict():
@@ -64,7 +64,7 @@ def test_tree_mask_hides_siblings_and_changes_the_output():
     assert not m[1, 5] and not m[2, 4] and m[1, 4] and m[2, 5]
     rng = np.random.default_rng(0)
     q, k, v = rng.standard_normal((3, 8)), rng.standard_normal((6, 8)), rng.standard_normal((6, 8))
-    from attnlab.variants import causal
+    from attnlab.core.variants import causal
     assert np.abs(variant_attention(q, k, v, tree_mask(parents, 3))
                   - variant_attention(q, k, v, causal())).max() > 1e-3
     r = tree_check(parents, prefix=3, d=8)

@@ -1,4 +1,4 @@
-"""Query tile sizes (lecture §5.5): `attnlab.schedule.tile_waste` and notebook 05's tile-size
+"""Query tile sizes (lecture §5.5): `attnlab.machine.workload.tile_waste` and notebook 05's tile-size
 explorer against counts made here: the rule written out from the lecture, tiles and idle rows
 by filling each request's packed rows tile by tile, and the hand cases of the lecture. Nothing
 below asks attnlab for an expected value."""
@@ -9,7 +9,7 @@ import pytest
 
 from attnlab.explore import EXPLORERS
 from attnlab.explore.flashinfer import SIZES, tile_size_numbers, tile_size_table
-from attnlab.schedule import tile_waste
+from attnlab.machine.workload import tile_waste
 
 
 def rule(avg, head_dim=128):

@@ -11,13 +11,13 @@ import re
 import numpy as np
 import pytest
 
-from attnlab.attention import flash_attention
+from attnlab.core.attention import flash_attention
 from attnlab.explore import EXPLORERS
 from attnlab.explore._controls import options_of
 from attnlab.explore.flashinfer import variant_gallery as vg
 from attnlab.explore.flashinfer import variant_tables
-from attnlab.hbm import HBM
-from attnlab.variants import (alibi, causal, rope, sigmoid, sink_window, sliding_window, soft_cap,
+from attnlab.core.hbm import HBM
+from attnlab.core.variants import (alibi, causal, rope, sigmoid, sink_window, sliding_window, soft_cap,
                               variant_attention)
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from attnlab.explore import runs
-from attnlab.gpu.bench import default_path, flatten
+from attnlab.gpubench.run import default_path, flatten
 
 CEIL = {"bf16_matmul_flops": 1e15, "copy_bytes_per_s": 4e12}
 
@@ -132,10 +132,10 @@ def test_hopper_steps_gains_are_ratios_of_consecutive_rows():
 
 
 def test_the_harness_runs_a_section_end_to_end_on_the_cpu(tmp_path):
-    """`python -m attnlab.gpu.bench --dry`: a tiny decode section under the interpreter, one file."""
+    """`python -m attnlab.gpubench --dry`: a tiny decode section under the interpreter, one file."""
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from attnlab.gpu import bench
+    from attnlab.gpubench import run as bench
     out = tmp_path / "run.json"
     res = bench.run(("decode",), dry=True, out=str(out))
     saved = json.loads(out.read_text())

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from attnlab import hardware as hw
-from attnlab.hardware import (DTYPE_BYTES, GPU, attainable, data_path, get_gpu, gpus, peak,
+from attnlab.machine import hardware as hw
+from attnlab.machine.hardware import (DTYPE_BYTES, GPU, attainable, data_path, get_gpu, gpus, peak,
                               ridge_point, roofline_time)
 
 REQUIRED = ("name", "sms", "hbm_bytes", "hbm_bandwidth", "sram_per_sm", "l2_bytes", "peak_flops",
@@ -42,7 +42,7 @@ def _numeric_paths(obj, prefix=""):
 def test_data_path_points_at_repository_data():
     p = data_path("gpus.json")
     assert p.is_file() and p.parent.name == "data"
-    assert (p.parent.parent / "lib" / "attnlab" / "hardware.py").is_file()
+    assert (p.parent.parent / "lib" / "attnlab" / "machine" / "hardware.py").is_file()
     with pytest.raises(FileNotFoundError, match="nope.json"):
         data_path("nope.json")
 

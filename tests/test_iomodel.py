@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from attnlab.attention import flash_attention, standard_attention
-from attnlab.hbm import HBM, Event
-from attnlab.iomodel import flash_io, io_ratio, io_table, lower_bound, standard_io
+from attnlab.core.attention import flash_attention, standard_attention
+from attnlab.core.hbm import HBM, Event
+from attnlab.core.iomodel import flash_io, io_ratio, io_table, lower_bound, standard_io
 
 try:
     from tests import reference as ref
@@ -410,7 +410,7 @@ def test_closed_form_equals_block_grid_at_large_sizes(cfg, order, causal):
 
 
 def test_floor_sum_against_brute_force():
-    from attnlab.iomodel import _floor_sum
+    from attnlab.core.iomodel import _floor_sum
     rng = np.random.default_rng(5)
     for _ in range(3000):
         n, m, a, b = (int(x) for x in (rng.integers(0, 60), rng.integers(1, 50), rng.integers(0, 120),
@@ -468,7 +468,7 @@ def test_arrays_refuse_counts_beyond_int64_instead_of_wrapping():
 
 
 def test_hbm_bytes_exact_for_every_dtype_size():
-    from attnlab.hardware import DTYPE_BYTES
+    from attnlab.machine.hardware import DTYPE_BYTES
     hbm = HBM()
     hbm.read("Q", 7)
     for name, b in DTYPE_BYTES.items():

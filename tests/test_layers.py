@@ -1,5 +1,5 @@
-"""The architecture's rule, checked: imports point down only (docs/architecture.md's three layers), and
-nothing outside attnlab.gpu imports torch or triton."""
+"""The architecture's rule, checked: a module's layer is its folder, imports point down only
+(docs/architecture.md), and nothing outside kernels/ and gpubench/ imports torch or triton."""
 from __future__ import annotations
 
 import ast
@@ -10,15 +10,17 @@ import pytest
 import attnlab
 
 PKG = Path(attnlab.__file__).parent
-LAYER = {"_check": 0, "_catalog": 0, "_lpt": 1, "_pieces": 1, "hbm": 1, "softmax": 1, "attention": 1,
-         "iomodel": 1, "paged": 1, "variants": 1, "decode": 1, "mla": 1, "lowprec": 1, "hardware": 2,
-         "roofs": 2, "models": 2, "configs": 2, "schedule": 2, "workload": 2, "explore": 3, "exercises": 3,
-         "bench": 3, "gpu": 3, "tools": 3}
+# A module's layer is its folder (or, for the three foundation modules, its file): the one map.
+LAYER = {"validate": 0, "catalog": 0, "fmt": 0, "core": 1, "machine": 2, "explore": 3, "course": 3}
+# The GPU path sits beside layer 3: each part may import these (and itself), nothing else.
+GPU_ALLOWED = {"kernels": {"validate", "catalog", "fmt", "core", "machine"},
+               "gpubench": {"validate", "catalog", "fmt", "core", "machine", "kernels"}}
+TORCH_FOLDERS = set(GPU_ALLOWED)
 
 
 def _module_layer(path: Path) -> tuple[str, int]:
     top = path.relative_to(PKG).parts[0].removesuffix(".py")
-    return top, LAYER.get(top, -1)
+    return top, LAYER.get(top, 3 if top in GPU_ALLOWED else -1)
 
 
 def _imports(path: Path):
@@ -50,23 +52,33 @@ FILES = sorted(p for p in PKG.rglob("*.py") if p.name != "__init__.py" or p.pare
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PKG)))
 def test_imports_point_down(path):
     top, layer = _module_layer(path)
-    assert layer >= 0, f"{top} has no layer in this test's map; add it"
+    assert layer >= 0, f"{top} is no layer folder of this test's map; add it"
     for kind, name, line in _imports(path):
         if kind != "attnlab" or name == top:
             continue
-        assert name in LAYER, f"{path.name}:{line} imports unknown attnlab module {name}"
-        if top == "gpu" or name == "gpu":
-            continue                                          # the optional path sits beside layer 3
-        assert LAYER[name] <= layer, (f"{path.relative_to(PKG)}:{line} (layer {layer}) imports "
-                                      f"{name} (layer {LAYER[name]}): imports must point down")
+        where = f"{path.relative_to(PKG)}:{line}"
+        if top in GPU_ALLOWED:
+            assert name in GPU_ALLOWED[top], f"{where}: {top}/ imports {name}; it may import {sorted(GPU_ALLOWED[top])}"
+            continue
+        if name in GPU_ALLOWED:
+            assert layer == 3, f"{where} (layer {layer}) imports the GPU path ({name}); only layer 3 may"
+            continue
+        assert name in LAYER, f"{where} imports unknown attnlab module {name}"
+        assert LAYER[name] <= layer, f"{where} (layer {layer}) imports {name} (layer {LAYER[name]}): imports must point down"
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if _module_layer(p)[0] != "gpu"],
+def test_the_layers_are_the_folders():
+    """Every module sits in a folder (or foundation file) the map names, and every named one exists."""
+    tops = {p.relative_to(PKG).parts[0].removesuffix(".py") for p in FILES}
+    assert tops == set(LAYER) | set(GPU_ALLOWED), tops ^ (set(LAYER) | set(GPU_ALLOWED))
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if _module_layer(p)[0] not in TORCH_FOLDERS],
                          ids=lambda p: str(p.relative_to(PKG)))
-def test_no_torch_outside_gpu(path):
+def test_no_torch_outside_the_gpu_path(path):
     for kind, name, line in _imports(path):
         assert not (kind == "ext" and name in ("torch", "triton")), \
-            f"{path.relative_to(PKG)}:{line} imports {name}; only attnlab.gpu may"
+            f"{path.relative_to(PKG)}:{line} imports {name}; only kernels/ and gpubench/ may"
 
 
 def test_library_files_stay_short_or_say_why():

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-from attnlab.softmax import attention_state, merge, merge_states
+from attnlab.core.softmax import attention_state, merge, merge_states
 
 try:
     from tests import reference as ref

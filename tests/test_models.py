@@ -1,5 +1,5 @@
 """LLM shapes and the prefill cost model. The cost model is recomputed here from the formula with
-hand-written standard/FA1 access counts (not through attnlab.iomodel), and checked against the
+hand-written standard/FA1 access counts (not through attnlab.core.iomodel), and checked against the
 lecture's Llama-3-8B-on-H100 numbers."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from attnlab.hardware import data_path, get_gpu
-from attnlab.models import (Model, PrefillCost, attention_linear_crossover, get_model,
+from attnlab.machine.hardware import data_path, get_gpu
+from attnlab.machine.models import (Model, PrefillCost, attention_linear_crossover, get_model,
                             linear_flops_per_token, models, prefill_cost, prefill_cost_curve)
 
 REQUIRED = ("name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "vocab",

@@ -1,4 +1,4 @@
-"""attnlab.gpu.ncu_profile: the recorded profile's calls run (tiny sizes under Triton's interpreter
+"""attnlab.gpubench.ncu: the recorded profile's calls run (tiny sizes under Triton's interpreter
 on a CPU), and the distillation of an Nsight Compute report maps kernels to calls in order."""
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from attnlab.gpu import ncu_profile  # noqa: E402
+from attnlab.gpubench import ncu  # noqa: E402
 
 
 def test_the_dry_calls_run_and_launch_what_they_say(capsys):
-    todo = ncu_profile.calls(torch, dry=True)
+    todo = ncu.calls(torch, dry=True)
     names = [n for n, _, _ in todo]
     assert sum(n.startswith("paged") for n in names) == 2 and sum(n.startswith("hopper") for n in names) == 2
-    made = ncu_profile.profile(torch, todo)
+    made = ncu.profile(torch, todo)
     assert made == [(n, k) for n, k, _ in todo]                      # nothing left out here
     assert capsys.readouterr().out.count("profiled: ") == len(todo)
     o_pf0, o_pf1 = (fn() for n, _, fn in todo if n.startswith("paged"))
@@ -43,32 +43,32 @@ def test_summarize_maps_kernels_to_calls_in_order(tmp_path):
                  [i, name, "(8, 32, 1)", "(128, 1, 1)", "WarpStateStats", "", "", "CPIStall",
                   "Check the Warp Stall Sampling (All Samples) table."]]
     _write(tmp_path / "d.csv", head, rows)
-    _write(tmp_path / "r.csv", ["ID", "Kernel Name", *ncu_profile.RAW_METRICS],
+    _write(tmp_path / "r.csv", ["ID", "Kernel Name", *ncu.RAW_METRICS],
            [["", "", "Tbyte/s", "%"]] + [[i, "k", "3.5", f"{50 + i}"] for i in range(3)])
-    out = ncu_profile.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("prefill", 1)])
+    out = ncu.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("prefill", 1)])
     assert [e["call"] for e in out] == ["decode", "decode", "prefill"]
     assert [e["kernel"] for e in out] == ["_split_kernel", "_merge_kernel", "_hopper_kernel"]
     assert out[2]["duration_us"] == 12.5 and out[0]["registers"] == 1024.0
     assert out[1]["tensor_pipe_active_pct"] == 51.0 and out[1]["dram_read_tb_per_s"] == 3.5
     assert out[2]["ncu_notes"] == ["Each warp waits 2 cycles at a barrier."]          # the pointer-only note dropped
     with pytest.raises(ValueError, match="holds 3 kernels; the calls made launch 4"):
-        ncu_profile.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("x", 2)])
+        ncu.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("x", 2)])
     for bad in ([], [("decode", 4), ("x", -1)], [("decode", "2")], [("decode", True)]):
         with pytest.raises(ValueError, match="made must list"):
-            ncu_profile.summarize(tmp_path / "d.csv", tmp_path / "r.csv", bad)
-    _write(tmp_path / "no_units.csv", ["ID", "Kernel Name", *ncu_profile.RAW_METRICS], [[0, "k", "3.5", "50"]])
+            ncu.summarize(tmp_path / "d.csv", tmp_path / "r.csv", bad)
+    _write(tmp_path / "no_units.csv", ["ID", "Kernel Name", *ncu.RAW_METRICS], [[0, "k", "3.5", "50"]])
     with pytest.raises(ValueError, match="units row"):
-        ncu_profile.summarize(tmp_path / "d.csv", tmp_path / "no_units.csv", [("decode", 2), ("prefill", 1)])
+        ncu.summarize(tmp_path / "d.csv", tmp_path / "no_units.csv", [("decode", 2), ("prefill", 1)])
 
 
 def test_the_command_line_summarizes_into_a_file(tmp_path, capsys):
-    assert ncu_profile.main(["--metrics"]) == 0
-    assert capsys.readouterr().out.strip() == ",".join(ncu_profile.RAW_METRICS)
+    assert ncu.main(["--metrics"]) == 0
+    assert capsys.readouterr().out.strip() == ",".join(ncu.RAW_METRICS)
     _write(tmp_path / "d.csv", ["ID", "Kernel Name", "Grid Size", "Block Size", "Metric Name", "Metric Value"],
            [[0, "k", "(1, 1, 1)", "(32, 1, 1)", "Duration", "2.0"]])
-    _write(tmp_path / "r.csv", ["ID", *ncu_profile.RAW_METRICS], [["", "Tbyte/s", "%"], [0, "1", "5"]])
+    _write(tmp_path / "r.csv", ["ID", *ncu.RAW_METRICS], [["", "Tbyte/s", "%"], [0, "1", "5"]])
     (tmp_path / "made.json").write_text(json.dumps([["one", 1]]))
-    assert ncu_profile.main(["--summarize", str(tmp_path / "d.csv"), str(tmp_path / "r.csv"),
+    assert ncu.main(["--summarize", str(tmp_path / "d.csv"), str(tmp_path / "r.csv"),
                              "--made", str(tmp_path / "made.json"), "--out", str(tmp_path / "p.json")]) == 0
     doc = json.loads((tmp_path / "p.json").read_text())
     assert doc["kernels"][0]["call"] == "one" and doc["kernels"][0]["duration_us"] == 2.0

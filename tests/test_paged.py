@@ -9,7 +9,7 @@ independent references.
   from the block tables, token by token;
 - attention: a float64 reference written from the definition below (one query row at a time,
   math.fsum dot products, bottom-right causal), plus exact equality with
-  attnlab.softmax.attention_state over gather(rid) where the specification says "exactly";
+  attnlab.core.softmax.attention_state over gather(rid) where the specification says "exactly";
 - HBM: K and V reads enumerated page by page here (page_size d per page, last_page_len d for the
   last) and compared with the traced counter.
 """
@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 import scipy.sparse
 
-from attnlab.hbm import HBM
-from attnlab.paged import (BSRLayout, PagedKVCache, bsr_attention, composable_attention, shared_prefix,
+from attnlab.core.hbm import HBM
+from attnlab.core.paged import (BSRLayout, PagedKVCache, bsr_attention, composable_attention, shared_prefix,
                            to_bsr)
-from attnlab.softmax import attention_state
+from attnlab.core.softmax import attention_state
 
 try:
     from tests.reference import state_ref

@@ -14,12 +14,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from attnlab import _pieces
-from attnlab import lowprec as lp
-from attnlab.paged import BSRLayout, PagedKVCache, to_bsr
-from attnlab.schedule import (fixed_size_workspace, lengths, plan_balanced, plan_fixed_split,
-                              plan_per_request, query_tile, run_plan, tile_waste)
-from attnlab.variants import (Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
+from attnlab.machine.schedule import pieces as _pieces
+from attnlab.core import lowprec as lp
+from attnlab.core.paged import BSRLayout, PagedKVCache, to_bsr
+from attnlab.machine.schedule import (fixed_size_workspace, plan_balanced, plan_fixed_split, plan_per_request,
+                                      query_tile, run_plan)
+from attnlab.machine.workload import lengths, tile_waste
+from attnlab.core.variants import (Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
                               soft_cap, tile_mask, variant_mask)
 
 INT32_MAX = 2**31 - 1
@@ -363,7 +364,7 @@ def test_paged_cache_refuses_int64_extremes_its_dtype_cannot_hold():
 
 
 def test_functors_that_return_the_wrong_thing_are_named():
-    from attnlab.variants import variant_attention
+    from attnlab.core.variants import variant_attention
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((6, 4)) for _ in range(3))
     short = Variant(name="short", logits_mask=lambda qi, kj: np.ones(3, bool))
@@ -378,7 +379,7 @@ def test_functors_that_return_the_wrong_thing_are_named():
 
 
 def test_paged_attention_refuses_score_matrices_past_the_limit():
-    from attnlab.paged import bsr_attention, composable_attention
+    from attnlab.core.paged import bsr_attention, composable_attention
     c = PagedKVCache(2**14, 2**10, 1, dtype=np.float16)
     rid = c.add(np.zeros((2**23, 1)), np.zeros((2**23, 1)))               # 8 Mi keys
     lay = to_bsr(c, [rid])
@@ -390,7 +391,7 @@ def test_paged_attention_refuses_score_matrices_past_the_limit():
 
 
 def test_a_layout_older_than_a_free_is_refused():
-    from attnlab.paged import bsr_attention
+    from attnlab.core.paged import bsr_attention
     c = PagedKVCache(16, 4, 2, seed=2)
     rng = np.random.default_rng(8)
     a, b = (c.add(rng.standard_normal((6, 2)), rng.standard_normal((6, 2))) for _ in range(2))

@@ -1,5 +1,5 @@
 """Work partitioning for batched attention (FlashInfer's load-balanced scheduler, Algorithm 1)
-against references written here from the specification, never from attnlab.schedule:
+against references written here from the specification, never from attnlab.machine.schedule:
 
 - the query tile rule, the balanced plan's maximum KV chunk L_kv and the item costs, by hand;
 - exact coverage: every (request, kv_head, packed query row, kv position) counted item by item;
@@ -23,8 +23,9 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from attnlab.schedule import (Plan, WorkItem, fixed_size_workspace, lengths, plan_balanced,
-                              plan_fixed_split, plan_per_request, query_tile, run_plan)
+from attnlab.machine.schedule import (Plan, WorkItem, fixed_size_workspace, plan_balanced, plan_fixed_split,
+                                      plan_per_request, query_tile, run_plan)
+from attnlab.machine.workload import lengths
 
 F64_TOL = 1e-12
 DISTS = ("constant", "uniform", "zipf", "longtail")
@@ -414,7 +415,7 @@ def test_balanced_makespan_within_four_thirds_of_optimum():
 
 
 # --- the batched assignment, item by item -------------------------------------------------------
-# The planner hands items out a round at a time (attnlab._lpt); here every item of the plan, in
+# The planner hands items out a round at a time (attnlab.machine.schedule.lpt); here every item of the plan, in
 # the order the CTAs take it, is checked against a heap loop over the items built from the
 # specification: same piece, same CTA, same start on that CTA, same loads, same merge plan.
 
@@ -571,9 +572,9 @@ def _independent_list_schedule(costs, m):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_list_schedule_rounds_equal_the_heap_loop(seed):
-    """attnlab._lpt on bare cost sequences: sorted or not, with copies (KV heads), zeros, ties,
+    """attnlab.machine.schedule.lpt on bare cost sequences: sorted or not, with copies (KV heads), zeros, ties,
     one CTA, more CTAs than items, rounds short enough to hand over to the heap for a while."""
-    from attnlab._lpt import list_schedule
+    from attnlab.machine.schedule.lpt import list_schedule
     rng = np.random.default_rng(8000 + seed)
     for _ in range(20):
         n, m = int(rng.integers(1, 300)), int(rng.choice([1, 2, 4, 9, 10, 11, 32, 33, 64, 132, 1000]))
@@ -893,7 +894,7 @@ def test_bad_lengths_input_is_refused_by_name(args, exc, name, value):
 def test_plan_time_is_the_busiest_cta_at_its_share_of_the_bandwidth():
     """Plan.time by hand: the busiest CTA's K, V (and query rows in, partial outputs out) at
     bandwidth / SMs of an H100 SXM (3.35 TB/s, 132 SMs), bf16, head dim 128."""
-    from attnlab.schedule import plan_per_request
+    from attnlab.machine.schedule import plan_per_request
     batch = [(1, 1000), (1, 300), (1, 4096)]
     plan = plan_per_request(batch, kv_heads=1, num_ctas=132, group=4)
     per_cta = {}

@@ -1,5 +1,5 @@
-"""Notebook 06's library against hand calculations: FA4's third roof (attnlab.roofs), MLA decode
-intensity (attnlab.mla), low-precision rounding and error (attnlab.lowprec) and the fastest peer
+"""Notebook 06's library against hand calculations: FA4's third roof (attnlab.machine.roofs), MLA decode
+intensity (attnlab.core.mla), low-precision rounding and error (attnlab.core.lowprec) and the fastest peer
 per measured case (explore.since.backends)."""
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from attnlab import lowprec as lp
+from attnlab.core import lowprec as lp
 from attnlab.explore.runs import newest_run
 from attnlab.explore.since import fastest_per_case, lowprec_numbers, mla_rows
-from attnlab.hardware import get_gpu, ridge_point
-from attnlab.decode import intensity
-from attnlab.mla import DEEPSEEK_V3, MLAShape, mla_decode_cost, mla_forms, mla_intensity
+from attnlab.machine.hardware import get_gpu, ridge_point
+from attnlab.core.decode import intensity
+from attnlab.core.mla import DEEPSEEK_V3, MLAShape, mla_decode_cost, mla_forms, mla_intensity
 from attnlab.explore.since.mla import mla_statement, mla_verdicts
 from reference import attention_head
 
-from attnlab.roofs import POLY_FMA_OPS, SOFTMAX_FMA_OPS, exp_rate, fma_rate, score_times
+from attnlab.machine.roofs import POLY_FMA_OPS, SOFTMAX_FMA_OPS, exp_rate, fma_rate, score_times
 
 
 # --- FA4's third roof ------------------------------------------------------------------------------

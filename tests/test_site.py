@@ -11,7 +11,7 @@ import nbformat.v4 as v4
 import pytest
 from PIL import Image
 
-from attnlab.tools import site
+from attnlab.course import site
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 

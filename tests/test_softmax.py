@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.special
 
-from attnlab.softmax import online_softmax, online_softmax_trace, softmax
+from attnlab.core.softmax import online_softmax, online_softmax_trace, softmax
 
 
 # --- the lecture's worked example: x = [1, 3, 2, 5, 4], two numbers at a time -------------------
@@ -169,7 +169,7 @@ def test_bad_x(fn, x):
 def test_online_softmax_runs_the_trace(monkeypatch):
     import inspect
 
-    import attnlab.softmax as sm
+    import attnlab.core.softmax as sm
     calls = []
     real = sm.online_softmax_trace
     monkeypatch.setattr(sm, "online_softmax_trace", lambda x, chunk: calls.append(chunk) or real(x, chunk))

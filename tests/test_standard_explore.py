@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from attnlab.explore import standard as st
-from attnlab.hardware import gpus
-from attnlab.models import get_model, models, prefill_cost, prefill_cost_curve
+from attnlab.machine.hardware import gpus
+from attnlab.machine.models import get_model, models, prefill_cost, prefill_cost_curve
 
 # Llama-3-8B and H100 SXM, written out so a wrong JSON value or a wrong formula fails here
 L8 = dict(params=8_030_261_248, layers=32, heads=32, d=128)

@@ -1,7 +1,7 @@
 """The Triton FlashAttention-2 kernel against the independent float64 reference.
 
 Without a GPU it runs under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1), so
-sizes stay small; `python -m attnlab.gpu.bench` checks it at real sizes on a GPU.
+sizes stay small; `python -m attnlab.gpubench` checks it at real sizes on a GPU.
 
 Every test runs with `poisoned_alloc` (tests/conftest.py): the output and lse the kernel allocates
 start as NaN, so an element it does not write fails. bf16 / fp16 outputs are held to the rule of
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.gpu.flash_triton import flash_attention_triton
+from attnlab.kernels.fa2 import flash_attention_triton
 
 try:
     from tests.kernel_rule import assert_within_rule

@@ -1,7 +1,7 @@
 """The Triton cascade decode against an independent float64 reference (each request's attention over
 the prefix followed by its own tokens, concatenated, plain softmax) and against the numpy
-`attnlab.decode.cascade_attention`. Without a GPU it runs under Triton's interpreter
-(tests/conftest.py sets TRITON_INTERPRET=1), so sizes stay small; `python -m attnlab.gpu.bench_cascade`
+`attnlab.core.decode.cascade_attention`. Without a GPU it runs under Triton's interpreter
+(tests/conftest.py sets TRITON_INTERPRET=1), so sizes stay small; `python -m attnlab.gpubench.cascade`
 checks real sizes.
 
 The output is filled with NaN before each call, and so is every pool slot no request owns: an
@@ -20,8 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from attnlab.decode import cascade_attention  # noqa: E402
-from attnlab.gpu.cascade_triton import cascade_decode  # noqa: E402
+from attnlab.core.decode import cascade_attention  # noqa: E402
+from attnlab.kernels.cascade import cascade_decode  # noqa: E402
 
 try:
     from tests.kernel_rule import assert_within_rule  # noqa: E402

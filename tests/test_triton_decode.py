@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.gpu.decode_triton import split_kv_decode
+from attnlab.kernels.decode import split_kv_decode
 
 try:
     from tests.kernel_rule import assert_within_rule

@@ -3,7 +3,7 @@
 Without a GPU it runs under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1) with
 16 x 16 tiles (16 x 32 with big_tiles), so the sizes below divide no block; the interpreter runs the
 tensor-descriptor (TMA) loads and stores too, so each cumulative step set is checked.
-`python -m attnlab.gpu.tune_hopper` checks it at real sizes on a GPU.
+`python -m attnlab.gpubench.sweeps.hopper` checks it at real sizes on a GPU.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.gpu import hopper_triton
-from attnlab.gpu.hopper_triton import (DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, flash_attention_hopper,
+from attnlab.kernels import hopper
+from attnlab.kernels.hopper import (DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, flash_attention_hopper,
                                        launch_config, tma_ok)
 
 try:
@@ -124,7 +124,7 @@ VARIANT_CASES = [  # (batch, q heads, kv heads, n_q, n_k, d, soft_cap, window, c
 @pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: "-".join(map(str, c)))
 def test_fp32_variants_compiled_in(case, steps):
     """soft_cap and window as compile-time switches of the Hopper kernel (the variants of
-    variants_triton, with every step): fp32 against float64 at 1e-5, unwritten output is NaN."""
+    kernels.variants, with every step): fp32 against float64 at 1e-5, unwritten output is NaN."""
     b, hq, hk, nq, nk, d, cap, w, causal = case
     q, k, v = _inputs(int(sum(case[:6]) + cap + w), b, hq, hk, nq, nk, d)
     o, lse = flash_attention_hopper(q, k, v, causal=causal, soft_cap=cap or None, window=w or None,
@@ -158,7 +158,7 @@ def test_variant_types_and_refusals_leave_the_default_steps_alone():
     with warnings.catch_warnings():
         warnings.simplefilter("error")                                # no step dropped by that
         o = flash_attention_hopper(q, k, v, causal=True, window=np.int64(2 ** 40), soft_cap=np.float32(4.0))
-    assert all(st == frozenset(DEFAULT_STEPS) for st in hopper_triton._WORKING.values())
+    assert all(st == frozenset(DEFAULT_STEPS) for st in hopper._WORKING.values())
     assert torch.equal(o, flash_attention_hopper(q, k, v, causal=True, soft_cap=4.0))   # window past N_k
 
 
@@ -243,7 +243,7 @@ def test_scale_blocks_and_default_steps_without_warnings():
         o, lse = flash_attention_hopper(q, k, v, causal=True, scale=0.3, block_m=32, block_n=16,
                                         return_lse=True)
     _assert_close(o, lse, *_ref(q, k, v, True, scale=0.3), 1e-5)
-    assert launch_config(128, True)["block_n"] == (32 if hopper_triton.interpreting() else 128)
+    assert launch_config(128, True)["block_n"] == (32 if hopper.interpreting() else 128)
     assert launch_config(128, True, (), block_m=64)["block_m"] == 64
     assert cumulative_steps()[0] == () and cumulative_steps()[-1] == HOPPER_STEPS
 

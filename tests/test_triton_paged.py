@@ -1,7 +1,7 @@
 """The Triton paged decode kernel against an independent float64 reference that gathers each
-request's K/V through the page table, and against `attnlab.paged.bsr_attention` on a
+request's K/V through the page table, and against `attnlab.core.paged.bsr_attention` on a
 PagedKVCache's layout. Without a GPU it runs under Triton's interpreter (tests/conftest.py sets
-TRITON_INTERPRET=1), so sizes stay small; `python -m attnlab.gpu.bench_paged` checks real sizes.
+TRITON_INTERPRET=1), so sizes stay small; `python -m attnlab.gpubench.paged` checks real sizes.
 
 Every test poisons what the kernel must write (the output, and the partial-state workspace where
 the split count is fixed) and every pool slot no request owns with NaN: an element left unwritten,
@@ -18,9 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from attnlab.gpu.decode_triton import workspace  # noqa: E402
-from attnlab.gpu.paged_triton import auto_splits, paged_decode  # noqa: E402
-from attnlab.paged import PagedKVCache, bsr_attention, to_bsr  # noqa: E402
+from attnlab.kernels.decode import workspace  # noqa: E402
+from attnlab.kernels.paged import auto_splits, paged_decode  # noqa: E402
+from attnlab.core.paged import PagedKVCache, bsr_attention, to_bsr  # noqa: E402
 try:
     from tests.paged_reference import attention as _reference, pools as _pools  # noqa: E402
 except ImportError:  # tests/ on sys.path (rootdir-less run)
@@ -189,7 +189,7 @@ def test_block_smaller_than_page_and_auto_splits():
 
 
 def test_auto_launch_refuses_what_no_launch_has():
-    from attnlab.gpu.paged_triton import auto_launch
+    from attnlab.kernels.paged import auto_launch
     with pytest.raises(ValueError, match="programs=0 is out of range"):
         auto_launch(0, 16, DEVICE)
     with pytest.raises(TypeError, match="page_size must be an integer"):
@@ -258,7 +258,7 @@ def _good():
     (lambda a: None, {"scale": True}, TypeError, "scale must be a real number"),
     (lambda a: None, {"scale": "0.5"}, TypeError, "scale must be a real number"),
     (lambda a: a.update(k_pool=a["k_pool"].to("meta")), {}, ValueError, "k_pool is on meta but q is on cpu"),
-    (lambda a: None, {"ws": {}}, TypeError, "ws must be a dict from decode_triton.workspace"),
+    (lambda a: None, {"ws": {}}, TypeError, "ws must be a dict from kernels.decode.workspace"),
     (lambda a: None, {"ws": 5}, TypeError, "ws must be a dict"),
 ])
 def test_bad_input(change, kw, err, match):

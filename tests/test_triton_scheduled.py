@@ -1,7 +1,7 @@
-"""The plan-driven persistent decode (`attnlab.gpu.scheduled_triton`) against an independent float64
+"""The plan-driven persistent decode (`attnlab.kernels.scheduled`) against an independent float64
 reference that gathers each request's K/V through the page table, for each of the three plans.
 Without a GPU it runs under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1), so
-sizes stay small; `python -m attnlab.gpu.bench_scheduled` checks real sizes on a GPU.
+sizes stay small; `python -m attnlab.gpubench.scheduled` checks real sizes on a GPU.
 
 The output and both partial-state buffers are poisoned with NaN before every run, and every pool
 slot no request owns is NaN: an element left unwritten or a page read that is not the request's
@@ -15,9 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from attnlab import schedule  # noqa: E402
-from attnlab.gpu.paged_triton import paged_decode  # noqa: E402
-from attnlab.gpu.scheduled_triton import ScheduledDecoder, scheduled_decode  # noqa: E402
+from attnlab.machine import schedule  # noqa: E402
+from attnlab.kernels.paged import paged_decode  # noqa: E402
+from attnlab.kernels.scheduled import ScheduledDecoder, scheduled_decode  # noqa: E402
 try:
     from tests.paged_reference import attention as _reference, pools as _pools  # noqa: E402
 except ImportError:  # tests/ on sys.path (rootdir-less run)
@@ -280,10 +280,10 @@ def test_bench_dry_run(tmp_path, capsys):
     """The GPU harness end to end at tiny sizes (eager runs stand in for the replays on a CPU)."""
     import json
 
-    from attnlab.gpu import bench_scheduled
+    from attnlab.gpubench import scheduled as scheduled_bench
     if DEVICE == "cuda":
         pytest.skip("the dry run is for machines without a GPU")
-    bench_scheduled.main(["--dry", "--out", str(tmp_path / "r.json")])
+    scheduled_bench.main(["--dry", "--out", str(tmp_path / "r.json")])
     res = json.loads((tmp_path / "r.json").read_text())
     impls = {(r["batch"], r["impl"]) for r in res["rows"]}
     assert impls == {(b, i) for b in (1, 3) for i in ("sched per-request", "sched fixed", "sched balanced",

@@ -1,5 +1,5 @@
 """`variant_prefill` (soft-cap, sliding window, causal compiled into one Triton kernel) against a
-float64 reference written from the definition and against `attnlab.variants.variant_attention`.
+float64 reference written from the definition and against `attnlab.core.variants.variant_attention`.
 
 Under Triton's interpreter (no GPU) with 16 x 16 blocks, so the sizes below divide no block.
 Every test runs with `poisoned_alloc` (tests/conftest.py), and `out=` is NaN-filled where passed:
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.gpu.variants_triton import blocks, kv_block_range, variant_prefill
-from attnlab.variants import causal as causal_v, sliding_window, soft_cap, variant_attention
+from attnlab.kernels.variants import blocks, kv_block_range, variant_prefill
+from attnlab.core.variants import causal as causal_v, sliding_window, soft_cap, variant_attention
 
 try:
     from tests.kernel_rule import assert_within_rule, visible_mask

@@ -1,4 +1,4 @@
-"""attnlab.variants (FlashInfer's attention-variant functors) against dense float64 definitions.
+"""attnlab.core.variants (FlashInfer's attention-variant functors) against dense float64 definitions.
 
 Every expected value here is built from the definition, independently of the module under test:
 the full (N_q, N_k) score matrix s = scale * q k^T in float64, the variant applied to it entry by
@@ -17,8 +17,8 @@ import warnings
 import numpy as np
 import pytest
 
-from attnlab.hbm import HBM
-from attnlab.variants import (Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
+from attnlab.core.hbm import HBM
+from attnlab.core.variants import (Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
                               soft_cap, tile_io, tile_mask, variant_attention)
 
 try:

@@ -1,9 +1,18 @@
 """attnlab: the library behind the course notebooks on efficient attention.
 
-Layers (imports point down only):
-1. math and accounting (numpy): hbm, softmax, attention, iomodel
-2. models of the machine: hardware, models
-3. presentation: explore (one module per notebook topic)
-The optional GPU path lives in attnlab.gpu and imports torch/triton lazily.
+A module's layer is its folder; imports point down only (tests/test_layers.py derives the rule
+from the path):
+
+0. validate, catalog, fmt   argument checks, the data/ folder, number formatting
+1. core/      the exact math and the exact counts (numpy): HBM counter, softmax, attention,
+              closed-form IO, decode, MLA, low precision, paged KV, variants
+2. machine/   models of the machine: GPU specs and rooflines, model shapes, configs, workloads,
+              schedules
+3. explore/   the notebooks' explorers and tables (one folder per notebook)
+   course/    the exercises' checker, explorer timings, notebook execution, the static site
+
+The optional GPU path sits beside layer 3 and imports torch and triton lazily:
+   kernels/   the Triton kernels (layers 0-2 below them)
+   gpubench/  their benchmark harness beside FlashInfer, cuDNN and FlexAttention (kernels + 0-2)
 """
 __version__ = "0.1.0"

@@ -18,9 +18,9 @@ from urllib.parse import unquote, urlsplit
 import nbformat
 import pytest
 
-from attnlab.tools import site
+from attnlab.course import site
 
-from .test_notebooks_in_browser import CHROMIUM_ARGS, NOTEBOOK_DIR, NOTEBOOKS, browser_tools
+from attnlab.test_notebooks_in_browser import CHROMIUM_ARGS, NOTEBOOK_DIR, NOTEBOOKS, browser_tools
 
 PAGES = ["index.html"] + [Path(n).with_suffix(".html").name for n in NOTEBOOKS]
 LOAD_S = 30

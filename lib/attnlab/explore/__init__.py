@@ -15,19 +15,19 @@ itself under its `name`: `EXPLORERS[name]()` builds it at the lecture's defaults
     explore.IOExplorer()        # controls: SRAM size, head dim, N range, loop order, causal
 """
 # Imported in notebook order: the registry (and `make bench`) list explorers in that order.
-from ._base import REGISTRY, Explorer  # isort: skip
-from .roofline import *  # noqa: F401,F403  isort: skip
-from .standard import *  # noqa: F401,F403  isort: skip
-from .flash import *  # noqa: F401,F403  isort: skip
-from .decode import *  # noqa: F401,F403  isort: skip
-from .flashinfer import *  # noqa: F401,F403  isort: skip
-from .since import *  # noqa: F401,F403  isort: skip
-from .decode import __all__ as _decode
-from .flash import __all__ as _flash
-from .flashinfer import __all__ as _flashinfer
-from .roofline import __all__ as _roofline
-from .since import __all__ as _since
-from .standard import __all__ as _standard
+from attnlab.explore._base import REGISTRY, Explorer  # isort: skip
+from attnlab.explore.roofline import *  # noqa: F401,F403  isort: skip
+from attnlab.explore.standard import *  # noqa: F401,F403  isort: skip
+from attnlab.explore.flash import *  # noqa: F401,F403  isort: skip
+from attnlab.explore.decode import *  # noqa: F401,F403  isort: skip
+from attnlab.explore.flashinfer import *  # noqa: F401,F403  isort: skip
+from attnlab.explore.since import *  # noqa: F401,F403  isort: skip
+from attnlab.explore.decode import __all__ as _decode
+from attnlab.explore.flash import __all__ as _flash
+from attnlab.explore.flashinfer import __all__ as _flashinfer
+from attnlab.explore.roofline import __all__ as _roofline
+from attnlab.explore.since import __all__ as _since
+from attnlab.explore.standard import __all__ as _standard
 
 #: name -> explorer class, in notebook order.
 EXPLORERS: dict[str, type[Explorer]] = dict(REGISTRY)

@@ -46,8 +46,8 @@ from matplotlib.patches import Rectangle
 from matplotlib.transforms import IdentityTransform
 from PIL import Image as PILImage
 
-from . import style
-from ._controls import accepted, check_value
+from attnlab.explore import style
+from attnlab.explore._controls import accepted, check_value
 
 __all__ = ["Explorer", "REGISTRY", "readonly"]
 

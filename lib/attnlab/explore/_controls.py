@@ -7,7 +7,7 @@ import numbers
 import ipywidgets as widgets
 import numpy as np
 
-from .._check import _short
+from attnlab.validate import _short
 
 __all__ = ["slider", "steps", "dropdown", "toggle", "checkbox", "text", "check_value", "accepted", "options_of"]
 

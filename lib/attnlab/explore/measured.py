@@ -5,14 +5,14 @@ file under data/measurements/ or a live run); `runs` holds the rest of the run's
 """
 from __future__ import annotations
 
-from . import style
+from attnlab.explore import style
 
 __all__ = ["decode_summary", "decode_figure", "paged_summary", "variants_summary", "not_live"]
 
 
 def not_live() -> str:
     """What the optional GPU cell prints when it cannot measure here, and why."""
-    from .. import gpu
+    from attnlab import kernels as gpu
     return f"{gpu.unavailable_reason()}: the recorded H200 measurements above stand."
 
 
@@ -23,7 +23,7 @@ def decode_summary(res: dict) -> str:
     head = (f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
             f"measured {res['date']}; copy bandwidth measured {res['copy_bytes_per_s'] / 1e12:.2f} TB/s\n"
             f"Llama-3-8B layer (32 query heads, 8 KV heads, d = 128, bf16); time per call from CUDA-graph "
-            f"replay; model = attnlab.hardware.decode_time for the {res['model_gpu']}\n")
+            f"replay; model = attnlab.machine.hardware.decode_time for the {res['model_gpu']}\n")
     errs = [r["rel_err"] for r in res["rows"] if r["rel_err"] is not None]
     head += (f"correctness: the {len(errs)} configurations with batch x context <= 64K (column 'checked') "
              f"against an fp32 reference, worst relative error {max(errs):.1e}\n"

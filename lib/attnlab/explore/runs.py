@@ -1,7 +1,7 @@
 """The course's GPU runs, as the notebooks show them (03: prefill, 04: decode, 05: paged, cascade,
 schedules).
 
-`python -m attnlab.gpu.bench` writes one file per run, data/measurements/<gpu>-<date>.json: the
+`python -m attnlab.gpubench` writes one file per run, data/measurements/<gpu>-<date>.json: the
 device, its SM count, the versions of torch, Triton and FlashInfer, the commit measured, the
 ceilings measured in the same run, each section's full result and one flat table of rows.
 `newest_run()` loads the newest such file; `live_run()` makes a new run when a CUDA GPU is here.
@@ -14,8 +14,8 @@ import re
 
 import numpy as np
 
-from ..hardware import data_path
-from . import style
+from attnlab.machine.hardware import data_path
+from attnlab.explore import style
 
 __all__ = ["run_files", "newest_run", "live_run", "provenance", "section", "prefill_summary",
            "prefill_figure", "hopper_steps_summary", "decode_bandwidth_summary", "cascade_summary",
@@ -52,13 +52,13 @@ def newest_run() -> dict:
 
 
 def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) -> dict | None:
-    """Run those sections of `python -m attnlab.gpu.bench` here if a CUDA GPU is visible (minutes:
+    """Run those sections of `python -m attnlab.gpubench` here if a CUDA GPU is visible (minutes:
     FlashInfer's columns need `pip install flashinfer-python`, and its first calls compile);
     None otherwise. Nothing is written to disk."""
-    from .. import gpu
+    from attnlab import kernels as gpu
     if not gpu.available():
         return None
-    from ..gpu import bench
+    from attnlab.gpubench import run as bench
     res = bench.run(sections, out="")
     res["file"] = "(live run, not saved)"
     return res
@@ -142,7 +142,7 @@ def prefill_figure(res: dict, batch: int = 1):
 
 
 def hopper_steps_summary(name: str = "h200-2026-12-01-hopper-steps.json") -> str:
-    """A recorded `python -m attnlab.gpu.tune_hopper` run: each cumulative step of the Hopper kernel
+    """A recorded `python -m attnlab.gpubench.sweeps.hopper` run: each cumulative step of the Hopper kernel
     (TFLOP/s and its gain over the step before), then the best launch, against the best library."""
     with open(_dir() / name) as f:
         res = json.load(f)
@@ -221,7 +221,7 @@ def cascade_summary(res: dict) -> str:
                      "fi_cascade": get.get("flashinfer-cascade", {}).get("us", float("nan")),
                      "speedup": p["us"] / c["us"], "time_saved": 1 - c["us"] / p["us"]})
     head = (provenance(res, "cascade") + "\nn requests share one prefix; page size 16; µs per call, CUDA-graph replay; "
-            "'KV saved' is attnlab.decode.cascade_intensity's count of K/V tokens not read\n")
+            "'KV saved' is attnlab.core.decode.cascade_intensity's count of K/V tokens not read\n")
     return head + style.table(rows, {"n": "n", "prefix": "prefix", "unique": "own tokens", "saving": "KV saved (counted)",
                                      "auto": "cascade (auto)", "best": "cascade (best split)",
                                      "paged": "paged, full tables", "fi_tc": "FlashInfer TC, full",

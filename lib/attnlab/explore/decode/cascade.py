@@ -3,7 +3,7 @@
 the two states with ⊕. KV tokens read and the prefix part's intensity.
 
 Pure part: `cascade_numbers(n, prefix, unique, g, gpu)` -> CascadeNumbers, from
-`attnlab.decode.cascade_intensity`; `cascade_check` runs `attnlab.decode.cascade_attention`.
+`attnlab.core.decode.cascade_intensity`; `cascade_check` runs `attnlab.core.decode.cascade_attention`.
 """
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._check import as_int
-from ...decode import cascade_attention, cascade_intensity, intensity
-from ...hardware import get_gpu, gpus, ridge_point
-from ...softmax import attention_state
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import dropdown, slider, steps
-from .intensity import I_LIM
-from .merge import MERGE_BOUNDS
+from attnlab.validate import as_int
+from attnlab.core.decode import cascade_attention, cascade_intensity, intensity
+from attnlab.machine.hardware import get_gpu, gpus, ridge_point
+from attnlab.core.softmax import attention_state
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import dropdown, slider, steps
+from attnlab.explore.decode.intensity import I_LIM
+from attnlab.explore.decode.merge import MERGE_BOUNDS
 
 __all__ = ["CascadeNumbers", "cascade_numbers", "CascadeCheck", "cascade_run", "cascade_check", "cascade_table", "CascadeExplorer"]
 
@@ -115,7 +115,7 @@ class CascadeCheck:
 
 
 def cascade_run(n: int = 64, prefix: int = 4096, unique: int = 256, d: int = 64, seed: int = 0) -> CascadeCheck:
-    """Run `attnlab.decode.cascade_attention` on random float64 data (seeded) and compare it with
+    """Run `attnlab.core.decode.cascade_attention` on random float64 data (seeded) and compare it with
     each request's own attention over prefix + unique keys.
 
     >>> c = cascade_run(8, 300, 20, d=16)

@@ -2,7 +2,7 @@
 the queries per step, never with the batch; where that sits on the bf16 roofline.
 
 Pure part: `decode_intensity(g, l_qo, l_kv, batch, gpu)` -> DecodeIntensity, with FLOPs, bytes
-and intensity from `attnlab.decode` and the roof from `attnlab.hardware`.
+and intensity from `attnlab.core.decode` and the roof from `attnlab.machine.hardware`.
 """
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._check import as_int
-from ...decode import decode_cost, intensity
-from ...hardware import attainable, get_gpu, gpus, peak
-from ...models import get_model
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import dropdown, slider, steps
+from attnlab.validate import as_int
+from attnlab.core.decode import decode_cost, intensity
+from attnlab.machine.hardware import attainable, get_gpu, gpus, peak
+from attnlab.machine.models import get_model
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import dropdown, slider, steps
 
 __all__ = ["DecodeIntensity", "decode_intensity", "intensity_table", "batch_table",
            "IntensityExplorer", "GROUPS", "BATCHES", "L_KV_STEPS", "LINEAR_N", "REFERENCES"]
@@ -74,7 +74,7 @@ class DecodeIntensity:
 def decode_intensity(g: int = 8, l_qo: int = 1, l_kv: int = 8192, batch: int = 1,
                      gpu="H100-SXM", head_dim: int = 128) -> DecodeIntensity:
     """One KV head with its g query heads for a batch of requests, bf16. FLOPs and bytes per
-    request come from `attnlab.decode.decode_cost`; a batch multiplies both (no two requests
+    request come from `attnlab.core.decode.decode_cost`; a batch multiplies both (no two requests
     share KV), so the intensity does not depend on it. For contrast, a linear layer with
     LINEAR_N x LINEAR_N bf16 weights on the batch's B tokens reaches B n / (n + 2B).
 

@@ -4,7 +4,7 @@ one-pass output. In float64 every order agrees to ~1e-16; in float32 a different
 same additions changes the last bits: why deterministic kernels fix the merge order.
 
 Pure part: `merge_errors(splits, dtype, order, seed)` -> MergeErrors. The states and the merge are
-`attnlab.decode.split_kv_attention` and `attnlab.softmax.merge_states`.
+`attnlab.core.decode.split_kv_attention` and `attnlab.core.softmax.merge_states`.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._check import as_bool, as_int, choice
-from ...decode import split_kv_attention
-from ...softmax import attention_state, merge_states
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import slider, toggle
+from attnlab.validate import as_bool, as_int, choice
+from attnlab.core.decode import split_kv_attention
+from attnlab.core.softmax import attention_state, merge_states
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import slider, toggle
 
 __all__ = ["merge_data", "MergeErrors", "merge_errors", "MergeExplorer", "MERGE_ORDERS", "MERGE_DTYPES", "MERGE_GRID", "MERGE_BOUNDS"]
 

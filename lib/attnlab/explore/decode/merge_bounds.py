@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import style
-from .merge import MERGE_BOUNDS, MERGE_D, MERGE_KEYS, merge_errors
+from attnlab.explore import style
+from attnlab.explore.decode.merge import MERGE_BOUNDS, MERGE_D, MERGE_KEYS, merge_errors
 
 __all__ = ["MergeRow", "merge_rows", "merge_table", "merge_digits"]
 

@@ -1,6 +1,6 @@
 """Split-KV (notebook 04, §4.2): a batch-1 decode keeps a handful of SMs busy; cutting each
 request's KV into chunks fills the GPU, at the price of a merge. The time of every split count
-on the simplified GPU of `attnlab.hardware.decode_time` ("SMs share the bandwidth, blocks run in
+on the simplified GPU of `attnlab.machine.hardware.decode_time` ("SMs share the bandwidth, blocks run in
 waves"), the SM occupancy over time, and the tables notebook 04 prints.
 
 Pure part: `split_kv_plan(batch, context, kv_heads, splits, gpu)` -> SplitPlan.
@@ -14,13 +14,13 @@ from matplotlib.collections import LineCollection
 from matplotlib.patches import Patch, Polygon, Rectangle
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
-from ..._check import as_int
-from ...hardware import SPLITS, DecodeTime, decode_time, get_gpu, gpus
-from ...models import get_model
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import dropdown, steps
-from .intensity import BATCHES
+from attnlab.validate import as_int
+from attnlab.machine.hardware import SPLITS, DecodeTime, decode_time, get_gpu, gpus
+from attnlab.machine.models import get_model
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import dropdown, steps
+from attnlab.explore.decode.intensity import BATCHES
 
 __all__ = ["SplitPlan", "split_kv_plan", "SplitKVExplorer", "CONTEXTS", "KV_HEADS", "MODEL"]
 
@@ -84,7 +84,7 @@ def _us(t: float) -> str:
 def split_kv_plan(batch: int = 1, context: int = 32768, kv_heads: int = 8, splits: int = 16,
                   gpu="H100-SXM", *, candidates=SPLITS) -> SplitPlan:
     """One layer of decode attention (MODEL's query heads and head dim, shared by `kv_heads` KV
-    heads) on the simplified GPU of `attnlab.hardware.decode_time`, for every split count in
+    heads) on the simplified GPU of `attnlab.machine.hardware.decode_time`, for every split count in
     `candidates` (those <= context). ValueError if `splits` is not a candidate or exceeds the
     context.
 

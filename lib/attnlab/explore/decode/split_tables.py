@@ -2,10 +2,10 @@
 across contexts, where the wave tail and the merge go, and every split count of one case."""
 from __future__ import annotations
 
-from ...hardware import SPLIT_MARGIN, recommended_split
-from ...hardware import decode_time, get_gpu
-from .. import style
-from .split_kv import split_kv_plan
+from attnlab.machine.hardware import SPLIT_MARGIN, recommended_split
+from attnlab.machine.hardware import decode_time, get_gpu
+from attnlab.explore import style
+from attnlab.explore.decode.split_kv import split_kv_plan
 
 __all__ = ["split_table", "split_vs_context", "wave_tail", "split_rows_table"]
 
@@ -63,7 +63,7 @@ def wave_tail(batch: int = 256, context: int = 32768, kv_heads: int = 8, splits=
 
 
 def split_rows_table(batch: int = 2, context: int = 16384, kv_heads: int = 8, gpu="H100-SXM") -> str:
-    """Every split count of `attnlab.hardware.SPLITS` for one configuration: blocks, waves,
+    """Every split count of `attnlab.machine.hardware.SPLITS` for one configuration: blocks, waves,
     utilization, attention and merge time, total, speedup against no split; the fastest marked,
     and the recommended one (`hardware.recommended_split`: the fewest splits within 1 % of it)."""
     p = split_kv_plan(batch, context, kv_heads, 1, gpu)

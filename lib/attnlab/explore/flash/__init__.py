@@ -1,8 +1,8 @@
 """Notebook 03 (FlashAttention): online softmax, the tile grid, HBM traffic vs N and M."""
-from .checks import accuracy_bound, accuracy_rows, counter_vs_formula
-from .io import IOCurves, IOExplorer, io_curves
-from .online_softmax import OnlineSoftmaxExplorer, SoftmaxSteps, parse_vector, softmax_steps, softmax_table
-from .tile_grid import TileGridExplorer, TileSchedule, tile_schedule
+from attnlab.explore.flash.checks import accuracy_bound, accuracy_rows, counter_vs_formula
+from attnlab.explore.flash.io import IOCurves, IOExplorer, io_curves
+from attnlab.explore.flash.online_softmax import OnlineSoftmaxExplorer, SoftmaxSteps, parse_vector, softmax_steps, softmax_table
+from attnlab.explore.flash.tile_grid import TileGridExplorer, TileSchedule, tile_schedule
 
 __all__ = ["accuracy_bound", "accuracy_rows", "counter_vs_formula", "IOCurves", "IOExplorer", "io_curves",
            "OnlineSoftmaxExplorer", "SoftmaxSteps", "parse_vector", "softmax_steps", "softmax_table",

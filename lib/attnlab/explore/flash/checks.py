@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...attention import ORDERS, flash_attention, standard_attention
-from ...hbm import HBM
-from ...iomodel import flash_io, standard_io
+from attnlab.core.attention import ORDERS, flash_attention, standard_attention
+from attnlab.core.hbm import HBM
+from attnlab.core.iomodel import flash_io, standard_io
 
 __all__ = ["accuracy_rows", "accuracy_bound", "counter_vs_formula", "U32", "C_BOUND"]
 

@@ -1,7 +1,7 @@
 """HBM traffic against N and against SRAM size (notebook 03, §3.6): standard attention, FA1 and
 FA2 order, with the N²d²/M order of the lower bound.
 
-Pure part: `io_curves(...)` -> IOCurves; every count is `attnlab.iomodel`'s closed form, called
+Pure part: `io_curves(...)` -> IOCurves; every count is `attnlab.core.iomodel`'s closed form, called
 once per curve on an array of N (or of M).
 """
 from __future__ import annotations
@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._check import as_bool, as_int, choice
-from ...attention import block_sizes
-from ...iomodel import flash_io, lower_bound, standard_io
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import checkbox, steps, toggle
+from attnlab.validate import as_bool, as_int, choice
+from attnlab.core.attention import block_sizes
+from attnlab.core.iomodel import flash_io, lower_bound, standard_io
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import checkbox, steps, toggle
 
 __all__ = ["IOCurves", "io_curves", "IOExplorer", "SRAM_STEPS", "N_MAX_STEPS", "HEAD_DIMS"]
 

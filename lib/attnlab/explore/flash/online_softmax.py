@@ -3,7 +3,7 @@ per step, and watch the running max m and running sum l, with the rescale factor
 applies to what was summed before.
 
 Pure part: `softmax_steps(x, chunk)` -> SoftmaxSteps. The steps themselves come from
-`attnlab.softmax.online_softmax_trace`; nothing here re-derives them.
+`attnlab.core.softmax.online_softmax_trace`; nothing here re-derives them.
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._check import as_int
-from ...softmax import SoftmaxStep, online_softmax, online_softmax_trace, softmax
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import slider, text
+from attnlab.validate import as_int
+from attnlab.core.softmax import SoftmaxStep, online_softmax, online_softmax_trace, softmax
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import slider, text
 
 __all__ = ["parse_vector", "SoftmaxSteps", "softmax_steps", "softmax_table", "OnlineSoftmaxExplorer",
            "LECTURE_X", "MAX_VALUES"]

@@ -15,12 +15,12 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Rectangle
 
-from ..._check import as_bool, as_int, choice
-from ...attention import ORDERS, causal_mask, flash_attention
-from ...hbm import HBM
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import checkbox, slider, steps, toggle
+from attnlab.validate import as_bool, as_int, choice
+from attnlab.core.attention import ORDERS, causal_mask, flash_attention
+from attnlab.core.hbm import HBM
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import checkbox, slider, steps, toggle
 
 __all__ = ["TileSchedule", "tile_schedule", "TileGridExplorer", "TILE_N", "TILE_BLOCKS"]
 

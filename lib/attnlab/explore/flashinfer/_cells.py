@@ -1,6 +1,6 @@
 """Drawing helpers shared by notebook 05's block pictures: request colours, a panel of cells
 (filled rectangles, stripes on shared blocks) and short labels, each a collection whose arrays
-are set in place. Presentation only: which block belongs to whom comes from attnlab.paged.
+are set in place. Presentation only: which block belongs to whom comes from attnlab.core.paged.
 
 Labels are glyph outlines (`TextPath`, cached per string) in one PathCollection: a few dozen
 numbers draw in a few milliseconds, where as many Text artists would take ten times longer."""

@@ -7,12 +7,13 @@ import json
 
 import numpy as np
 
-from ..._catalog import data_path
-from ...paged import PagedKVCache, bsr_attention, composable_attention, to_bsr
-from ...schedule import lengths, plan_balanced
-from ...softmax import attention_state, merge_states
-from ...variants import sigmoid, sliding_window, soft_cap, variant_attention
-from .. import style
+from attnlab.catalog import data_path
+from attnlab.core.paged import PagedKVCache, bsr_attention, composable_attention, to_bsr
+from attnlab.machine.schedule import plan_balanced
+from attnlab.machine.workload import lengths
+from attnlab.core.softmax import attention_state, merge_states
+from attnlab.core.variants import sigmoid, sliding_window, soft_cap, variant_attention
+from attnlab.explore import style
 
 __all__ = ["Checked", "attention_bound", "bsr_check", "composable_check", "variants_check", "determinism_check", "planner_cost",
            "paper_table"]
@@ -51,7 +52,7 @@ def attention_bound(q, k, v, u: float = _U64, *, scale=None, terms: int | None =
 
     >>> rng = np.random.default_rng(0)
     >>> q, k, v = (rng.standard_normal((50, 16)) for _ in range(3))
-    >>> from attnlab.softmax import attention_state
+    >>> from attnlab.core.softmax import attention_state
     >>> err = abs(attention_state(q, k, v)[0] - attention_state(q[:, ::-1], k[:, ::-1], v)[0]).max()
     >>> bool(err <= 2 * attention_bound(q, k, v))
     True
@@ -210,7 +211,7 @@ def planner_cost(batch: int = 256, repeats: int = 20) -> str:
     132 CTAs) on this machine, per layer of a 32-layer model (one plan serves every layer), and
     beside it `make bench`'s straightforward heapq planner (a WorkItem object and a heap pop and
     push per item) on the same batch. Machine-dependent: for a cell whose output is not compared."""
-    from ...bench import _balanced_heapq, _median_time   # the timer and the planner `make bench` uses
+    from attnlab.course.explorer_bench import _balanced_heapq, _median_time  # the timer and the planner `make bench` uses
     lens = lengths("longtail", batch, seed=0)
     plan = plan_balanced(lens, kv_heads=8, num_ctas=132, group=4)
     t = _median_time(lambda: plan_balanced(lens, kv_heads=8, num_ctas=132, group=4), repeats)

@@ -4,7 +4,7 @@ ONE block row, read once for all n queries; each request's own pages keep (1, pa
 blocks; the two states merge with ⊕. The single format reads the prefix once per request.
 
 Pure part: `composable_numbers(...)` -> ComposableNumbers. It builds the forked requests in a
-PagedKVCache and runs `attnlab.paged.composable_attention` (its `reads` are the counts shown)
+PagedKVCache and runs `attnlab.core.paged.composable_attention` (its `reads` are the counts shown)
 against `bsr_attention` on random float32 data; `composable_text(...)` prints the result.
 """
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.colors import to_rgb
 
-from ..._check import as_int, choice
-from ...paged import BSRLayout, PagedKVCache, bsr_attention, composable_attention, to_bsr
-from .. import style
-from .._base import Explorer
-from .._controls import slider, steps
-from ._cells import EMPTY, Cells, Labels, ink
+from attnlab.validate import as_int, choice
+from attnlab.core.paged import BSRLayout, PagedKVCache, bsr_attention, composable_attention, to_bsr
+from attnlab.explore import style
+from attnlab.explore._base import Explorer
+from attnlab.explore._controls import slider, steps
+from attnlab.explore.flashinfer._cells import EMPTY, Cells, Labels, ink
 
 __all__ = ["ComposableNumbers", "composable_numbers", "composable_text", "ComposableExplorer",
            "PAGE_SIZES", "CHECK_HEAD_DIM"]

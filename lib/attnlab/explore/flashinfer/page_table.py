@@ -15,12 +15,12 @@ import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.patches import Patch
 
-from ..._check import as_int
-from ...paged import BSRLayout, OutOfBlocks, PagedKVCache, to_bsr
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import slider, text
-from ._cells import COLORS, EMPTY, FREE, Cells, Labels, ink, tint, warm
+from attnlab.validate import as_int
+from attnlab.core.paged import BSRLayout, OutOfBlocks, PagedKVCache, to_bsr
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import slider, text
+from attnlab.explore.flashinfer._cells import COLORS, EMPTY, FREE, Cells, Labels, ink, tint, warm
 
 __all__ = ["parse_lengths", "PageTable", "page_table_numbers", "page_table_text", "PageTableExplorer",
            "LECTURE_LENGTHS"]

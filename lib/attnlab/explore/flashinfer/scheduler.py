@@ -1,9 +1,9 @@
 """The load-balanced scheduler (notebook 05, lecture §5.6): one decode step of Llama-3-8B (8 KV
 heads, group 4, one query token per request) on a grid of CTAs under the three plans of
-`attnlab.schedule`: one work item per request, fixed 1024-token chunks, and FlashInfer's balanced
+`attnlab.machine.schedule`: one work item per request, fixed 1024-token chunks, and FlashInfer's balanced
 plan (Algorithm 1). Who runs what when (a Gantt chart), each plan's utilization and makespan, and
 the utilization against the batch size. The batches are the committed ones
-(`schedule.recorded_lengths`, data/request_lengths.json).
+(`workload.recorded_lengths`, data/request_lengths.json).
 
 Pure part: `scheduler_plan(...)` -> the Plan, `scheduler_numbers(...)` -> SchedulerNumbers,
 `scheduler_table(...)` -> the text table notebook 05 prints.
@@ -20,13 +20,13 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from ..._check import as_int, choice
-from ...models import get_model
-from ...schedule import (DISTS, RECORDED_BATCHES, plan_balanced, plan_fixed_split, plan_per_request,
-                         recorded_lengths)
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import dropdown, steps
+from attnlab.validate import as_int, choice
+from attnlab.machine.models import get_model
+from attnlab.machine.schedule import plan_balanced, plan_fixed_split, plan_per_request
+from attnlab.machine.workload import DISTS, RECORDED_BATCHES, recorded_lengths
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import dropdown, steps
 
 __all__ = ["PlanStats", "SchedulerNumbers", "scheduler_plan", "scheduler_numbers", "scheduler_table",
            "SchedulerExplorer", "BATCHES", "CTAS", "SCHEDULERS", "MODEL", "frame"]
@@ -96,7 +96,7 @@ def _plan(batch, dist, num_ctas, scheduler):
 
 def scheduler_plan(batch: int = 64, dist: str = "longtail", num_ctas: int = 132,
                    scheduler: str = "balanced"):
-    """The `attnlab.schedule` Plan of one recorded batch for MODEL's decode (cached: treat it as
+    """The `attnlab.machine.schedule` Plan of one recorded batch for MODEL's decode (cached: treat it as
     read-only)."""
     return _plan(*_args(batch, dist, num_ctas, scheduler))
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._check import as_int
-from ...paged import PagedKVCache, bsr_attention, to_bsr
-from ...schedule import plan_balanced
-from ...variants import Variant, variant_attention
-from .. import style
-from .checks import Checked, attention_bound
+from attnlab.validate import as_int
+from attnlab.core.paged import PagedKVCache, bsr_attention, to_bsr
+from attnlab.machine.schedule import plan_balanced
+from attnlab.core.variants import Variant, variant_attention
+from attnlab.explore import style
+from attnlab.explore.flashinfer.checks import Checked, attention_bound
 
 __all__ = ["mixed_batch_check", "tree_mask", "tree_check", "paged_lesson", "host_costs"]
 
@@ -104,7 +104,7 @@ def tree_mask(parents, prefix: int) -> Variant:
     its ancestors (`parents[i]`, -1 for a root, each parent earlier than its child), never a
     sibling's branch. Positions are bottom-right aligned as in every variant.
 
-    >>> from attnlab.variants import variant_mask
+    >>> from attnlab.core.variants import variant_mask
     >>> variant_mask(tree_mask([-1, 0, 0], prefix=2), 3, 5).astype(int).tolist()
     [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]]
     """

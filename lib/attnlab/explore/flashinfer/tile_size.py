@@ -1,11 +1,11 @@
 """Query tile sizes (notebook 05, §5.5): tensor-core instructions take at least 16 rows, so a
 request with few queries leaves most rows of its tile idle. FlashInfer packs the g query heads
 that share a KV head into the rows (l_qo x g rows per request) and picks the tile T_q from the
-batch's average packed length (`attnlab.schedule.query_tile`): a 128-row tile suits prefill, a
+batch's average packed length (`attnlab.machine.schedule.query_tile`): a 128-row tile suits prefill, a
 16-row tile suits decode. Larger tiles read each request's KV fewer times (once per tile).
 
 Pure part: `tile_size_numbers(decode, prefill, prefill_len, g, head_dim, tile)` -> TileSizeNumbers,
-from `attnlab.schedule.tile_waste`; `tile_size_table()` for typical batches.
+from `attnlab.machine.workload.tile_waste`; `tile_size_table()` for typical batches.
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import numpy as np
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.patches import Patch
 
-from ..._check import as_int
-from ...schedule import tile_waste
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import dropdown, slider, steps
+from attnlab.validate import as_int
+from attnlab.machine.workload import tile_waste
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import dropdown, slider, steps
 
 __all__ = ["SIZES", "TileSizeNumbers", "tile_size_numbers", "tile_size_table", "TileSizeExplorer"]
 

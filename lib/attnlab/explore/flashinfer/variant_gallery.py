@@ -4,7 +4,7 @@ full), and the HBM traffic that skipping saves.
 
 Pure part: `variant_gallery_numbers(variants, N, tile)` -> GalleryNumbers (the long-context
 table of the same counts is `variant_tables.variant_table`).
-Every number comes from attnlab.variants: the weights are the output of `variant_attention` with
+Every number comes from attnlab.core.variants: the weights are the output of `variant_attention` with
 V = I (row i of O is then row i of the weight matrix), the tile kinds come from `tile_mask`, the
 traffic from `tile_io` (equal to the HBM counter of a real run, tested). `dense_weights` writes the
 weights from the definition through the variant's own functors; the summary shows how far the
@@ -26,14 +26,14 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from ..._check import as_int
-from ...softmax import softmax
-from ...variants import (TILE_KINDS, Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
+from attnlab.validate import as_int
+from attnlab.core.softmax import softmax
+from attnlab.core.variants import (TILE_KINDS, Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
                          soft_cap, tile_io, tile_mask, variant_attention, variant_mask)
-from ...variants.core import _variant_of
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import dropdown, steps
+from attnlab.core.variants.core import _variant_of
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import dropdown, steps
 
 __all__ = ["GalleryNumbers", "variant_gallery_numbers", "dense_weights",
            "VariantGalleryExplorer", "KINDS", "SECOND", "N_STOPS", "TILES"]

@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 
-from ..._check import as_int
-from ...variants import TILE_KINDS, alibi, causal, sigmoid, sink_window, sliding_window, soft_cap, tile_io, tile_mask
-from .. import style
+from attnlab.validate import as_int
+from attnlab.core.variants import TILE_KINDS, alibi, causal, sigmoid, sink_window, sliding_window, soft_cap, tile_io, tile_mask
+from attnlab.explore import style
 
 __all__ = ["variant_table", "TABLE_VARIANTS"]
 

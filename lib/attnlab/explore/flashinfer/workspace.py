@@ -17,12 +17,13 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from ..._check import as_int, choice
-from ...schedule import DISTS, fixed_size_workspace
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import dropdown, steps
-from .scheduler import BATCHES, IDLE, IDLE_COLOR, PALETTE, RGBA, frame, scheduler_plan
+from attnlab.validate import as_int, choice
+from attnlab.machine.schedule import fixed_size_workspace
+from attnlab.machine.workload import DISTS
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import dropdown, steps
+from attnlab.explore.flashinfer.scheduler import BATCHES, IDLE, IDLE_COLOR, PALETTE, RGBA, frame, scheduler_plan
 
 __all__ = ["WorkspaceNumbers", "workspace_numbers", "workspace_need", "WorkspaceExplorer",
            "MAX_CTAS", "MAX_ITEMS", "SLOTS"]

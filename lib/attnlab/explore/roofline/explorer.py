@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-from ...hardware import get_gpu, gpus
-from .. import style
-from .._base import Explorer
-from .._controls import dropdown, slider
-from .numbers import I_MAX, I_MIN, RooflinePoints, roofline_points
-from .tables import intensity_label
+from attnlab.machine.hardware import get_gpu, gpus
+from attnlab.explore import style
+from attnlab.explore._base import Explorer
+from attnlab.explore._controls import dropdown, slider
+from attnlab.explore.roofline.numbers import I_MAX, I_MIN, RooflinePoints, roofline_points
+from attnlab.explore.roofline.tables import intensity_label
 
 __all__ = ["RooflineExplorer"]
 

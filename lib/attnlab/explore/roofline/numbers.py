@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._check import as_float, as_int
-from ...hardware import DTYPE_BYTES, attainable, dtype_name, get_gpu, gpus, peak, ridge_point, roofline_time
-from ...iomodel import flash_io, standard_io
-from ...models import get_model, linear_flops_per_token
-from .._base import readonly
+from attnlab.validate import as_float, as_int
+from attnlab.machine.hardware import DTYPE_BYTES, attainable, dtype_name, get_gpu, gpus, peak, ridge_point, roofline_time
+from attnlab.core.iomodel import flash_io, standard_io
+from attnlab.machine.models import get_model, linear_flops_per_token
+from attnlab.explore._base import readonly
 
 __all__ = ["attention_share", "memory_levels", "spec_sources", "Operator", "operators",
            "RooflinePoints", "roofline_points", "fusion_traffic", "fusion_rows", "MEMORY_FIELDS",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ...hardware import DTYPE_BYTES, get_gpu, gpus, peak
-from .. import style
-from .numbers import attention_share, fusion_rows, memory_levels, roofline_points
+from attnlab.machine.hardware import DTYPE_BYTES, get_gpu, gpus, peak
+from attnlab.explore import style
+from attnlab.explore.roofline.numbers import attention_share, fusion_rows, memory_levels, roofline_points
 
 __all__ = ["share_table", "memory_table", "paper_a100", "ridge_table", "operator_table",
            "fusion_table", "intensity_label"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
-from .. import style
-from ..runs import provenance
+from attnlab.explore import style
+from attnlab.explore.runs import provenance
 
 __all__ = ["PEERS", "PHASES", "ENGINE_CHOICES", "fastest_per_case", "fastest_table", "engine_table"]
 

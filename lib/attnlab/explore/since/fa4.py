@@ -2,7 +2,7 @@
 against the exponential unit's and the FMA pipe's, and what a polynomial exp and skipped
 rescales move between them.
 
-Pure part: `fa4_numbers(gpu, d, poly_share, skip)` -> FA4Numbers from `attnlab.roofs.score_times`
+Pure part: `fa4_numbers(gpu, d, poly_share, skip)` -> FA4Numbers from `attnlab.machine.roofs.score_times`
 (at this d, and along the head-dim grid for the right panel).
 """
 from __future__ import annotations
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...hardware import get_gpu, gpus
-from ...roofs import POLY_FMA_OPS, UNITS, ScoreTimes, score_times
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import dropdown, slider, steps
+from attnlab.machine.hardware import get_gpu, gpus
+from attnlab.machine.roofs import POLY_FMA_OPS, UNITS, ScoreTimes, score_times
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import dropdown, slider, steps
 
 __all__ = ["FA4Numbers", "fa4_numbers", "fa4_table", "FA4RoofExplorer", "HEAD_DIMS"]
 

@@ -3,7 +3,7 @@ of Q, K, V, per tensor against per block of rows, with or without FA3's random o
 transform, on keys with outlier channels.
 
 Pure part: `lowprec_numbers(fmt, block, strength, transform)` -> LowPrecNumbers from
-`attnlab.lowprec` (errors are cached there, so moving back to a setting costs nothing).
+`attnlab.core.lowprec` (errors are cached there, so moving back to a setting costs nothing).
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import lowprec as lp
-from ..._check import as_int
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import checkbox, steps, toggle
+from attnlab.core import lowprec as lp
+from attnlab.validate import as_int
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import checkbox, steps, toggle
 
 __all__ = ["LowPrecNumbers", "lowprec_numbers", "lowprec_table", "LowPrecExplorer", "N_EXPLORE", "D_EXPLORE"]
 

@@ -2,27 +2,27 @@
 MHA and GQA, on every GPU of data/gpus.json, as intensity and as a share of the ridge point.
 
 `mla_verdicts` and `mla_statement` are the course's one statement of MLA decode intensity: each
-form of `attnlab.mla` named, with its verdict against each GPU's ridge point (the verdict needs
-the machine, so it lives here and not in the layer-1 `attnlab.mla`).
+form of `attnlab.core.mla` named, with its verdict against each GPU's ridge point (the verdict needs
+the machine, so it lives here and not in the layer-1 `attnlab.core.mla`).
 
-Pure part: `mla_rows(l_kv)` from `attnlab.mla` and `attnlab.decode.intensity`; `mla_figure` draws
+Pure part: `mla_rows(l_kv)` from `attnlab.core.mla` and `attnlab.core.decode.intensity`; `mla_figure` draws
 them on each GPU's bf16 roofline.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ...decode import intensity
-from ...hardware import DTYPE_BYTES, attainable, dtype_name, get_gpu, gpus, ridge_point
-from ...mla import DEEPSEEK_V3, FORM_LABELS, FORMS, MLAShape, mla_forms
-from .. import style
+from attnlab.core.decode import intensity
+from attnlab.machine.hardware import DTYPE_BYTES, attainable, dtype_name, get_gpu, gpus, ridge_point
+from attnlab.core.mla import DEEPSEEK_V3, FORM_LABELS, FORMS, MLAShape, mla_forms
+from attnlab.explore import style
 
 __all__ = ["mla_cases", "mla_rows", "mla_table", "mla_figure", "mla_verdicts", "mla_statement"]
 
 
 def mla_cases(l_kv: int = 8192) -> dict:
     """label -> bf16 FLOP/byte of one decode step at context l_kv (one query per head); the MLA
-    rows are the named forms of `attnlab.mla.mla_forms`."""
+    rows are the named forms of `attnlab.core.mla.mla_forms`."""
     forms = mla_forms(l_kv)
     return {"MHA (g = 1)": intensity(1, 1, l_kv), "GQA (g = 8)": intensity(8, 1, l_kv),
             "MLA gqa_view (lecture: g = 128)": forms["gqa_view"],
@@ -100,7 +100,7 @@ def mla_statement(gpus=("H100-SXM", "H200-SXM"), l_kv: int = 8192, l_qo: int = 1
     widths = [max(len(h), *(len(c[j]) for c in cells.values())) for j, h in enumerate(heads)]
     wf = max(map(len, FORMS))
     lines = [f"MLA decode (DeepSeek-V3 shape), context {l_kv:,}, {l_qo} quer{'y' if l_qo == 1 else 'ies'} "
-             f"per head, {dtype}, from attnlab.mla.mla_forms; verdict (intensity / ridge) per GPU",
+             f"per head, {dtype}, from attnlab.core.mla.mla_forms; verdict (intensity / ridge) per GPU",
              "  ".join([f"{'form':<{wf}}", "FLOP/byte", *(h.ljust(w) for h, w in zip(heads, widths))]).rstrip(),
              "  ".join(["-" * wf, "-" * 9, *("-" * w for w in widths)])]
     for f, i in forms.items():

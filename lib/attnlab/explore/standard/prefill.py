@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._check import as_int, choice
-from ...attention import block_sizes
-from ...hardware import DTYPE_BYTES, get_gpu, gpus, peak, ridge_point
-from ...iomodel import flash_io, standard_io
-from ...models import Model, get_model, models, prefill_cost, prefill_cost_curve
-from .. import style
-from .._base import readonly
+from attnlab.validate import as_int, choice
+from attnlab.core.attention import block_sizes
+from attnlab.machine.hardware import DTYPE_BYTES, get_gpu, gpus, peak, ridge_point
+from attnlab.core.iomodel import flash_io, standard_io
+from attnlab.machine.models import Model, get_model, models, prefill_cost, prefill_cost_curve
+from attnlab.explore import style
+from attnlab.explore._base import readonly
 
 __all__ = ["dense_models", "with_head_dim", "PrefillCurves", "prefill_curves", "max_fitting_n",
            "crossover_rows", "crossover_table", "ratio_conventions", "conventions_table",

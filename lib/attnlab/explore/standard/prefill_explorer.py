@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...hardware import get_gpu, gpus
-from .. import style
-from .._base import Explorer
-from .._controls import dropdown, steps, toggle
-from .prefill import (HEAD_DIMS, MEM_LIM, N_GRID, N_STEPS, SRAM, TIME_LIM, PrefillCurves, _dense,
+from attnlab.machine.hardware import get_gpu, gpus
+from attnlab.explore import style
+from attnlab.explore._base import Explorer
+from attnlab.explore._controls import dropdown, steps, toggle
+from attnlab.explore.standard.prefill import (HEAD_DIMS, MEM_LIM, N_GRID, N_STEPS, SRAM, TIME_LIM, PrefillCurves, _dense,
                       dense_models, prefill_curves)
 
 __all__ = ["PrefillCostExplorer"]

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._check import as_int
-from ...attention import standard_attention
-from ...hbm import HBM
-from ...iomodel import standard_io
-from .. import style
-from .._base import Explorer, readonly
-from .._controls import steps
+from attnlab.validate import as_int
+from attnlab.core.attention import standard_attention
+from attnlab.core.hbm import HBM
+from attnlab.core.iomodel import standard_io
+from attnlab.explore import style
+from attnlab.explore._base import Explorer, readonly
+from attnlab.explore._controls import steps
 
 __all__ = ["Algorithm0Traffic", "algorithm0_traffic", "traffic_table", "TrafficCurves",
            "traffic_curves", "StandardTrafficExplorer", "TRAFFIC_DIMS", "TRAFFIC_N", "TRAFFIC_GRID"]

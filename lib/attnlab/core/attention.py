@@ -1,0 +1,378 @@
+"""Standard attention (three kernels, S and P in HBM) and tiled FlashAttention, counting HBM traffic.
+
+Conventions (tests rely on them):
+- one head is (N, d); batched is (batch, heads, N, d). With GQA, query head h reads KV head
+  h // (Hq // Hkv).
+- causal masks are aligned bottom-right when N_q != N_k: query i sees keys j <= i + N_k - N_q,
+  as in FlashAttention and FlashInfer. For N_q = 3, N_k = 5 (x = visible):
+      q0: x x x . .
+      q1: x x x x .
+      q2: x x x x x
+  A query row that sees no key outputs 0 and lse = -inf, never NaN.
+- lse is the natural-log log-sum-exp of the scaled logits.
+- `sram` (M) is in elements, as in the paper; Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d).
+
+What this leaves out on purpose: dropout, the backward pass (recomputation from m and l), and
+real SRAM capacity checks for explicit block sizes: the accounting follows the paper's dataflow.
+
+This file is long because Algorithm 0 and both FlashAttention loop orders share one set of tile
+helpers (load, store, and `Tiles`: scores, mask, skipping), so the HBM counter sees one dataflow;
+splitting it would fork them.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from attnlab.validate import as_array, as_bool, as_int, choice
+from attnlab.core.hbm import HBM
+from attnlab.core.softmax import _overflow, _scale, softmax
+
+__all__ = ["standard_attention", "flash_attention", "fa2_head", "Tiles", "block_sizes", "causal_mask", "ORDERS"]
+
+ORDERS = ("fa1", "fa2")
+
+
+def block_sizes(d: int, sram: int = 100_000) -> tuple[int, int]:
+    """(Br, Bc) by the paper's rule: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d).
+
+    The SRAM must hold at least one row each of Q, K, V and O (M >= 4d), else ValueError.
+
+    >>> block_sizes(64, 100_000)          # Bc = ceil(100000 / 256) = 391, Br = min(391, 64)
+    (64, 391)
+    >>> block_sizes(256, 100_000)         # head dim 256: Bc = ceil(100000 / 1024) = 98 = Br
+    (98, 98)
+    """
+    d = as_int("d", d, 1, None)
+    sram = as_int("sram", sram, 1, None)
+    if sram < 4 * d:
+        raise ValueError(
+            f"sram={sram} elements cannot hold one row each of Q, K, V and O at head dim d={d}; "
+            f"valid: sram >= 4*d = {4 * d}")
+    bc = -(-sram // (4 * d))
+    return min(bc, d), bc
+
+
+def causal_mask(n_q: int, n_k: int) -> np.ndarray:
+    """Boolean (n_q, n_k) mask, True where query i may see key j (bottom-right aligned).
+
+    >>> causal_mask(3, 5).astype(int)
+    array([[1, 1, 1, 0, 0],
+           [1, 1, 1, 1, 0],
+           [1, 1, 1, 1, 1]])
+    """
+    n_q = as_int("n_q", n_q, 0, None)
+    n_k = as_int("n_k", n_k, 0, None)
+    i = np.arange(n_q)[:, None]
+    j = np.arange(n_k)[None, :]
+    return j <= i + (n_k - n_q)
+
+
+def _hbm(hbm):
+    if hbm is not None and not isinstance(hbm, HBM):
+        raise TypeError(f"hbm must be an attnlab.core.hbm.HBM counter or None, got {type(hbm).__name__}")
+    return hbm
+
+
+def _prepare(q, k, v, scale):
+    """Check shapes and dtypes; return (q, k, v) as 4-D float arrays, the scale and whether
+    the input was a single 2-D head."""
+    shape = "(N, d) or (batch, heads, N, d)"
+    q, k, v = (as_array(name, a, ndim=(2, 4), shape=shape) for name, a in (("q", q), ("k", k), ("v", v)))
+    if not (q.ndim == k.ndim == v.ndim):
+        raise ValueError(f"q, k, v must have the same rank, got shapes {q.shape}, {k.shape}, {v.shape}")
+    shapes = f"q {q.shape}, k {k.shape}, v {v.shape}"
+    single = q.ndim == 2
+    if single:
+        q, k, v = q[None, None], k[None, None], v[None, None]
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k's head dim {k.shape[-1]} must equal q's head dim {q.shape[-1]} ({shapes})")
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v must match k in (batch, heads, N) ({shapes})")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q batch {q.shape[0]} must equal k batch {k.shape[0]} ({shapes})")
+    hq, hkv = q.shape[1], k.shape[1]
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv} (GQA; {shapes})")
+    for name, n in (("batch", q.shape[0]), ("heads", hq), ("N_q", q.shape[2]), ("N_k", k.shape[2]),
+                    ("d", q.shape[3]), ("d_v", v.shape[3])):
+        if n < 1:
+            raise ValueError(f"{name}={n} is out of range; valid: >= 1 ({shapes})")
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
+    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    return q, k, v, dtype.type(_scale(scale, q.shape[-1])), single
+
+
+def _heads(q, k):
+    """(b, h, kv_head) for every query head, GQA mapping h -> h // (Hq // Hkv)."""
+    group = q.shape[1] // k.shape[1]
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            yield b, h, h // group
+
+
+def _finite_output(fn):
+    """Run a kernel with numpy's overflow/underflow warnings off, then refuse a non-finite output:
+    finite inputs whose weighted sums overflow the dtype raise ValueError instead of returning inf."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            out = fn(*args, **kwargs)
+        o = out[0] if isinstance(out, tuple) else out
+        if not np.isfinite(o).all():
+            raise _overflow("v", "the output's weighted sum of v", o.dtype)
+        return out
+    return run
+
+
+@_finite_output
+def standard_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
+                       hbm: HBM | None = None):
+    """The paper's Algorithm 0: three kernels, with S and P written to HBM and read back.
+
+    1. read Q, K; S = scale * Q K^T; write S       (N_q d + N_k d reads, N_q N_k writes)
+    2. read S; P = softmax(mask(S)); write P       (N_q N_k reads, N_q N_k writes)
+    3. read P, V; O = P V; write O                 (N_q N_k + N_k d_v reads, N_q d_v writes)
+
+    Per head: 2 N_q d + 2 N_k d + 4 N_q N_k elements when d_v = d; for N >> d the 4 N^2 term
+    (write S, read S, write P, read P) dominates. Computed in the inputs' float dtype.
+    q, k, v: finite real numbers; `causal` a bool; `scale` a positive finite real.
+
+    >>> hbm = HBM()
+    >>> _ = standard_attention(np.eye(4), np.eye(4), np.eye(4), hbm=hbm)
+    >>> hbm.total == 2 * 4 * 4 + 2 * 4 * 4 + 4 * 4 * 4     # 2 N d + 2 N d + 4 N^2
+    True
+    """
+    causal = as_bool("causal", causal)
+    hbm = _hbm(hbm)
+    q, k, v, scale, single = _prepare(q, k, v, scale)
+    n_q, n_k = q.shape[2], k.shape[2]
+    mask = causal_mask(n_q, n_k) if causal else None
+    out = np.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype)
+    for b, h, g in _heads(q, k):
+        qh, kh, vh = q[b, h], k[b, g], v[b, g]
+        if hbm is not None:
+            hbm.read("Q", qh); hbm.read("K", kh); hbm.write("S", n_q * n_k)
+        s = (qh @ kh.T) * scale
+        if not np.isfinite(s).all():
+            raise _overflow("q or k", "scale * q k^T", s.dtype)
+        if hbm is not None:
+            hbm.read("S", n_q * n_k); hbm.write("P", n_q * n_k)
+        if mask is not None:
+            s = np.where(mask, s, -np.inf)
+        p = softmax(s, axis=-1)
+        if hbm is not None:
+            hbm.read("P", n_q * n_k); hbm.read("V", vh); hbm.write("O", n_q * vh.shape[1])
+        out[b, h] = p @ vh
+    return out[0, 0] if single else out
+
+
+class Tiles:
+    """What the tiled loops ask of a tile: is it skipped, what are its logits, and how does the
+    accumulator become the output. This one is plain scaled dot-product attention with an optional
+    causal mask (bottom-right); `attnlab.core.variants` subclasses it with FlashInfer's functors, so
+    every variant runs the same loop (`fa2_head`) and the same HBM accounting.
+
+    `offset` = N_k - N_q: query row i sits at position i + offset in the key sequence."""
+
+    def __init__(self, scale: float, causal: bool, offset: int):
+        self.scale, self.causal, self.offset = scale, causal, offset
+
+    def active(self, r0: int, r1: int, c0: int, c1: int) -> bool:
+        """False when every (query, key) pair of the tile is masked (the tile is skipped: no
+        loads, no FLOPs). Causal: its first key lies beyond its last query's diagonal."""
+        return not self.causal or c0 <= r1 - 1 + self.offset
+
+    def scores(self, qi, kj, r0: int, c0: int, hbm=None):
+        """S_ij = scale * Q_i K_j^T of one tile, masked entries -inf; marks the tile as computed on
+        chip in the trace. Logits that overflow the dtype raise ValueError."""
+        if hbm is not None:
+            hbm.compute((r0, r0 + qi.shape[0]), (c0, c0 + kj.shape[0]))
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = (qi @ kj.T) * self.scale
+        if not np.isfinite(s).all():
+            raise _overflow("q or k", "scale * q k^T", s.dtype)
+        if self.causal:
+            rows = np.arange(r0, r0 + qi.shape[0])[:, None]
+            cols = np.arange(c0, c0 + kj.shape[0])[None, :]
+            s = np.where(cols <= rows + self.offset, s, -np.inf)
+        return s
+
+    def finish(self, acc, l, m):
+        """O_i from the unnormalised accumulator: acc / l (0 for a row that saw no key)."""
+        return np.divide(acc, l[:, None], out=np.zeros_like(acc), where=l[:, None] > 0)
+
+
+@_finite_output
+def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
+                    sram: int = 100_000, block_r: int | None = None, block_c: int | None = None,
+                    order: str = "fa2", hbm: HBM | None = None, return_lse: bool = False):
+    """Tiled exact attention with online softmax; S and P live only "on chip".
+
+    order="fa1" (the FlashAttention paper's Algorithm 1): the outer loop runs over K/V blocks
+    (each read once), the inner loop over Q blocks; every visit reads Q_i, O_i, l_i, m_i and
+    writes O_i, l_i, m_i back, so HBM traffic is 2 N_k d + T_c N_q (3d + 4) without masking.
+    order="fa2" (FlashAttention-2, `fa2_head` for each head): the outer loop runs over Q blocks;
+    O_i, l_i, m_i stay on chip and O_i is written once, but K and V are re-read for every Q
+    block: N_q d + T_r 2 N_k d + N_q d (+ N_q for lse when return_lse).
+
+    Causal: a block whose every entry is masked is skipped (no loads, no compute); partial
+    blocks are masked element-wise. N need not divide by the block sizes.
+    The initialisation of O, l, m in HBM (fa1) is not counted, as in the paper's analysis.
+    In fa1, lse = m + log l is derived from the statistics it already stored (no extra traffic).
+    `sram` (elements, an int >= 4d) sets the block sizes that are not given explicitly; it is
+    checked even when both are given. q, k, v: finite real numbers; flags are bools.
+
+    Returns O, or (O, lse) with return_lse=True.
+
+    Example: at N = 257, d = 64, block_r = block_c = 32, fp32 inputs, the result differs from
+    `standard_attention` by ~1e-7; in float64 by ~1e-16, and one head of it is `fa2_head`:
+
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((50, 8)) for _ in range(3))
+    >>> o = flash_attention(q, k, v, causal=True, block_r=16, block_c=16)
+    >>> bool(np.abs(o - standard_attention(q, k, v, causal=True)).max() < 1e-14)
+    True
+    >>> bool(np.all(o == fa2_head(q, k, v, block_r=16, block_c=16, causal=True)))
+    True
+    """
+    order = choice("order", order, ORDERS)
+    causal = as_bool("causal", causal)
+    return_lse = as_bool("return_lse", return_lse)
+    hbm = _hbm(hbm)
+    sram = as_int("sram", sram, 1, None)
+    q, k, v, scale, single = _prepare(q, k, v, scale)
+    n_q, n_k, d = q.shape[2], k.shape[2], q.shape[3]
+    if block_r is None or block_c is None:
+        br, bc = block_sizes(d, sram)
+        block_r = br if block_r is None else block_r
+        block_c = bc if block_c is None else block_c
+    block_r = as_int("block_r", block_r, 1, None)
+    block_c = as_int("block_c", block_c, 1, None)
+    out = np.zeros(q.shape[:3] + (v.shape[3],), dtype=q.dtype)
+    lse = np.full(q.shape[:3], -np.inf, dtype=q.dtype)
+    for b, h, g in _heads(q, k):
+        if order == "fa1":
+            out[b, h], lse[b, h] = _fa1_head(q[b, h], k[b, g], v[b, g], Tiles(scale, causal, n_k - n_q),
+                                             block_r, block_c, hbm)
+        else:
+            res = fa2_head(q[b, h], k[b, g], v[b, g], scale=scale, block_r=block_r, block_c=block_c,
+                           causal=causal, hbm=hbm, return_lse=return_lse)
+            if return_lse:
+                out[b, h], lse[b, h] = res
+            else:
+                out[b, h] = res
+    if single:
+        out, lse = out[0, 0], lse[0, 0]
+    return (out, lse) if return_lse else out
+
+
+def _safe(m):
+    """Max used as exponent base: -inf (no visible key yet) becomes 0 so exp() gives 0, not NaN."""
+    return np.where(np.isfinite(m), m, 0.0)
+
+
+def _load(hbm, name, a, r0, r1):
+    """Rows r0:r1 of tensor `a`, loaded from HBM into SRAM (counted when `hbm` is given)."""
+    if hbm is not None:
+        hbm.read(name, a[r0:r1], rows=(r0, r1))
+    return a[r0:r1]
+
+
+def _store(hbm, name, a, r0, r1):
+    """Rows r0:r1 of tensor `a` stored from SRAM back to HBM (counted when `hbm` is given)."""
+    if hbm is not None:
+        hbm.write(name, a[r0:r1], rows=(r0, r1))
+
+
+def _head_args(q, k, v, scale, block_r, block_c, causal, hbm, return_lse, tiles):
+    """fa2_head's checks: q (N_q, d), k (N_k, d), v (N_k, d_v) as float arrays, block sizes >= 1,
+    bool flags, an HBM counter or None; the tile rules (plain scaled dot-product with the causal
+    flag unless `tiles`, a Tiles, is given: it then carries its own scale and mask)."""
+    given = scale
+    q, k, v, scale, _ = _prepare(as_array("q", q, ndim=2, shape="(N_q, d)"),
+                                 as_array("k", k, ndim=2, shape="(N_k, d)"),
+                                 as_array("v", v, ndim=2, shape="(N_k, d_v)"), scale)
+    causal = as_bool("causal", causal)
+    if tiles is None:
+        tiles = Tiles(scale, causal, k.shape[2] - q.shape[2])
+    elif not isinstance(tiles, Tiles):
+        raise TypeError(f"tiles must be an attnlab.core.attention.Tiles or None, got {type(tiles).__name__}")
+    elif causal or given is not None:
+        raise ValueError(f"causal={causal}, scale={given} with tiles given: the tiles carry their own "
+                         f"mask and scale; valid: causal=False, scale=None")
+    return (q[0, 0], k[0, 0], v[0, 0], as_int("block_r", block_r, 1, None),
+            as_int("block_c", block_c, 1, None), tiles, _hbm(hbm), as_bool("return_lse", return_lse))
+
+
+@_finite_output
+def fa2_head(q, k, v, *, block_r: int, block_c: int, scale: float | None = None, causal: bool = False,
+             hbm: HBM | None = None, return_lse: bool = False, tiles: Tiles | None = None):
+    """FlashAttention-2 for one head, the loop flash_attention(order="fa2") runs: q (N_q, d),
+    k (N_k, d), v (N_k, d_v). Returns O, or (O, lse) with return_lse (lse then written too).
+    `tiles` (a Tiles) replaces the scores, the mask and the skipping: attnlab.core.variants' hook."""
+    q, k, v, block_r, block_c, tiles, hbm, return_lse = _head_args(
+        q, k, v, scale, block_r, block_c, causal, hbm, return_lse, tiles)
+    n_q, n_k = len(q), len(k)
+    o, lse = np.zeros((n_q, v.shape[1]), q.dtype), np.full(n_q, -np.inf, q.dtype)  # in HBM
+    for r0 in range(0, n_q, block_r):                 # outer loop: Q block i, held in SRAM
+        r1 = min(r0 + block_r, n_q)
+        cols = [(c0, min(c0 + block_c, n_k)) for c0 in range(0, n_k, block_c)
+                if tiles.active(r0, r1, c0, min(c0 + block_c, n_k))]  # skip fully masked blocks
+        qi = _load(hbm, "Q", q, r0, r1) if cols else q[r0:r1]      # Q_i read once: B_r x d
+        m, l = np.full(r1 - r0, -np.inf, q.dtype), np.zeros(r1 - r0, q.dtype)  # running max, sum
+        acc = np.zeros((r1 - r0, v.shape[1]), q.dtype)             # unnormalised O_i, in SRAM
+        for c0, c1 in cols:                           # inner loop: stream K_j, V_j through SRAM
+            kj, vj = _load(hbm, "K", k, c0, c1), _load(hbm, "V", v, c0, c1)   # B_c x d each
+            s = tiles.scores(qi, kj, r0, c0, hbm)     # S_ij (masked: -inf), never in HBM
+            m_new = np.maximum(m, s.max(axis=1))
+            alpha = np.exp(m - _safe(m_new))          # rescales what was summed under the old max
+            p = np.exp(s - _safe(m_new)[:, None])     # P_ij, never in HBM
+            l = alpha * l + p.sum(axis=1)
+            acc = alpha[:, None] * acc + p @ vj
+            m = m_new
+        o[r0:r1] = tiles.finish(acc, l, m)            # acc / l: the division happens once
+        lse[r0:r1] = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+        _store(hbm, "O", o, r0, r1)                   # O_i written once: B_r x d_v
+        if return_lse:
+            _store(hbm, "lse", lse, r0, r1)           # lse_i: B_r
+    return (o, lse) if return_lse else o
+
+
+def _fa1_head(q, k, v, tiles, br, bc, hbm):
+    n_q, n_k, dv = q.shape[0], k.shape[0], v.shape[1]
+    o = np.zeros((n_q, dv), dtype=q.dtype)          # O, l, m live in HBM between visits
+    l = np.zeros(n_q, dtype=q.dtype)
+    m = np.full(n_q, -np.inf, dtype=q.dtype)
+    for c0 in range(0, n_k, bc):
+        c1 = min(c0 + bc, n_k)
+        kj, vj = k[c0:c1], v[c0:c1]
+        if hbm is not None:                         # K_j, V_j stay in SRAM for the inner loop
+            hbm.read("K", kj, rows=(c0, c1)); hbm.read("V", vj, rows=(c0, c1))
+        for r0 in range(0, n_q, br):
+            r1 = min(r0 + br, n_q)
+            if not tiles.active(r0, r1, c0, c1):
+                continue
+            if hbm is not None:
+                hbm.read("Q", q[r0:r1], rows=(r0, r1)); hbm.read("O", o[r0:r1], rows=(r0, r1))
+                hbm.read("l", r1 - r0, rows=(r0, r1)); hbm.read("m", r1 - r0, rows=(r0, r1))
+                hbm.compute((r0, r1), (c0, c1))
+            s = tiles.scores(q[r0:r1], kj, r0, c0)
+            m_blk = s.max(axis=1)
+            p = np.exp(s - _safe(m_blk)[:, None])
+            l_blk = p.sum(axis=1)
+            m_old, l_old = m[r0:r1], l[r0:r1]
+            m_new = np.maximum(m_old, m_blk)
+            a_old = np.exp(m_old - _safe(m_new))    # 0 where m_old = -inf
+            a_blk = np.exp(m_blk - _safe(m_new))
+            l_new = a_old * l_old + a_blk * l_blk
+            num = (a_old * l_old)[:, None] * o[r0:r1] + a_blk[:, None] * (p @ vj)
+            o[r0:r1] = np.divide(num, l_new[:, None], out=np.zeros_like(num),
+                                 where=l_new[:, None] > 0)
+            l[r0:r1], m[r0:r1] = l_new, m_new
+            if hbm is not None:
+                hbm.write("O", o[r0:r1], rows=(r0, r1))
+                hbm.write("l", r1 - r0, rows=(r0, r1)); hbm.write("m", r1 - r0, rows=(r0, r1))
+    lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf).astype(q.dtype)
+    return o, lse

@@ -1,0 +1,435 @@
+"""The lecture's nine exercises (§9), checked: `check(n, answer)` says right or not yet, in one line.
+
+    >>> from attnlab.course import exercises
+    >>> print(exercises.check(6, None))
+    exercise 6: not answered yet — replace None with the answer: one whole number, the split count
+    >>> print(exercises.check(6, 3))
+    exercise 6: not yet — hint: choose one of the split counts the exercise offers (1, 2, 4, ... 64)
+    >>> exercises.check(3, 9_355_264).ok, exercises.check(3, 9.4e6).ok
+    (True, False)
+
+Every number a check accepts is computed from the library when it checks (`expected(n)` shows
+them, for instructors and tests), within the relative tolerance in `TOLERANCE` or the absolute one
+in `TOLERANCE_ABS`, whichever is larger (exact where the answer is a count). A wrong answer gets a
+hint that points at the idea, never at the number. An answer of the wrong form (a string, NaN, a
+list of the wrong length, a missing key) is "not yet" with a hint about the form, never an
+exception; `None`, the notebook's empty answer, is "not answered yet" with the form (`FORMS`).
+Only `n` itself is checked by raising.
+
+This module is long because it holds nine exercises: each one's expected values, the form of its
+answer, its hints and, for the two multiple-choice exercises, the options.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlab.core import decode, iomodel, softmax
+from attnlab.machine import hardware, models
+from attnlab.core.mla import mla_intensity
+from attnlab.core.variants import sink_window, tile_mask
+
+__all__ = ["check", "Check", "expected", "choices", "TOLERANCE", "TOLERANCE_ABS", "FORMS", "CHOICES"]
+
+#: Relative tolerance of each exercise's numbers (0: exact; counts, split counts, option sets).
+TOLERANCE = {1: 0.01, 2: 0.02, 3: 0, 4: 0.01, 5: 0, 6: 0, 7: 0.01, 8: 0, 9: 0}
+#: Absolute tolerance, where it is larger than the relative one: exercise 1's numbers may be
+#: written to two decimals (a softmax of 0.042 as 0.04 is rounding, not a wrong method).
+TOLERANCE_ABS = {1: 0.005}
+
+#: The form of each exercise's answer, as the notebook's empty answer cells show it.
+FORMS = {1: '{"steps": [(m1, l1), (m2, l2), (m3, l3)], "softmax": [p1, p2, p3]}',
+         2: '{"S": bytes, "flash_extra": bytes}',
+         3: "one whole number, the count of elements",
+         4: '{"a": FLOP/byte, "b": FLOP/byte, "of_ridge": fraction}',
+         5: 'the set of letters of the true statements, e.g. {"a", "b"}',
+         6: "one whole number, the split count",
+         7: '{"naive": tokens, "cascade": tokens, "saving": fraction}',
+         8: 'the set of letters of the true statements, e.g. {"a", "b"}',
+         9: '{"block_size": tokens, "kv_blocks": count, "partial": count}'}
+
+#: Options of the multiple-choice exercises: letter -> statement; `choices(n)` prints them.
+CHOICES = {
+    5: {"a": "Inference runs only the forward pass: no gradients, so nothing ever needs S or P again.",
+        "b": "At inference the blocks are small enough that S fits in SRAM, so it is simply kept there.",
+        "c": "At the end of the forward pass the output O is what must be kept.",
+        "d": "When attention is cut into parts (split-KV, cascade, chunked prefill), each part also keeps "
+             "its LSE, so the parts can be merged exactly with ⊕.",
+        "e": "Inference writes P to HBM so that the next decode step can reuse it.",
+        "f": "Recomputing S would change the result, so inference avoids it."},
+    8: {"a": "The exponentials of softmax run on the special function units, not on the Tensor Cores.",
+        "b": "Blackwell's HBM bandwidth fell, so softmax, which is memory-bound, got slower.",
+        "c": "The matrix multiplications got about twice as fast while the exponential units did not, so "
+             "the exponentials per score move from a hidden cost onto the critical path.",
+        "d": "In roofline terms there is a third roof: a ceiling set by the exponential units' throughput.",
+        "e": "Blackwell has no exponential instruction at all, so it must be emulated in software.",
+        "f": "Fix one: compute part of the exponentials as a polynomial on the ordinary FMA units, so "
+             "two kinds of hardware share the work.",
+        "g": "Fix two: rescale the running output only when the maximum has grown enough, which cuts "
+             "non-matmul work.",
+        "h": "Fix: skip the exponential altogether, since softmax is unchanged without it."},
+}
+_RIGHT_CHOICES = {5: frozenset("acd"), 8: frozenset("acdfg")}
+_CHOICE_HINTS = {
+    5: {"a": "what does training use S and P for that inference never computes?",
+        "b": "the block size is not the reason: FlashAttention never keeps S beyond one tile, in "
+             "training or inference",
+        "c": "what does the caller actually receive from the attention layer?",
+        "d": "a partial result over some of the keys: what must it carry to be merged exactly with another?",
+        "e": "P belongs to one query's scores of one step; the next step has a new query",
+        "f": "recomputation is exact (the same S from the same Q and K); it is skipped because it is "
+             "not needed, not because it is wrong"},
+    8: {"a": "where does an exponential run on the chip, and where does a matrix product?",
+        "b": "look at what changed on Blackwell: compute throughput, not bandwidth",
+        "c": "what happens to a fixed cost per score when everything around it gets faster?",
+        "d": "a roofline has one roof per resource that can run out; which resource is new here?",
+        "e": "the instruction is there; the question is its throughput next to the Tensor Cores'",
+        "f": "FlashAttention-4 spreads the exponentials over more than one kind of unit: which?",
+        "g": "the rescaling of the output by e^(m_old - m_new): is it needed at every step?",
+        "h": "softmax is defined by its exponentials; FlashAttention stays exact"},
+}
+
+_X1 = (2.0, 1.0, 4.0)                        # exercise 1's scores
+_GIVEN3 = 9.4e6                              # the rounded count exercise 3's prompt gives to compare with
+_NEAR = 0.01                                 # how close an answer must be to a known mistake's number
+_N2 = 32768                                  # exercise 2's prefill length
+_SINKS, _WINDOW, _N9, _BLOCK9 = 4, 1024, 4096, 128     # exercise 9(b)
+
+
+@dataclass(frozen=True)
+class Check:
+    """The result of `check`: `ok`, and a `hint` (for a right answer, a line confirming it);
+    `answered` is False for the empty answer None. Shown as one line: "exercise 3: right — ...",
+    "exercise 3: not yet — hint: ..." or "exercise 3: not answered yet — replace None ..."."""
+
+    n: int
+    ok: bool
+    hint: str
+    answered: bool = True
+
+    def __str__(self) -> str:
+        if not self.answered:
+            return f"exercise {self.n}: not answered yet — {self.hint}"
+        return f"exercise {self.n}: right — {self.hint}" if self.ok else \
+               f"exercise {self.n}: not yet — hint: {self.hint}"
+
+    __repr__ = __str__
+
+
+class _NotYet(Exception):
+    """Raised inside a checker with the hint to show."""
+
+
+# --- reading answers: every helper raises _NotYet with a hint about the form -------------------------
+
+def _number(x, what: str) -> float:
+    if isinstance(x, (str, bytes)):
+        raise _NotYet(f"{what} should be a number, not the string {x!r}: write it without quotes")
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise _NotYet(f"{what} should be a number, got {type(x).__name__}")
+    try:
+        v = float(x)
+    except (OverflowError, ValueError, TypeError):
+        raise _NotYet(f"{what} should be a finite number") from None
+    if not math.isfinite(v):
+        raise _NotYet(f"{what} should be a finite number, got {v}")
+    return v
+
+
+def _integer(x, what: str) -> int:
+    v = _number(x, what)
+    if not v.is_integer():
+        raise _NotYet(f"{what} is a count: a whole number, got {v:g}")
+    return int(v)
+
+
+def _sequence(x, length: int, what: str) -> list:
+    if isinstance(x, (str, bytes, dict, set, frozenset)) or not hasattr(x, "__getitem__") \
+            or (isinstance(x, np.ndarray) and x.ndim == 0):
+        raise _NotYet(f"{what} should be a list of {length}, got {type(x).__name__}")
+    if len(x) != length:
+        raise _NotYet(f"{what} should have {length} entries, got {len(x)}")
+    return [x[i] for i in range(length)]
+
+
+def _parts(x, keys: tuple[str, ...]) -> dict:
+    form = "{" + ", ".join(f"{k!r}: ..." for k in keys) + "}"
+    if not isinstance(x, dict):
+        raise _NotYet(f"write the answer as a dict {form}, got {type(x).__name__}")
+    missing = [k for k in keys if k not in x]
+    extra = [k for k in x if k not in keys]
+    if missing or extra:
+        raise _NotYet(f"the answer needs exactly the keys {', '.join(map(repr, keys))}"
+                      + (f"; missing {', '.join(map(repr, missing))}" if missing else "")
+                      + (f"; unknown {', '.join(map(repr, extra))}" if extra else ""))
+    return x
+
+
+def _letters(x, n: int) -> frozenset:
+    if isinstance(x, (str, bytes)) or not isinstance(x, (set, frozenset, list, tuple)):
+        raise _NotYet("write the chosen letters as a set, e.g. {'a', 'b'}")
+    out = set()
+    for item in x:
+        if not isinstance(item, str) or item.strip().lower() not in CHOICES[n]:
+            raise _NotYet(f"each entry should be one of the letters {', '.join(CHOICES[n])}; got {item!r}")
+        out.add(item.strip().lower())
+    if not out:
+        raise _NotYet("choose at least one statement")
+    return frozenset(out)
+
+
+def _close(value: float, right: float, n: int) -> bool:
+    """Within TOLERANCE[n] of the right value, relative to the right value, or within
+    TOLERANCE_ABS[n] of it, whichever is larger."""
+    return abs(value - right) <= max(TOLERANCE[n] * abs(right), TOLERANCE_ABS.get(n, 0))
+
+
+def _near(value: float, right: float) -> bool:
+    """Within _NEAR of `right`, relative: close enough to name the mistake that gives `right`."""
+    return abs(value - right) <= _NEAR * abs(right)
+
+
+def _rounded_off(value: float, right: float) -> bool:
+    """Off by no more than rounding to one decimal: right digits, too few of them."""
+    return abs(value - right) <= 0.05
+
+
+def _units(value: float, right: float, n: int, unit: str) -> str | None:
+    """A hint when `value` is the right amount in another unit (GB, GiB, MB, ...), or converted
+    with a decimal prefix where a binary one was meant (8 MiB written as 8e6)."""
+    for k in (1, 2, 3):
+        if _close(value * 2 ** (10 * k) / 10 ** (3 * k), right, n):
+            return f"close: mind the prefix, a {'KMG'[k - 1]}iB is 2^{10 * k} bytes, a {'kMG'[k - 1]}B 10^{3 * k}"
+        for scale in (10 ** (3 * k), 2 ** (10 * k)):
+            if _close(value * scale, right, n) or _close(value / scale, right, n):
+                return f"that looks like the right size in another unit; give it in {unit}"
+    return None
+
+
+# --- the nine exercises: expected values (from the library, at check time) and checkers --------------
+
+def _expected_1() -> dict:
+    steps = softmax.online_softmax_trace(_X1, chunk=1)
+    return {"steps": [(s.m, s.l) for s in steps],
+            "softmax": softmax.online_softmax(_X1, chunk=1).tolist()}
+
+
+def _check_1(answer) -> str:
+    right = _expected_1()
+    a = _parts(answer, ("steps", "softmax"))
+    steps = _sequence(a["steps"], len(_X1), "'steps' (one (m, l) pair per number of x)")
+    for i, (pair, (m, l)) in enumerate(zip(steps, right["steps"]), 1):
+        mi, li = (_number(v, f"step {i}'s {w}") for v, w in
+                  zip(_sequence(pair, 2, f"step {i} (a pair (m, l))"), "ml"))
+        if not _close(mi, m, 1):
+            raise _NotYet(f"step {i}'s m: m is the largest value seen so far")
+        if not _close(li, l, 1):
+            if _rounded_off(li, l):
+                raise _NotYet(f"step {i}'s l: the method is right, the difference is rounding; keep two decimals")
+            raise _NotYet(f"step {i}'s l: l is the sum of e^(x - m) over the values seen so far; when m "
+                          "grows, the old sum is first multiplied by e^(m_old - m_new)"
+                          if i > 1 else "step 1's l: one value, measured against itself")
+    probs = [_number(v, f"softmax[{i}]") for i, v in
+             enumerate(_sequence(a["softmax"], len(_X1), "'softmax'"))]
+    if not all(_close(p, r, 1) for p, r in zip(probs, right["softmax"])):
+        if all(_rounded_off(p, r) for p, r in zip(probs, right["softmax"])):
+            raise _NotYet("'softmax': the method is right, the difference is rounding; keep two decimals")
+        raise _NotYet("the final softmax is e^(x_i - m) / l with the last step's m and l")
+    return f"l = {right['steps'][-1][1]:.4f}, softmax = [{', '.join(f'{p:.4f}' for p in right['softmax'])}]"
+
+
+def _expected_2() -> dict:
+    m = models.get_model("Llama-3-8B")
+    cost = models.prefill_cost(m, "H100-SXM", _N2, dtype="fp16")
+    return {"S": cost.s_bytes_per_layer,                        # q_heads * N^2 * 2 bytes
+            "flash_extra": m.q_heads * _N2 * 2 * hardware.DTYPE_BYTES["fp32"]}   # m and l, fp32
+
+
+def _check_2(answer) -> str:
+    right = _expected_2()
+    a = _parts(answer, ("S", "flash_extra"))
+    heads = models.get_model("Llama-3-8B").q_heads
+    for key, idea in (("S", "one N x N matrix per head, 2 bytes per FP16 entry, for every head of the layer"),
+                      ("flash_extra", "two FP32 numbers (m and l) per query row, for every head")):
+        v = _number(a[key], repr(key))
+        if not _close(v, right[key], 2):
+            if _close(v * heads, right[key], 2):
+                raise _NotYet(f"{key!r}: that is one head; the question asks for all heads of the layer")
+            raise _NotYet(f"{key!r}: " + (_units(v, right[key], 2, "bytes") or idea))
+    return (f"S is {right['S'] / 1e9:.1f} GB per layer (twice that with P); FlashAttention's m and l "
+            f"take {right['flash_extra'] / 2 ** 20:.0f} MiB")
+
+
+def _expected_3() -> int:
+    return iomodel.flash_io(4096, 64, 100_000, "fa1")
+
+
+def _check_3(answer) -> str:
+    right, v = _expected_3(), _number(answer, "the answer")
+    if v != right:
+        if _near(v, _GIVEN3) and abs(v - _GIVEN3) < abs(v - right):     # the table's 9.4 M, or about it
+            raise _NotYet("9.4 M is the rounded figure the question gives to compare with; the exercise "
+                          "asks for your own count, to the element")
+        if _near(v, right):
+            raise _NotYet("close, but a count is exact: add up every read and write to the element, "
+                          "without rounding")
+        if _near(v, iomodel.standard_io(4096, 64)):
+            raise _NotYet("that is standard attention's count (S and P go through HBM); FA1 keeps them on chip")
+        if _near(v, iomodel.flash_io(4096, 64, 100_000, "fa2")):
+            raise _NotYet("that is FA2's loop order (Q outside); the exercise asks for FA1: K and V outside")
+        raise _NotYet("count the outer loop over K/V blocks: K and V read once, then per pass every "
+                      "query row's Q, O, l and m read and O, l, m written")
+    return f"{right:,} elements, {iomodel.standard_io(4096, 64) / right:.1f}x fewer than standard attention"
+
+
+def _expected_4() -> dict:
+    l_kv = 8192
+    gqa = decode.intensity(models.get_model("Llama-3-70B").group, 1, l_kv)
+    mla = decode.intensity(128, 1, l_kv)            # the lecture's rough MLA: GQA with g = 128
+    return {"a": gqa, "b": mla, "of_ridge": mla / hardware.ridge_point("H100-SXM", "bf16")}
+
+
+def _check_4(answer) -> str:
+    right = _expected_4()
+    a = _parts(answer, ("a", "b", "of_ridge"))
+    for key in ("a", "b"):
+        v = _number(a[key], repr(key))
+        if not _close(v, right[key], 4):
+            g = 8 if key == "a" else 128
+            raise _NotYet(f"{key!r}: use I = g l_kv / (g + l_kv) with g = {g}"
+                          + ("; at this g the context is no longer much larger than g, so I is not just g"
+                             if abs(v - g) <= TOLERANCE[4] * g else ""))
+    v = _number(a["of_ridge"], "'of_ridge'")
+    if not _close(v, right["of_ridge"], 4):
+        raise _NotYet("'of_ridge' is the MLA intensity divided by the H100's bf16 ridge point "
+                      "(peak FLOP/s over bandwidth), a fraction" + (" between 0 and 1" if v > 1 else ""))
+    absorbed, ridge = mla_intensity("absorbed", 8192), hardware.ridge_point("H100-SXM", "bf16")
+    verdict = "still below" if absorbed < ridge else "above"
+    return (f"(a) {right['a']:.2f}, (b) {right['b']:.1f} FLOP/byte, {right['of_ridge']:.0%} of the ridge: "
+            f"memory-bound; the absorbed form MLA kernels run reaches {absorbed:.1f}, {verdict} the "
+            f"H100's {ridge:.0f}")
+
+
+def _check_choices(n: int, answer) -> str:
+    chosen, right = _letters(answer, n), _RIGHT_CHOICES[n]
+    wrong, missing = sorted(chosen - right), sorted(right - chosen)
+    if wrong:
+        raise _NotYet(f"reconsider ({wrong[0]}): {_CHOICE_HINTS[n][wrong[0]]}")
+    if missing:
+        raise _NotYet(f"something is missing: {_CHOICE_HINTS[n][missing[0]]}")
+    return "that is the whole set"
+
+
+def _expected_6() -> int:
+    return hardware.best_split(2, 16384, 8, "H100-SXM")[0]
+
+
+def _check_6(answer) -> str:
+    right = _expected_6()
+    v = _integer(answer, "the split count")
+    if v not in hardware.SPLITS:
+        raise _NotYet("choose one of the split counts the exercise offers (1, 2, 4, ... 64)")
+    if v != right:
+        run = hardware.decode_time(2, 16384, 8, v, "H100-SXM")
+        sms = hardware.get_gpu("H100-SXM").sms
+        if v < right:
+            raise _NotYet(f"{v} split{'s make' if v > 1 else ' makes'} {run.blocks} work blocks for {sms} SMs: "
+                          f"most SMs sit idle")
+        raise _NotYet(f"{v} splits make {run.blocks} blocks, more than one wave of {sms} SMs: the attention "
+                      f"time stops falling once one wave is full, and the merge grows with every split")
+    run = hardware.decode_time(2, 16384, 8, right, "H100-SXM")
+    return f"{run.blocks} blocks fill one wave at {run.utilization:.0%}; {run.time * 1e6:.1f} µs"
+
+
+def _expected_7() -> dict:
+    c = decode.cascade_intensity(8, 1000, 50)
+    return {"naive": c["tokens_naive"], "cascade": c["tokens_cascade"], "saving": c["saving"]}
+
+
+def _check_7(answer) -> str:
+    right = _expected_7()
+    a = _parts(answer, ("naive", "cascade", "saving"))
+    if _integer(a["naive"], "'naive'") != right["naive"]:
+        raise _NotYet("'naive': without cascade every request reads its own copy of the prefix plus its own tokens")
+    if _integer(a["cascade"], "'cascade'") != right["cascade"]:
+        raise _NotYet("'cascade': the shared prefix is read once for all requests, each request's own tokens once")
+    v = _number(a["saving"], "'saving'")
+    if not _close(v, right["saving"], 7):
+        raise _NotYet("'saving' is 1 - cascade / naive, a fraction" + (" between 0 and 1 (50 % is 0.5)" if v > 1 else ""))
+    return f"{right['naive']:,} against {right['cascade']:,} tokens: {right['saving']:.0%} fewer KV reads"
+
+
+def _expected_9() -> dict:
+    kinds = tile_mask([sink_window(_SINKS, _WINDOW)], _N9, _N9, _BLOCK9, _BLOCK9)[-1]
+    return {"block_size": 1,             # SGLang's radix tree pages hold one token: (1, 1) blocks
+            "kv_blocks": int((kinds != "empty").sum()), "partial": int((kinds == "partial").sum())}
+
+
+def _check_9(answer) -> str:
+    right = _expected_9()
+    a = _parts(answer, ("block_size", "kv_blocks", "partial"))
+    size = a["block_size"]
+    if isinstance(size, (tuple, list)):           # (rows, columns) of a block is fine too
+        size = tuple(_integer(s, "'block_size'") for s in _sequence(size, 2, "'block_size' (rows, columns)"))
+        ok = size == (right["block_size"],) * 2
+    else:
+        ok = _integer(size, "'block_size'") == right["block_size"]
+    if not ok:
+        raise _NotYet("'block_size': how many tokens does one page of SGLang's radix tree hold?")
+    if _integer(a["kv_blocks"], "'kv_blocks'") != right["kv_blocks"]:
+        raise _NotYet("'kv_blocks': list the key blocks holding the sink tokens, then those the window of "
+                      "the tile's first and last query reach, the diagonal block included")
+    if _integer(a["partial"], "'partial'") != right["partial"]:
+        raise _NotYet("'partial': a block is partial when some of its (query, key) pairs are masked out; "
+                      "look at the sinks' block and both ends of the window")
+    return (f"blocks of one token; {right['kv_blocks']} KV blocks per query tile, {right['partial']} of "
+            f"them partial, whatever the context length")
+
+
+_CHECKS = {1: _check_1, 2: _check_2, 3: _check_3, 4: _check_4, 5: lambda a: _check_choices(5, a),
+           6: _check_6, 7: _check_7, 8: lambda a: _check_choices(8, a), 9: _check_9}
+_EXPECTED = {1: _expected_1, 2: _expected_2, 3: _expected_3, 4: _expected_4,
+             5: lambda: set(_RIGHT_CHOICES[5]), 6: _expected_6, 7: _expected_7,
+             8: lambda: set(_RIGHT_CHOICES[8]), 9: _expected_9}
+
+
+def _exercise(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"n must be an integer exercise number, got {n!r} ({type(n).__name__}); valid: 1 <= n <= 9")
+    if not 1 <= int(n) <= 9:
+        raise ValueError(f"n={int(n)} is out of range; valid: 1 <= n <= 9")
+    return int(n)
+
+
+def check(n: int, answer) -> Check:
+    """Check `answer` to exercise `n` (1..9); the notebook's prompts say each answer's form.
+
+    Never raises for the answer: a wrong or unreadable one is `ok=False` with a hint; None (the
+    notebook's empty answer) is `ok=False, answered=False` with the form `FORMS[n]`. Raises
+    TypeError / ValueError naming n when n is not an integer from 1 to 9.
+    """
+    n = _exercise(n)
+    if answer is None:
+        return Check(n, False, f"replace None with the answer: {FORMS[n]}", answered=False)
+    try:
+        return Check(n, True, _CHECKS[n](answer))
+    except _NotYet as e:
+        return Check(n, False, str(e))
+    except Exception as e:                # an answer object that breaks len(), iteration, float(), ...
+        return Check(n, False, f"could not read that answer ({type(e).__name__}); see the form the exercise asks for")
+
+
+def expected(n: int):
+    """The values exercise n accepts, computed from the library now (for instructors and tests)."""
+    return _EXPECTED[_exercise(n)]()
+
+
+def choices(n: int) -> str:
+    """The options of multiple-choice exercise n (5 or 8), one per line."""
+    n = _exercise(n)
+    if n not in CHOICES:
+        raise ValueError(f"n={n} has no options; valid: {', '.join(map(str, CHOICES))}")
+    return "\n".join(f"({k}) {v}" for k, v in CHOICES[n].items())

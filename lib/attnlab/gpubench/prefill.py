@@ -1,0 +1,221 @@
+"""Prefill attention on a real GPU: this course's two kernels beside the libraries, and the model.
+
+    python -m attnlab.gpubench.prefill --out prefill.json           # on a CUDA machine
+    TRITON_INTERPRET=1 python -m attnlab.gpubench.prefill --dry      # tiny sizes on a CPU: the code path
+
+A Llama-3-8B-shaped layer (32 query heads, 8 KV heads, d = 128, bf16), causal and not, for each
+batch x N. Implementations, all on the same inputs in the same run:
+- ours-fa2: `kernels.fa2.flash_attention_triton`, notebook 03's readable FlashAttention-2 kernel;
+- ours-hopper: `kernels.hopper.flash_attention_hopper`, the same algorithm with Hopper's tricks;
+- sdpa-flash, sdpa-cudnn: torch SDPA with that backend forced (enable_gqa; K/V repeated outside the
+  timing where a backend refuses GQA, marked kv_repeated);
+- flex: `torch.compile(flex_attention)`, causal as a BlockMask built once outside the timing;
+- flashinfer-fa2, flashinfer-fa3: `flashinfer.single_prefill_with_kv_cache` with that backend
+  (batch 1 only: it is a single-request API), NHD copies made outside the timing;
+- standard: Algorithm 0 in eager torch (S and P go to HBM), non-causal and N <= 8192 only.
+Each output is checked against a float32 reference (max_err), then timed by CUDA-graph replay
+(`time_per_call`; events where a capture fails). flops = 4 d per visible (query, key) pair;
+bytes = the model's HBM traffic: Q, K, V read and O written once for the fused kernels,
+`iomodel.standard_io` for Algorithm 0; model_us = max(flops / peak, bytes / bandwidth) with the
+matmul and copy ceilings measured in the same run; x_best = the fastest other library's time / this
+row's (above 1: faster than every library). Each row is tried on its own (a failure drops it, with
+a short traceback). FlashInfer, whose first call compiles, runs last.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+
+from attnlab.gpubench.core import checked_time
+from attnlab.gpubench.cli import flashinfer_version, write_json
+from attnlab.gpubench.paged import SHAPE, _header
+from attnlab.gpubench.variants import _reference, pairs
+
+__all__ = ["run", "table", "main", "ceilings", "OURS"]
+
+CASES = [(1, 4096), (1, 8192), (1, 16384), (4, 4096)]
+PEERS = ("ours", "sdpa", "flex", "standard", "flashinfer")
+#: Rows that are this course's kernels; every other impl is a peer.
+OURS = ("ours-fa2", "ours-hopper")
+DRY = dict(cases=[(1, 40), (2, 33)], shape=dict(heads=4, kv_heads=2, head_dim=32))
+
+
+def ceilings(torch) -> dict:
+    """The copy bandwidth (read + write) and the bf16 matmul rate, measured here (CUDA only)."""
+    from triton.testing import do_bench
+    a = torch.empty(1 << 28, device="cuda", dtype=torch.bfloat16)
+    b = torch.empty_like(a)
+    copy = 4 * a.numel() / (do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median") * 1e-3)
+    del a, b
+    m = 8192
+    x, y = (torch.randn(m, m, device="cuda", dtype=torch.bfloat16) for _ in "xy")
+    mm = 2 * m ** 3 / (do_bench(lambda: x @ y, warmup=50, rep=300, return_mode="median") * 1e-3)
+    return {"copy_bytes_per_s": copy, "bf16_matmul_flops": mm}
+
+
+def _ours(torch, c, add):
+    from attnlab.kernels.fa2 import flash_attention_triton
+    add("ours-fa2", lambda: flash_attention_triton(c.q, c.k, c.v, causal=c.causal))
+    try:
+        from attnlab.kernels.hopper import flash_attention_hopper
+    except ImportError as e:
+        print(f"  ours-hopper: {e}", flush=True)
+        return
+    add("ours-hopper", lambda: flash_attention_hopper(c.q, c.k, c.v, causal=c.causal))
+
+
+def _sdpa(torch, c, add):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if not c.q.is_cuda:
+        add("sdpa", lambda: sdpa(c.q, c.k, c.v, is_causal=c.causal, enable_gqa=True))
+        return
+    g = c.q.shape[1] // c.k.shape[1]
+    for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
+        def fn(k=c.k, v=c.v, gqa=True, backend=backend):
+            with sdpa_kernel(backend):
+                return sdpa(c.q, k, v, is_causal=c.causal, enable_gqa=gqa)
+        try:
+            fn()
+            add(name, fn)
+        except Exception as e:                            # noqa: BLE001 - e.g. no GQA in this backend
+            print(f"  {name} with enable_gqa: {type(e).__name__}: {str(e)[:100]}; K/V repeated", flush=True)
+            kr, vr = (t.repeat_interleave(g, dim=1) for t in (c.k, c.v))
+            add(name, lambda kr=kr, vr=vr, fn=fn: fn(kr, vr, False), kv_repeated=True)
+
+
+def _flex(torch, c, add):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    if c.flex is None:                                    # one compiled function for the whole run
+        c.flex = torch.compile(flex_attention, dynamic=False) if c.q.is_cuda else flex_attention
+    n_q, n_k = c.q.shape[2], c.k.shape[2]
+
+    def causal_mask(b, h, q_idx, kv_idx):                 # bottom-right aligned, as ours
+        return kv_idx <= q_idx + (n_k - n_q)
+    mask = create_block_mask(causal_mask, None, None, n_q, n_k, device=c.q.device) if c.causal else None
+    add("flex", lambda: c.flex(c.q, c.k, c.v, block_mask=mask, enable_gqa=True))
+
+
+def _standard(torch, c, add):
+    if c.causal or c.k.shape[2] > 8192:
+        return
+    g = c.q.shape[1] // c.k.shape[1]
+    kr, vr = (t.repeat_interleave(g, dim=1) for t in (c.k, c.v))
+
+    def fn():
+        s = torch.matmul(c.q * c.q.shape[-1] ** -0.5, kr.transpose(-1, -2))   # S to HBM
+        return torch.matmul(torch.softmax(s, dim=-1), vr)                       # P to HBM, then PV
+    add("standard", fn)
+
+
+def _flashinfer(torch, c, add):
+    if c.q.shape[0] != 1:
+        return
+    import flashinfer
+    q, k, v = (t[0].transpose(0, 1).contiguous() for t in (c.q, c.k, c.v))      # NHD (N, heads, d)
+    for backend in ("fa2", "fa3"):
+        def fn(backend=backend):
+            o = flashinfer.single_prefill_with_kv_cache(q, k, v, causal=c.causal, backend=backend)
+            return o.transpose(0, 1)[None]
+        add(f"flashinfer-{backend}", fn)
+
+
+def _derive(res):
+    """x_best per row: the fastest peer (not ours, not this row) of the case / this row's time."""
+    for r in res["rows"]:
+        others = [x["us"] for x in res["rows"] if (x["batch"], x["N"], x["causal"]) == (r["batch"], r["N"], r["causal"])
+                  and x["impl"] not in OURS and x["impl"] != r["impl"] and x["impl"] != "standard"]
+        r["x_best"] = min(others) / r["us"] if others else None
+
+
+def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, seed: int = 0,
+        ceil: dict | None = None) -> dict:
+    import torch
+    from types import SimpleNamespace
+
+    from attnlab.core.iomodel import standard_io
+    shape = DRY["shape"] if dry else SHAPE
+    res = _header(torch, shape)
+    cuda = torch.cuda.is_available()
+    res["ceilings"] = ceil or (ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10})
+    peak, bw = res["ceilings"]["bf16_matmul_flops"], res["ceilings"]["copy_bytes_per_s"]
+    print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}", flush=True)
+
+    def save():
+        _derive(res)
+        write_json(out, res)
+    c = SimpleNamespace(flex=None)
+    hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
+    phases = [[p for p in peers if p != "flashinfer"], [p for p in peers if p == "flashinfer"]]
+    for phase in filter(None, phases):
+        if "flashinfer" in phase:
+            ok, res["flashinfer"] = flashinfer_version()
+            if not ok:
+                print(f"flashinfer: {res['flashinfer']}", flush=True)
+                continue
+        for batch, n in cases:
+            torch.manual_seed(seed + batch + n)
+            dev = "cuda" if cuda else "cpu"
+            c.q = torch.randn(batch, hq, n, d, device=dev, dtype=torch.bfloat16)
+            c.k, c.v = (torch.randn(batch, hkv, n, d, device=dev, dtype=torch.bfloat16) for _ in "kv")
+            for causal in (False, True):
+                c.causal = causal
+                flops = 4 * d * batch * hq * pairs(n, n, causal)
+                fused = 2 * batch * d * (2 * hq * n + 2 * hkv * n)            # bf16 Q, O, K, V once
+                ref = _reference(torch, c.q, c.k, c.v, causal=causal)
+                print(f"batch {batch} x N {n}, causal {causal}: {flops / 1e12:.2f} TFLOP", flush=True)
+
+                def add(impl, fn, **extra):
+                    got = checked_time(fn, ref, impl, calls=5, reps=7)
+                    if got is None:
+                        return
+                    err, us, how = got
+                    nbytes = batch * hq * int(standard_io(n, d)) * 2 if impl == "standard" else fused
+                    model = max(flops / peak, nbytes / bw)
+                    res["rows"].append({"batch": batch, "N": n, "causal": causal, "impl": impl, **extra,
+                                        "us": us, "timing": how, "flops": flops, "bytes": nbytes,
+                                        "tflops": flops / us * 1e-6, "tb_per_s": nbytes / us * 1e-6,
+                                        "frac_peak": flops / us * 1e6 / peak, "model_us": model * 1e6,
+                                        "model_bound": "memory" if nbytes / bw > flops / peak else "compute",
+                                        "max_err": err})
+                    print(f"  {impl:15s} {us:10.1f} us {flops / us * 1e-6:7.1f} TFLOP/s  err {err:.1e}  {how}",
+                          flush=True)
+                    save()
+                for name in phase:
+                    try:
+                        {"ours": _ours, "sdpa": _sdpa, "flex": _flex, "standard": _standard,
+                         "flashinfer": _flashinfer}[name](torch, c, add)
+                    except Exception:                     # noqa: BLE001 - e.g. FlexAttention missing
+                        print(f"  {name}: skipped\n" + traceback.format_exc(limit=2), flush=True)
+                del ref
+            del c.q, c.k, c.v
+            if cuda:
+                torch.cuda.empty_cache()
+    save()
+    return res
+
+
+def table(res: dict) -> str:
+    c = res["ceilings"]
+    lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
+             f"flashinfer {res.get('flashinfer')}; copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
+             f"bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s",
+             f"{'batch':>5} {'N':>6} {'causal':>6} {'impl':15s} {'us':>9} {'TFLOP/s':>7} {'peak':>5} "
+             f"{'model us':>8} {'x_best':>6} {'max_err':>7}"]
+    for r in res["rows"]:
+        xb = f"{r['x_best']:6.2f}" if r.get("x_best") else f"{'':6s}"
+        lines.append(f"{r['batch']:5d} {r['N']:6d} {r['causal']!s:>6} {r['impl']:15s} {r['us']:9.1f} "
+                     f"{r['tflops']:7.1f} {r['frac_peak']:5.2f} {r['model_us']:8.1f} {xb} {r['max_err']:7.1e}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from attnlab.gpubench.cli import parse
+    args, cases, peers = parse(argv, __doc__, "batch x N list, e.g. 1x8192,4x4096", CASES, DRY["cases"],
+                               ("--peers", PEERS))
+    print(table(run(cases, peers, dry=args.dry, out=args.out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Launch-parameter sweeps that set the kernels' automatic launch tables (hopper, paged)."""

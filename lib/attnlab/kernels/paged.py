@@ -1,0 +1,306 @@
+"""Paged decode attention in Triton: split-KV decode over FlashInfer's page table (lecture §5.2-5.3).
+
+The KV cache is a pool of pages, NHD `[pages, page_size, kv_heads, d]`; request i owns the pages
+`kv_indices[kv_indptr[i]:kv_indptr[i+1]]`, its last page filled to `kv_last_page_len[i]` tokens
+(`attnlab.core.paged`'s arrays, exactly what FlashInfer's `BatchDecodeWithPagedKVCacheWrapper.plan` takes).
+
+Stage 1, `_paged_split_kernel`: one program per (request, KV head, split), the work block of
+`kernels.decode._split_kernel`; the g query heads that share the KV head are one tile of rows (GQA),
+so each K/V tile is read once for all g of them. What changes is the address of a key: token `pos`
+of request i sits in page kv_indices[kv_indptr[i] + pos // page_size], slot pos % page_size. A tile
+of BLOCK_N tokens may cross pages (page_size 1 or 3) or cover part of one (BLOCK_N < page_size), so
+the page id is looked up for every token of the tile and the K/V rows are loaded through gathered
+pointers. Each program reads its request's length from the page table and cuts that request into
+min(splits, ceil(length / min_chunk)) chunks (rounded up to whole tiles); a program past the last
+chunk writes the identity state (o = 0, lse = -inf), so short and long requests share one launch.
+Stage 2: `kernels.decode._merge_kernel`, the same fixed-order merge ⊕ (deterministic).
+
+Nothing here reads the page table on the host: lengths are read by the kernel, and `splits=None`
+is chosen from shapes alone (the pool of n pages cannot hold a request longer than
+page_size * (n - batch + 1)). So a call can be captured in a CUDA graph and replayed, and a host
+check of the arrays' contents (`attnlab.core.paged.BSRLayout`) is made only when they are on the CPU.
+
+Under TRITON_INTERPRET=1 the dot products run in float32 (the interpreter's bf16 dot is wrong) and
+a bf16 output is rounded by torch (the interpreter truncates fp32 to bf16; a GPU rounds).
+
+What it leaves out on purpose: FlashInfer's plan-time load balancing (one persistent schedule for
+the whole batch), the HND layout (pass a permuted view: any strides are taken), fp8 KV, RoPE.
+
+The file is long because it holds what the scheduled kernel shares with this one: the gather loop
+(`paged_span`), the page-table checks and the launch rules the H200 sweeps chose.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from attnlab.validate import as_bool, as_float, as_int
+from attnlab.kernels import interpreting
+from attnlab.kernels.decode import _merge_kernel, workspace
+from attnlab.kernels.fa2 import _dot, finish, online_update
+
+__all__ = ["paged_decode", "paged_span", "auto_splits", "auto_block_n", "auto_launch", "MIN_CHUNK", "WAVES"]
+
+LOG2E = 1.4426950408889634
+#: With splits=None on a GPU no chunk is cut shorter than this many tokens (the merge costs more).
+MIN_CHUNK = 1024
+#: Work blocks per SM that `auto_splits` aims for: two blocks in flight per SM hide the gathers'
+#: latency better than one (the H200 sweep in data/measurements: 32 splits at batch 1 beat 16).
+WAVES = 2
+#: Under the interpreter splits=None pretends the machine has this many SMs (small, fast tests).
+INTERPRETER_SMS = 4
+
+
+@triton.jit
+def paged_span(q, m_i, l_i, acc, k_head, v_head, pages, start, end, qk_scale,
+               s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+               UPCAST: tl.constexpr, IEEE: tl.constexpr, PREFETCH: tl.constexpr):
+    """Fold keys start:end of one request into the running state (m_i, l_i, acc) of the query
+    rows q, reading K and V of one KV head (k_head, v_head) through the request's page list
+    `pages` (its slice of kv_indices). Token pos sits in page pages[pos // PAGE_SIZE], slot
+    pos % PAGE_SIZE: one page id per token, so a tile may span pages or cover part of one.
+    PREFETCH loads the next tile's page ids while this tile's K and V are in flight, so the
+    lookup's latency leaves the loop's critical path. Shared by the paged and scheduled kernels."""
+    offs_n = tl.arange(0, BLOCK_N)
+    if PREFETCH:
+        pos = start + offs_n
+        page = tl.load(pages + pos // PAGE_SIZE, mask=pos < end, other=0).to(tl.int64)
+    for n0 in range(start, end, BLOCK_N):
+        pos = n0 + offs_n
+        ok = pos < end
+        if not PREFETCH:
+            page = tl.load(pages + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
+        slot = pos % PAGE_SIZE
+        kt = tl.load((k_head + page * s_kp + slot * s_ks)[None, :] + dk[:, None],
+                     mask=ok[None, :] & d_ok[:, None], other=0.0)
+        if UPCAST:
+            kt = kt.to(tl.float32)
+        s = tl.where(ok[None, :], _dot(q, kt, IEEE) * qk_scale, float("-inf"))
+        v = tl.load((v_head + page * s_vp + slot * s_vs)[:, None] + dv[None, :],
+                    mask=ok[:, None] & d_ok[None, :], other=0.0)
+        if PREFETCH:
+            nxt = pos + BLOCK_N
+            page = tl.load(pages + nxt // PAGE_SIZE, mask=nxt < end, other=0).to(tl.int64)
+        if UPCAST:
+            v = v.to(tl.float32)
+        m_i, l_i, acc = online_update(s, v, m_i, l_i, acc, IEEE)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, qk_scale,
+                        s_qb, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd,
+                        SPLITS, MIN_CHUNK, KV_HEADS, GROUP, HEAD_DIM,
+                        PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_D: tl.constexpr, D_CONTIG: tl.constexpr, UPCAST: tl.constexpr,
+                        IEEE: tl.constexpr, PREFETCH: tl.constexpr):
+    pid_bh = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    b = (pid_bh // KV_HEADS).to(tl.int64)
+    hk = pid_bh % KV_HEADS
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, BLOCK_D)
+    g_ok = offs_g < GROUP
+    d_ok = offs_d < HEAD_DIM
+    if D_CONTIG:                                      # unit stride along d: vector loads
+        dq, dk, dv = offs_d, offs_d, offs_d
+    else:
+        dq, dk, dv = offs_d * s_qd, offs_d * s_kd, offs_d * s_vd
+    heads = hk * GROUP + offs_g
+    q = tl.load(Q + b * s_qb + heads[:, None] * s_qh + dq[None, :],
+                mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    # this request's pages and length, read from the page table on the GPU
+    first = tl.load(INDPTR + b)
+    n_pages = tl.load(INDPTR + b + 1) - first
+    length = (n_pages - 1) * PAGE_SIZE + tl.load(LAST + b)
+    splits = tl.maximum(tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK)), 1)   # 1 even if length < 1
+    chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N      # whole tiles
+    start = pid_s * chunk
+    end = tl.minimum(start + chunk, length)           # start >= end: an empty split
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    m_i, l_i, acc = paged_span(q, m_i, l_i, acc, K + hk * s_kh, V + hk * s_vh, INDICES + first, start, end,
+                               qk_scale, s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE, BLOCK_N,
+                               UPCAST, IEEE, PREFETCH)
+    o, lse = finish(acc, m_i, l_i)                    # an empty split: o = 0, lse = -inf
+    row = (b * KV_HEADS * GROUP + heads) * SPLITS + pid_s           # partial state index
+    tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
+    tl.store(LP + row, lse, mask=g_ok)
+
+
+def _sms(device) -> int:
+    dev = torch.device(device)
+    if dev.type == "cuda" and not interpreting():
+        return torch.cuda.get_device_properties(dev).multi_processor_count
+    return INTERPRETER_SMS
+
+
+def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK,
+                waves: int = WAVES) -> int:
+    """Splits so that batch x kv_heads x splits work blocks come to about `waves` blocks per SM,
+    and no chunk of a `longest`-token request is shorter than `min_chunk`. The SM count is the
+    CUDA device's; under the interpreter (or on a CPU) a small fixed INTERPRETER_SMS. On an H200
+    (132 SMs, 8 KV heads) this picks 32 splits for one 32K request, 4 at batch 16, 1 from batch 64
+    (the sweep's best; 3 at batch 16 was 4 % slower than 4).
+
+    >>> auto_splits(1, 1, 1000, "cpu", min_chunk=16), auto_splits(1, 1, 20, "cpu", min_chunk=16)
+    (8, 2)
+    """
+    want = 1 << (-(-waves * _sms(device) // (batch * kv_heads)) - 1).bit_length()   # a power of two
+    return max(1, min(want, -(-longest // min_chunk)))
+
+
+def auto_block_n(programs: int, device) -> int:
+    """The scheduled decoder's keys per tile (`paged_decode` takes `auto_launch`): 128 while the
+    blocks fit WAVES per SM (few, long chunks: fewer loop steps), else 64 (the H200 sweep's best
+    at batch 64 and 256); 16 under the interpreter."""
+    if interpreting():
+        return 16
+    return 128 if programs <= WAVES * _sms(device) else 64
+
+
+def auto_launch(programs: int, page_size: int, device) -> dict:
+    """block_n, num_stages and prefetch for `programs` work blocks over pages of `page_size`.
+    While the blocks fit WAVES per SM (few, long chunks) and pages hold 16 tokens or more:
+    64-key tiles, three stages and the page ids prefetched one tile ahead, which the H200 sweep
+    (data/measurements/h200-2026-12-01-paged-prefetch.json) found fastest there (1 x 32K, page 16:
+    40.5 us against 42.3 at 128-key tiles, two stages). With one-token pages the same choice is
+    30-140 % slower, so few blocks keep 128-key tiles at two stages without prefetch. With more
+    blocks: 64-key tiles at two stages, no prefetch, whose small shared-memory footprint keeps
+    every block resident in one wave (three stages with the prefetch cost up to 25 % there).
+    Under the interpreter: 16-key tiles, no prefetch."""
+    programs = as_int("programs", programs, 1)
+    page_size = as_int("page_size", page_size, 1)
+    if interpreting():
+        return {"block_n": 16, "num_stages": None, "prefetch": False}
+    if programs > WAVES * _sms(device):
+        return {"block_n": 64, "num_stages": 2, "prefetch": False}
+    if page_size >= 16:
+        return {"block_n": 64, "num_stages": 3, "prefetch": True}
+    return {"block_n": 128, "num_stages": 2, "prefetch": False}
+
+
+def _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size):
+    for name, t in (("q", q), ("k_pool", k_pool), ("v_pool", v_pool), ("kv_indptr", kv_indptr),
+                    ("kv_indices", kv_indices), ("kv_last_page_len", kv_last_page_len)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 3:
+        raise ValueError(f"q must be (batch, q_heads, d), got shape {tuple(q.shape)}")
+    if k_pool.dim() != 4:
+        raise ValueError(f"k_pool must be NHD (pages, page_size, kv_heads, d), got shape {tuple(k_pool.shape)}")
+    if v_pool.shape != k_pool.shape:
+        raise ValueError(f"v_pool {tuple(v_pool.shape)} must have k_pool's shape {tuple(k_pool.shape)}")
+    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or not (q.dtype == k_pool.dtype == v_pool.dtype):
+        raise TypeError(f"q, k_pool, v_pool must share one dtype of float16, bfloat16, float32; "
+                        f"got {q.dtype}, {k_pool.dtype}, {v_pool.dtype}")
+    B, hq, d = q.shape
+    pages, ps, hkv, dk = k_pool.shape
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size != ps:
+        raise ValueError(f"page_size={page_size!r} does not match the pool: k_pool.shape[1] = {ps}")
+    if dk != d or not 1 <= d <= 256:
+        raise ValueError(f"head dim: q has d={d}, k_pool d={dk}; they must be equal, 1 <= d <= 256")
+    if B < 1 or pages < 1 or hkv < 1 or hq % hkv:
+        raise ValueError(f"q_heads={hq} must be a multiple of kv_heads={hkv} (k_pool.shape[2]), "
+                         f"with batch={B} >= 1 and pages={pages} >= 1")
+    for name, t, n in (("kv_indptr", kv_indptr, B + 1), ("kv_last_page_len", kv_last_page_len, B),
+                       ("kv_indices", kv_indices, None)):
+        if t.dtype != torch.int32:
+            raise TypeError(f"{name} must be int32 (FlashInfer's index type), got {t.dtype}")
+        if t.dim() != 1 or (n is not None and t.numel() != n):
+            want = f"{n} entries (batch + 1 = {B + 1})" if name == "kv_indptr" else (
+                f"{n} entries (batch = {B})" if n is not None else "one dimension")
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be 1-D with {want}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")
+    for name, t in (("k_pool", k_pool), ("v_pool", v_pool)):
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")
+    if kv_indices.numel() < B:
+        raise ValueError(f"kv_indices has {kv_indices.numel()} pages for batch={B}; every request owns >= 1")
+    if q.device.type == "cpu":                         # contents: free to check here, a sync on a GPU
+        from attnlab.core.paged import BSRLayout
+        BSRLayout(kv_indptr.numpy(), kv_indices.numpy(), kv_last_page_len.numpy(), ps, pages)
+    return B, hq, d, hkv
+
+
+def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, page_size: int,
+                 splits: int | None = None, scale: float | None = None, out=None,
+                 return_lse: bool = False, block_n: int | None = None,
+                 num_warps: int | None = None, num_stages: int | None = None, ws: dict | None = None,
+                 prefetch: bool | None = None):
+    """Decode attention of one new query per head over a paged KV cache.
+
+    q (batch, q_heads, d); k_pool, v_pool NHD (pages, page_size, kv_heads, d), any strides; the
+    int32 page table kv_indptr (batch + 1), kv_indices, kv_last_page_len (batch), as FlashInfer's
+    decode plan takes it. `splits` per request (None: `auto_splits`); `out` an optional contiguous
+    (batch, q_heads, d) tensor of q's dtype to write into; `ws` an optional
+    `kernels.decode.workspace(batch, q_heads, d, splits, device)` for the partial states.
+    block_n, num_warps, num_stages and prefetch (each None: `auto_launch`) are launch choices.
+
+    Returns o (batch, q_heads, d) in q's dtype, or (o, lse) with lse float32 (batch, q_heads),
+    natural log.
+    """
+    B, hq, d, hkv = _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    interp = interpreting()
+    if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16
+                                or block_n & (block_n - 1)):
+        raise ValueError(f"block_n={block_n!r} must be a power of two >= 16, or None")
+    if prefetch is not None:
+        prefetch = as_bool("prefetch", prefetch)
+    return_lse = as_bool("return_lse", return_lse)
+    scale = 1.0 / math.sqrt(d) if scale is None else as_float("scale", scale, 0.0, 1e4, lo_open=True)
+    longest = page_size * (kv_indices.numel() - B + 1)        # no request of this table is longer
+    if splits is None:
+        min_chunk = (block_n or 16) if interp else MIN_CHUNK
+        splits = auto_splits(B, hkv, longest, q.device, min_chunk=min_chunk)
+    elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= longest:
+        raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= {longest} (the "
+                         f"longest request {kv_indices.numel()} pages can hold), or None")
+    else:
+        min_chunk = 1                                  # as asked: `splits` chunks per request
+    auto = auto_launch(B * hkv * splits, page_size, q.device)
+    block_n = block_n or auto["block_n"]
+    num_stages = num_stages or auto["num_stages"]
+    prefetch = auto["prefetch"] if prefetch is None else prefetch
+    if out is None:
+        out = torch.empty((B, hq, d), dtype=q.dtype, device=q.device)
+    elif (not isinstance(out, torch.Tensor) or out.shape != (B, hq, d) or out.dtype != q.dtype
+          or out.device != q.device or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {(B, hq, d)} on {q.device}")
+    if ws is None:
+        ws = workspace(B, hq, d, splits, q.device)
+    elif not isinstance(ws, dict) or not {"op", "lp", "o", "lse", "splits"} <= set(ws):
+        raise TypeError(f"ws must be a dict from kernels.decode.workspace(batch, q_heads, d, splits, device), "
+                        f"got {type(ws).__name__}{' with keys ' + str(sorted(ws)) if isinstance(ws, dict) else ''}")
+    elif ws["splits"] != splits or ws["o"].shape != (B * hq, d):
+        raise ValueError(f"ws was made for splits={ws['splits']} and o {tuple(ws['o'].shape)}; "
+                         f"this call needs splits={splits} and o {(B * hq, d)}")
+    block_d = max(16, triton.next_power_of_2(d))
+    kw = {} if interp else {"num_warps": num_warps or 4, "num_stages": num_stages}
+    one = splits == 1                                  # the first stage writes the answer itself
+    lse = ws["lp"] if one else ws["lse"]
+    # the interpreter casts fp32 to bf16 by truncation (a GPU rounds to nearest): there the kernels
+    # write fp32 and torch rounds
+    dst = torch.empty(out.shape, dtype=torch.float32, device=q.device) if interp and q.dtype == torch.bfloat16 else out
+    fp32 = q.dtype == torch.float32
+    _paged_split_kernel[(B * hkv, splits)](
+        q, k_pool, v_pool, dst if one else ws["op"], ws["lp"], kv_indptr, kv_indices,
+        kv_last_page_len, scale * LOG2E, *q.stride(), *k_pool.stride(), *v_pool.stride(),
+        splits, min_chunk, hkv, hq // hkv, d,
+        PAGE_SIZE=page_size, BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=block_n,
+        BLOCK_D=block_d, D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
+        UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=prefetch, **kw)
+    if not one:
+        _merge_kernel[(B * hq,)](ws["op"], ws["lp"], dst, lse, splits, d,
+                                 BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d,
+                                 **({} if interp else {"num_warps": 4}))
+    if dst is not out:
+        out.copy_(dst)
+    return (out, lse.view(B, hq)) if return_lse else out

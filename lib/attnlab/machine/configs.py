@@ -1,0 +1,426 @@
+"""Your own model: a Hugging Face `config.json` read into the course's `Model`, the configs shipped
+in data/configs/, and what the course's models say about that model on a GPU you pick.
+
+`from_config` reads the fields attention needs: num_attention_heads, num_key_value_heads (absent:
+equal to the heads), head_dim (absent: hidden_size // num_attention_heads), num_hidden_layers,
+sliding_window (null or absent: none; `use_sliding_window: false` turns it off, as in Qwen2),
+max_position_embeddings, and multi-head latent attention where present (DeepSeek-V2/V3:
+kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim). A config that keeps its text model
+under `text_config` (multimodal checkpoints) is read from there. An MLA model becomes its
+decode-time equivalent, as data/models.json stores DeepSeek-V3: every query head attends to one
+shared latent of kv_lora_rank + qk_rope_head_dim dims, i.e. kv_heads 1 and that head dim.
+
+`params` is counted from the shapes (embeddings, attention, gated MLP or mixture of experts,
+norms; LM head untied unless tie_word_embeddings, which Gemma ties by default), which equals the
+hub's total for the dense models shipped here; pass `params=` to use your own number.
+
+The numbers (`kv_bytes_per_token`, `kv_cache_bytes`, `your_model`, `your_model_summary`) are the
+course's own models, not new ones: decode intensity from `decode.intensity`, the roofline's ridge
+point from `hardware.ridge_point`, MLA's decode intensity in its absorbed form from
+`mla.mla_intensity` (the lecture's g = 128 view beside it), split-KV by notebook 04's rule
+(`hardware.recommended_split`: the fewest splits within 1 % of the fastest), prefill from
+`models.prefill_cost`.
+
+This file is long because reading a config (its checks by field, the parameter count) and the
+numbers a notebook prints for the model it describes belong together; each part is short.
+"""
+from __future__ import annotations
+
+import json
+import numbers
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from attnlab.catalog import _DATA_DIR, freeze, key
+from attnlab.validate import _short, as_bool, as_int
+from attnlab.core.decode import intensity
+from attnlab.machine.hardware import DTYPE_BYTES, SPLIT_MARGIN, dtype_name, get_gpu, peak, recommended_split, ridge_point
+from attnlab.core.mla import MLAShape, mla_intensity
+from attnlab.machine.models import Model, get_model, prefill_cost
+
+__all__ = ["from_config", "configs", "config_path", "kv_bytes_per_token", "kv_cache_bytes",
+           "prefill_shape", "YourModel", "your_model", "your_model_summary"]
+
+CONFIG_DIR = _DATA_DIR / "configs"
+
+#: Each integer field's valid range: sizes beyond these are typos, not models.
+LIMITS = {"num_hidden_layers": (1, 1024), "num_attention_heads": (1, 1024),
+          "num_key_value_heads": (1, 1024), "hidden_size": (1, 1 << 17), "head_dim": (1, 4096),
+          "intermediate_size": (1, 1 << 20), "vocab_size": (1, 1 << 23),
+          "max_position_embeddings": (1, 1 << 27), "sliding_window": (1, 1 << 27),
+          "kv_lora_rank": (1, 1 << 14), "qk_rope_head_dim": (1, 1 << 12),
+          "qk_nope_head_dim": (1, 1 << 12), "v_head_dim": (1, 1 << 12), "q_lora_rank": (1, 1 << 15),
+          "n_routed_experts": (1, 4096), "num_local_experts": (1, 4096), "num_experts_per_tok": (1, 4096),
+          "moe_intermediate_size": (1, 1 << 20), "n_shared_experts": (0, 64),
+          "first_k_dense_replace": (0, 1024), "moe_layer_freq": (1, 1024)}
+_MLA = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+_REQUIRED = object()
+
+
+def configs() -> list[str]:
+    """Names of the configs shipped in data/configs/ (file names without .json), sorted:
+    ['DeepSeek-V3', 'Gemma-2-9B', 'Llama-3-8B', 'Llama-3.1-70B', 'Mistral-7B-v0.1', 'Qwen2.5-7B']."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def config_path(name: str) -> Path:
+    """The file of shipped config `name` (case-, space- and underscore-insensitive)."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a shipped config's name, got {_short(name)} ({type(name).__name__})")
+    found = {key(n): n for n in configs()}.get(key(name))
+    if found is None:
+        raise ValueError(f"config={name!r} is not a shipped config; valid: {', '.join(configs())}, "
+                         f"a path to a config.json, or a dict")
+    return CONFIG_DIR / f"{found}.json"
+
+
+def _read(config) -> tuple[dict, str, str | None]:
+    """(the config as a dict, where it came from, the shipped name or None)."""
+    shipped = None
+    if isinstance(config, str) and not config.lower().endswith(".json") and os.sep not in config \
+            and "/" not in config:
+        path = config_path(config)
+        shipped = path.stem
+        config = path
+    if isinstance(config, (str, os.PathLike)):
+        path = Path(config)
+        if not path.is_file():
+            raise ValueError(f"config={str(config)!r} is not a file; valid: a path to a config.json, "
+                             f"a dict, or a shipped name ({', '.join(configs())})")
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"config={str(config)!r} is not valid JSON ({e})") from None
+        if not isinstance(raw, dict):
+            raise TypeError(f"config={str(config)!r} must hold a JSON object, got {type(raw).__name__}")
+        return raw, str(raw.get("_source", path)), shipped
+    if isinstance(config, dict):
+        return config, str(config.get("_source", "config dict")), None
+    raise TypeError(f"config must be a dict, a path to a config.json (str or os.PathLike) or a "
+                    f"shipped name, got {_short(config)} ({type(config).__name__})")
+
+
+def _int(cfg: dict, field: str, default=_REQUIRED, hi: int | None = None):
+    """cfg[field] as an int in LIMITS[field] (upper bound `hi` if tighter); `default` if absent
+    or null; strict: bools, floats (even 32.0) and strings are refused, naming the field."""
+    lo, top = LIMITS[field]
+    hi = top if hi is None else min(hi, top)
+    value = cfg.get(field)
+    if value is None:
+        if default is _REQUIRED:
+            raise ValueError(f"config lacks {field} (absent or null); valid: an integer, {lo} <= {field} <= {hi}")
+        return default
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{field} must be an integer, got {_short(value)} ({type(value).__name__}); "
+                        f"valid: {lo} <= {field} <= {hi}")
+    return as_int(field, value, lo, hi)
+
+
+def _flag(cfg: dict, field: str, default: bool) -> bool:
+    return default if cfg.get(field) is None else as_bool(field, cfg[field])
+
+
+def _window_layers(cfg: dict, layers: int, window: int | None) -> int | None:
+    """How many layers use the window: `layer_types` if given, every other one for Gemma-2/3
+    (layer 0 windowed), else None (all)."""
+    if window is None:
+        return None
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
+            raise ValueError(f"layer_types={_short(types)} must be a list of {layers} strings "
+                             f"(one per layer, e.g. 'sliding_attention', 'full_attention')")
+        return sum(t == "sliding_attention" for t in types)
+    return (layers + 1) // 2 if str(cfg.get("model_type", "")).startswith("gemma") else None
+
+
+def _params(cfg: dict, *, h, layers, q_heads, kv_heads, d, inter, vocab, mla) -> tuple[int, int]:
+    """(total, active) parameters counted from the shapes: embeddings, attention, gated MLP (three
+    matrices) or mixture of experts, RMSNorms, final norm, LM head unless tied."""
+    mtype = str(cfg.get("model_type", ""))
+    if mla:
+        rank, rope, nope, v = mla
+        q_lora = _int(cfg, "q_lora_rank", None)
+        q = h * q_heads * (nope + rope) if q_lora is None else \
+            h * q_lora + q_lora + q_lora * q_heads * (nope + rope)
+        attn = q + h * (rank + rope) + rank + rank * q_heads * (nope + v) + q_heads * v * h
+    else:
+        attn = 2 * h * q_heads * d + 2 * h * kv_heads * d
+        if _flag(cfg, "attention_bias", False):
+            attn += q_heads * d + 2 * kv_heads * d + h
+        elif mtype.startswith("qwen2"):                    # Qwen2: biases on q, k, v only
+            attn += q_heads * d + 2 * kv_heads * d
+    norms = (4 if mtype.startswith("gemma2") else 2) * h
+    experts = _int(cfg, "n_routed_experts", None) or _int(cfg, "num_local_experts", None)
+    dense = 3 * h * inter
+    total = active = layers * (attn + norms + dense)
+    if experts:
+        width = _int(cfg, "moe_intermediate_size", inter)
+        top_k = _int(cfg, "num_experts_per_tok", 2, experts)
+        shared = _int(cfg, "n_shared_experts", 0)
+        first = _int(cfg, "first_k_dense_replace", 0, layers)
+        every = _int(cfg, "moe_layer_freq", 1)
+        moe_layers = sum(1 for i in range(first, layers) if i % every == 0)
+        expert = 3 * h * width
+        total += moe_layers * ((experts + shared) * expert + h * experts - dense)
+        active += moe_layers * ((top_k + shared) * expert + h * experts - dense)
+    tied = _flag(cfg, "tie_word_embeddings", mtype.startswith("gemma"))
+    emb = vocab * h * (1 if tied else 2) + h
+    return total + emb, active + emb
+
+
+def from_config(config, *, name: str | None = None, params: int | None = None) -> Model:
+    """The course's `Model` for a Hugging Face config: a dict, a path (str or os.PathLike) to a
+    config.json, or the name of a config shipped in data/configs/ (`configs()`; a string without
+    '/' that does not end in .json is a name).
+
+    The name is `name=`, else the shipped config's name, else the last part of `_name_or_path`,
+    else `model_type`. Malformed configs are refused by field: missing or null required fields
+    and non-integers (bools, 32.5, "32") get TypeError/ValueError naming the field, its value and
+    the valid range (`LIMITS`), as do heads not divisible by KV heads and hidden_size not divisible
+    by heads when head_dim is absent.
+
+    >>> m = from_config("Llama-3-8B")
+    >>> m.name, m.layers, m.q_heads, m.kv_heads, m.head_dim, m.max_context
+    ('Llama-3-8B', 32, 32, 8, 128, 8192)
+    >>> ds = from_config({"num_attention_heads": 128, "num_hidden_layers": 61, "hidden_size": 7168,
+    ...     "intermediate_size": 18432, "vocab_size": 129280, "kv_lora_rank": 512,
+    ...     "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}, name="my-mla")
+    >>> ds.kv_heads, ds.head_dim, ds.group, ds.mla
+    (1, 576, 128, True)
+    """
+    cfg, source, shipped = _read(config)
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise TypeError(f"name must be a non-empty string, got {_short(name)} ({type(name).__name__})")
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg, **cfg["text_config"]}
+    layers = _int(cfg, "num_hidden_layers")
+    q_heads = _int(cfg, "num_attention_heads")
+    kv_config = _int(cfg, "num_key_value_heads", q_heads)
+    if q_heads % kv_config:
+        raise ValueError(f"num_attention_heads={q_heads} is not a multiple of num_key_value_heads="
+                         f"{kv_config}; valid: num_key_value_heads dividing {q_heads}")
+    hidden = _int(cfg, "hidden_size")
+    mla = tuple(_int(cfg, f) for f in _MLA) if cfg.get("kv_lora_rank") is not None else None
+    if mla:
+        kv_heads, head_dim = 1, mla[0] + mla[1]
+    else:
+        kv_heads = kv_config
+        if cfg.get("head_dim") is None and hidden % q_heads:
+            raise ValueError(f"hidden_size={hidden} is not a multiple of num_attention_heads={q_heads} "
+                             f"and head_dim is absent; valid: give head_dim, or hidden_size a "
+                             f"multiple of {q_heads}")
+        head_dim = _int(cfg, "head_dim", hidden // q_heads)
+    inter, vocab = _int(cfg, "intermediate_size"), _int(cfg, "vocab_size")
+    window = _int(cfg, "sliding_window", None) if _flag(cfg, "use_sliding_window", True) else None
+    total, active = _params(cfg, h=hidden, layers=layers, q_heads=q_heads, kv_heads=kv_config,
+                            d=head_dim, inter=inter, vocab=vocab, mla=mla)
+    if params is not None:
+        total = active = as_int("params", params, 1, None)
+    if name is None:
+        path = cfg.get("_name_or_path")
+        name = shipped or (str(path).rstrip("/").split("/")[-1] if path else None) or \
+            str(cfg.get("model_type") or "my-model")
+    extra = {"model_type": cfg.get("model_type"), "active_params": active}
+    if mla:
+        extra |= dict(zip(_MLA, mla), config_kv_heads=kv_config, mla_equivalent_group=q_heads)
+    return Model(name=name.strip(), layers=layers, hidden=hidden, q_heads=q_heads, kv_heads=kv_heads,
+                 head_dim=head_dim, intermediate=inter, vocab=vocab, params=total, source=source,
+                 extra=freeze(extra), sliding_window=window,
+                 window_layers=_window_layers(cfg, layers, window),
+                 max_context=_int(cfg, "max_position_embeddings", None))
+
+
+def _model(model) -> Model:
+    """A `Model`, a models.json name (`get_model`) or anything `from_config` reads."""
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, str) and not model.lower().endswith(".json") and "/" not in model:
+        if key(model) in {key(n) for n in configs()}:
+            return from_config(model)
+        return get_model(model)
+    return from_config(model)
+
+
+def kv_bytes_per_token(model, dtype: str = "bf16") -> float:
+    """KV-cache bytes one token adds, all layers: 2 (K and V) x kv_heads x head_dim x bytes per
+    layer; MLA keeps one latent of kv_lora_rank + qk_rope_head_dim per layer instead.
+
+    >>> kv_bytes_per_token("Llama-3-8B"), kv_bytes_per_token("DeepSeek-V3")   # 2*8*128*2*32; 576*2*61
+    (131072, 70272)
+    """
+    m, b = _model(model), DTYPE_BYTES[dtype_name(dtype)]
+    per_layer = m.head_dim if m.mla else 2 * m.kv_heads * m.head_dim
+    return m.layers * per_layer * b
+
+
+def kv_cache_bytes(model, context: int, batch: int = 1, dtype: str = "bf16") -> float:
+    """KV-cache bytes of `batch` requests of `context` tokens: a windowed layer keeps at most
+    `sliding_window` tokens (Mistral-7B-v0.1: 4,096 in every layer; Gemma-2: in half of them).
+
+    >>> kv_cache_bytes("Mistral-7B-v0.1", 32768) == kv_bytes_per_token("Mistral-7B-v0.1") * 4096
+    True
+    """
+    m = _model(model)
+    context = as_int("context", context, 1, 1 << 40)
+    batch = as_int("batch", batch, 1, 1 << 30)
+    windowed = 0 if m.sliding_window is None else (m.layers if m.window_layers is None else m.window_layers)
+    tokens = windowed * min(context, m.sliding_window or context) + (m.layers - windowed) * context
+    return kv_bytes_per_token(m, dtype) / m.layers * tokens * batch
+
+
+def prefill_shape(model) -> Model:
+    """The shape prefill attention runs: the model itself, except MLA, which prefills without
+    absorbing its up-projections: config_kv_heads (DeepSeek-V3: 128) heads of qk dim
+    qk_nope_head_dim + qk_rope_head_dim (192) (its value dim, 128, is counted as 192 too)."""
+    m = _model(model)
+    if not m.mla:
+        return m
+    e = m.extra
+    return replace(m, kv_heads=int(e["config_kv_heads"]),
+                   head_dim=int(e["qk_nope_head_dim"]) + int(e["qk_rope_head_dim"]))
+
+
+@dataclass(frozen=True)
+class YourModel:
+    """`your_model`'s numbers: KV bytes (per token, all layers; the whole cache at batch x
+    context), decode intensity (FLOP/byte; for MLA the absorbed form, `intensity_form`, with the
+    lecture's g = 128 view in `gqa_view_intensity`) against the GPU's ridge point, the recommended
+    split (per layer, at the full context: the fewest splits within `split_margin` of the fastest,
+    `fastest_splits`) with its time and the unsplit time, the attention of one decode step over all
+    layers (each at its recommended split; a windowed layer reads at most its window), and one
+    prefill of `context` tokens as `models.prefill_cost` sees it: compute time, FA1's traffic with
+    the lecture's M = 100,000 elements and no L2 (`flash_io_s`, an upper bound of what a
+    FlashAttention kernel moves; `flash_io_hidden`: whether even that bound fits under the
+    compute time), and compute plus standard attention's extra HBM time."""
+
+    model: Model
+    gpu: str
+    dtype: str
+    batch: int
+    context: int
+    kv_bytes_per_token: float
+    kv_cache_bytes: float
+    hbm_bytes: int
+    keys: int
+    intensity: float
+    intensity_form: str
+    gqa_view_intensity: float
+    ridge: float
+    splits: int
+    fastest_splits: int
+    split_margin: float
+    split_time_s: float
+    unsplit_time_s: float
+    decode_step_s: float
+    prefill_flash_s: float
+    prefill_standard_s: float
+    flash_io_s: float
+    sp_bytes_per_layer: float
+    flash_io_hidden: bool
+    flash_moves_more: bool
+
+    @property
+    def memory_bound(self) -> bool:
+        """Decode attention sits left of the ridge point."""
+        return self.intensity < self.ridge
+
+
+def your_model(config, gpu="H100-SXM", *, batch: int = 1, context: int = 32768,
+               dtype: str = "bf16") -> YourModel:
+    """The course's numbers for a model (a config as `from_config` reads it, a `Model` or a
+    models.json name) on `gpu` at `batch` requests of `context` tokens. Decode counts a query per
+    request per head (l_qo = 1). For MLA the intensity is the absorbed form that MLA kernels run
+    (`mla.mla_intensity("absorbed")`: K and V share the cached latent row); the lecture's g = 128
+    view (K and V read as two tensors) is kept beside it, and the decode times still use its bytes
+    (notebook 04's time model), an upper bound. Prefill takes the full causal N = context (no
+    sliding window)."""
+    m = _model(config)
+    g = get_gpu(gpu)
+    dtype = dtype_name(dtype)
+    peak(g, dtype)                                   # this chip has the dtype
+    batch = as_int("batch", batch, 1, 1 << 20)
+    context = as_int("context", context, 1, 1 << 24)
+    b = DTYPE_BYTES[dtype]
+
+    def best(n):
+        splits, fastest, runs = recommended_split(batch, n, m.kv_heads, g, head_dim=m.head_dim,
+                                                  group=m.group, dtype=dtype)
+        return splits, next(r.time for r in runs if r.splits == splits), runs[0].time, fastest
+    windowed = 0 if m.sliding_window is None else (m.window_layers if m.window_layers is not None
+                                                   else m.layers)
+    keys = context if windowed < m.layers else min(context, m.sliding_window)
+    splits, split_s, unsplit_s, fastest = best(keys)
+    step = (m.layers - windowed) * split_s
+    if windowed:
+        step += windowed * best(min(context, m.sliding_window))[1]
+    pre = prefill_cost(prefill_shape(m), g, context, dtype=dtype)
+    gqa_view = intensity(m.group, 1, keys, dtype_bytes=b)
+    if m.mla:
+        e = m.extra
+        shape = MLAShape(m.q_heads, int(e["kv_lora_rank"]), int(e["qk_rope_head_dim"]),
+                         int(e["qk_nope_head_dim"]), int(e["v_head_dim"]))
+        form, decode_i = "absorbed", mla_intensity("absorbed", keys, 1, shape, dtype_bytes=b)
+    else:
+        form, decode_i = "gqa" if m.group > 1 else "mha", gqa_view
+    return YourModel(m, g.name, dtype, batch, context, kv_bytes_per_token(m, dtype),
+                     kv_cache_bytes(m, context, batch, dtype), g.hbm_bytes,
+                     keys, decode_i, form, gqa_view, ridge_point(g, dtype), splits, fastest, SPLIT_MARGIN,
+                     split_s, unsplit_s, step, pre.compute_s, pre.compute_s + pre.extra_io_s,
+                     pre.flash_io_s, pre.sp_bytes_per_layer, pre.flash_io_hidden,
+                     pre.flash_moves_more)
+
+
+def _bytes(x: float) -> str:
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if x >= size:
+            return f"{x / size:,.1f} {unit}"
+    return f"{x:,.0f} B"
+
+
+def _time(s: float) -> str:
+    return f"{s * 1e6:,.1f} us" if s < 1e-3 else f"{s * 1e3:,.1f} ms" if s < 1 else f"{s:,.2f} s"
+
+
+def your_model_summary(config, gpu="H100-SXM", *, batch: int = 1, context: int = 32768,
+                       dtype: str = "bf16") -> str:
+    """`your_model` as a text table, the notebook's entry point; `print` it."""
+    r = your_model(config, gpu, batch=batch, context=context, dtype=dtype)
+    m = r.model
+    kind = (f"MLA: latent {m.head_dim} = {m.extra['kv_lora_rank']} + {m.extra['qk_rope_head_dim']}"
+            if m.mla else f"GQA, group {m.group}" if m.group > 1 else "MHA")
+    window = "" if m.sliding_window is None else (
+        f", window {m.sliding_window:,} in " + ("all" if m.window_layers is None else str(m.window_layers))
+        + " layers")
+    where = "memory-bound" if r.memory_bound else "compute-bound"
+    form = (f" (MLA absorbed form: K and V share the latent row; the lecture's g = 128 view: "
+            f"{r.gqa_view_intensity:,.1f})" if m.mla else "")
+    fastest = ("also the fastest" if r.fastest_splits == r.splits else
+               f"the fewest within {r.split_margin:.0%} of the fastest, {r.fastest_splits} splits")
+    rows = [
+        ("model", f"{m.name}: {m.layers} layers, {m.q_heads} query / {m.kv_heads} KV "
+                  f"head{'s' if m.kv_heads > 1 else ''} of "
+                  f"dim {m.head_dim} ({kind}){window}"),
+        ("on", f"{r.gpu}, {r.dtype}, batch {r.batch}, context {r.context:,}"
+               + (f" (beyond its max context {m.max_context:,})" if m.max_context and r.context > m.max_context else "")),
+        ("KV bytes per token", f"{r.kv_bytes_per_token:,.0f} B (all layers)"),
+        ("KV cache", f"{_bytes(r.kv_cache_bytes)} of {_bytes(r.hbm_bytes)} HBM"
+                     + ("" if r.kv_cache_bytes <= r.hbm_bytes else " (does not fit)")),
+        ("decode intensity", f"{r.intensity:,.1f} FLOP/B vs {r.gpu} ridge {r.ridge:,.0f}: {where}{form}"),
+        ("split (1 layer)", f"{r.keys:,} keys: {r.splits} split{'s' if r.splits > 1 else ''}: "
+                            f"{_time(r.split_time_s)} (unsplit {_time(r.unsplit_time_s)}; {fastest})"),
+        ("decode step (attention)", f"{_time(r.decode_step_s)} over {m.layers} layers, each at that split"
+                                    + ("; bytes of the g = 128 view, an upper bound" if m.mla else "")),
+        ("prefill, flash", f"{_time(r.prefill_flash_s)} of compute"
+                           + (" (full causal: the window is not modelled)" if m.sliding_window else "") + ("" if r.flash_io_hidden else
+                           f"; FA1's traffic at the lecture's M = 100,000 elements, no L2: {_time(r.flash_io_s)}, "
+                           f"more, but an upper bound (FA2/FA3 kernels, larger tiles and L2, run compute-bound here)")),
+        ("prefill, standard", f"{_time(r.prefill_standard_s)} ({r.prefill_standard_s / r.prefill_flash_s:.2f}x)"
+                              + ("; FA1's count moves more at this head dim" if r.flash_moves_more else "")),
+        ("S + P of one layer", _bytes(r.sp_bytes_per_layer)
+                               + (" (does not fit in HBM)" if r.sp_bytes_per_layer > r.hbm_bytes else "")),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

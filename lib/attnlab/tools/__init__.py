@@ -1,1 +1,0 @@
-"""Maintenance tools (not imported by the library): notebook execution, the recorded request batches."""
