@@ -1,10 +1,12 @@
 """Work partitioning for batched attention (FlashInfer's load-balanced scheduler, Algorithm 1)
-against references written here from the specification, never from attnlab.machine.schedule:
+against references written here from the specification, not from the planners:
 
 - the query tile rule, the balanced plan's maximum KV chunk L_kv and the item costs, by hand;
 - exact coverage: every (request, kv_head, packed query row, kv position) counted item by item;
-- longest-first / least-loaded assignment: a heapq re-implementation, and a brute-force optimum
-  of the same items for tiny cases (LPT is within 4/3 of it);
+- longest-first / least-loaded assignment: every plan item by item against `lpt.heap_schedule`,
+  Algorithm 1 as the short heap loop, which is itself checked against the rule written here
+  with no heap (a min() over the loads) and a brute-force optimum of tiny cases (LPT is within
+  4/3 of it);
 - run_plan against full attention computed by definition in float64 (GQA: query head j reads
   KV head j // group);
 - the fixed merge order: float32 partial states computed and merged here, in the plan's order
@@ -13,7 +15,6 @@ against references written here from the specification, never from attnlab.machi
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import itertools
 import math
 import re
@@ -23,8 +24,9 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from attnlab.machine.schedule import (Plan, WorkItem, fixed_size_workspace, plan_balanced, plan_fixed_split,
-                                      plan_per_request, query_tile, run_plan)
+from attnlab.machine.schedule import (Plan, WorkItem, fixed_size_workspace, heap_schedule, list_schedule,
+                                      plan_balanced, plan_fixed_split, plan_per_request, query_tile,
+                                      run_plan)
 from attnlab.machine.workload import lengths
 
 F64_TOL = 1e-12
@@ -73,18 +75,25 @@ def _balanced_items(lens, kv_heads, num_ctas, group=1, alpha=ALPHA, beta=BETA, t
 
 
 def _lpt(costs, m):
-    """Longest first (stable among equal costs), each to the least-loaded CTA, lower index on ties."""
+    """Longest first (stable among equal costs), each to the least-loaded CTA, lower index on ties:
+    the CTA of each item in the given order, and the loads."""
     order = sorted(range(len(costs)), key=lambda i: (-costs[i], i))
-    heap = [(0, c) for c in range(m)]
+    ctas, _, loads = heap_schedule([costs[i] for i in order], m)
     cta = [None] * len(costs)
-    for i in order:
-        load, c = heapq.heappop(heap)
+    for i, c in zip(order, ctas):
         cta[i] = c
-        heapq.heappush(heap, (load + costs[i], c))
-    loads = [0] * m
-    for i, c in enumerate(cta):
-        loads[c] += costs[i]
     return cta, loads
+
+
+def _least_loaded_by_min(costs, m):
+    """The rule with no heap: each item to min over the CTAs of (load, index)."""
+    loads, cta, start = [0] * m, [], []
+    for x in costs:
+        c = min(range(m), key=lambda j: (loads[j], j))
+        cta.append(c)
+        start.append(loads[c])
+        loads[c] += x
+    return cta, start, loads
 
 
 def _optimum(costs, m):
@@ -438,16 +447,9 @@ def _heap_assign(items, num_ctas, longest_first):
     """The items in the order the CTAs take them, each with (cta, start), and the loads: longest
     first (stable) or in arrival order, each to the least-loaded CTA, lower index on ties."""
     order = sorted(range(len(items)), key=lambda i: -items[i][6]) if longest_first else range(len(items))
-    heap = [(0, c) for c in range(num_ctas)]
-    out = []
-    for i in order:
-        load, c = heapq.heappop(heap)
-        out.append((*items[i], c, load))
-        heapq.heappush(heap, (load + items[i][6], c))
-    loads = [0] * num_ctas
-    for load, c in heap:
-        loads[c] = load
-    return out, loads
+    taken = [items[i] for i in order]
+    cta, start, loads = heap_schedule([x[6] for x in taken], num_ctas)
+    return [(*x, c, s) for x, c, s in zip(taken, cta, start)], loads
 
 
 def _merge_of(rows, tq):
@@ -556,25 +558,27 @@ def test_start_is_the_load_of_the_cta_before_the_item():
     assert load == np.asarray(p.loads).tolist()
 
 
-def _independent_list_schedule(costs, m):
-    heap = [(0, c) for c in range(m)]
-    cta, start = [], []
-    for x in costs:
-        load, c = heapq.heappop(heap)
-        cta.append(c)
-        start.append(load)
-        heapq.heappush(heap, (load + x, c))
-    loads = [0] * m
-    for load, c in heap:
-        loads[c] = load
-    return start, cta, loads
+@pytest.mark.parametrize("seed", range(10))
+def test_heap_schedule_is_the_least_loaded_rule(seed):
+    """The heap loop the plans are checked against, against the rule with no heap (each item to
+    the CTA of least (load, index)) on random tiny batches with ties and zeros; and its makespan
+    on longest-first costs within 4/3 of the brute-force optimum."""
+    rng = np.random.default_rng(9000 + seed)
+    for _ in range(30):
+        m, n = int(rng.integers(1, 5)), int(rng.integers(1, 8))
+        costs = rng.integers(0, 6, n).tolist()
+        assert list(heap_schedule(costs, m)) == list(_least_loaded_by_min(costs, m)), (costs, m)
+        if sum(costs):
+            longest = sorted(costs, reverse=True)
+            opt = _optimum(longest, m)
+            assert opt <= max(heap_schedule(longest, m)[2]) <= 4 / 3 * opt, (costs, m)
 
 
 @pytest.mark.parametrize("seed", range(30))
 def test_list_schedule_rounds_equal_the_heap_loop(seed):
-    """attnlab.machine.schedule.lpt on bare cost sequences: sorted or not, with copies (KV heads), zeros, ties,
-    one CTA, more CTAs than items, rounds short enough to hand over to the heap for a while."""
-    from attnlab.machine.schedule.lpt import list_schedule
+    """lpt.list_schedule, the fast path, against lpt.heap_schedule, item by item, on bare cost
+    sequences: sorted or not, with copies (KV heads), zeros, ties, one CTA, more CTAs than items,
+    rounds short enough to hand over to the heap for a while."""
     rng = np.random.default_rng(8000 + seed)
     for _ in range(20):
         n, m = int(rng.integers(1, 300)), int(rng.choice([1, 2, 4, 9, 10, 11, 32, 33, 64, 132, 1000]))
@@ -588,8 +592,8 @@ def test_list_schedule_rounds_equal_the_heap_loop(seed):
             costs = np.sort(np.round(rng.lognormal(5, 1.5 if kind == 2 else 0.3, n)).astype(np.int64) + 1)[::-1]
         desc = bool(np.all(np.diff(costs) <= 0))
         got = list_schedule(np.ascontiguousarray(costs), m, copies, descending=desc)
-        want = _independent_list_schedule(np.repeat(costs, copies).tolist(), m)
-        assert [got.start.tolist(), got.cta.tolist(), got.loads.tolist()] == [list(w) for w in want], \
+        want = heap_schedule(np.repeat(costs, copies).tolist(), m)
+        assert [got.cta.tolist(), got.start.tolist(), got.loads.tolist()] == list(want), \
             (n, m, copies, kind)
 
 

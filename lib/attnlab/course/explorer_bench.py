@@ -8,11 +8,10 @@ median time of the numbers alone.
 Target on the course's 2-core CPU: under 100 ms per change, under 20 ms for the numbers. The
 last lines time `schedule.plan_balanced` (target under 100 us) from a list of pairs, from an
 (n, 2) array and with every column built, against the straightforward heapq planner it
-replaced, kept here as `_balanced_heapq`, and check that both make the same plan.
+replaced, kept here as `balanced_heapq`, and check that both make the same plan.
 """
 from __future__ import annotations
 
-import heapq
 import statistics
 import sys
 import time
@@ -55,11 +54,11 @@ def bench_explorer(cls, repeats: int = 2) -> tuple[float, float, float, int]:
     return med, first, num, len(times)
 
 
-def _balanced_heapq(lens, kv_heads: int, num_ctas: int, group: int):
+def balanced_heapq(lens, kv_heads: int, num_ctas: int, group: int):
     """plan_balanced the straightforward way, as the schedule module first wrote it: Python loops
-    over the pairs and pieces, sorted(), one heap pop and push per item. (work, loads, merge)
-    in the layout of a Plan's, for the comparison."""
-    from attnlab.machine.schedule import WorkItem, query_tile
+    over the pairs and pieces, sorted(), then `heap_schedule`'s heap pop and push per item.
+    (work, loads, merge) in the layout of a Plan's, for the comparison."""
+    from attnlab.machine.schedule import WorkItem, heap_schedule, query_tile
     pairs = [(as_int(f"lengths[{i}] l_qo", q, 1, None), as_int(f"lengths[{i}] l_kv", k, 1, None))
              for i, (q, k) in enumerate(lens)]
     packed = [q * group for q, _ in pairs]
@@ -70,14 +69,9 @@ def _balanced_heapq(lens, kv_heads: int, num_ctas: int, group: int):
              for r, ((_, k), p) in enumerate(zip(pairs, packed)) for h in range(kv_heads)
              for t0 in range(0, p, tq) for a in range(0, k, chunk)]
     costs = [2 * len(rows) + (b - a) for _, _, rows, a, b in items]
-    heap = [(0, c) for c in range(num_ctas)]
-    loads = [0] * num_ctas
-    work = []
-    for i in sorted(range(len(items)), key=lambda i: -costs[i]):
-        load, cta = heapq.heappop(heap)
-        work.append(WorkItem(*items[i], cta, costs[i]))
-        loads[cta] = load + costs[i]
-        heapq.heappush(heap, (load + costs[i], cta))
+    order = sorted(range(len(items)), key=lambda i: -costs[i])
+    ctas, _, loads = heap_schedule([costs[i] for i in order], num_ctas)
+    work = [WorkItem(*items[i], cta, costs[i]) for i, cta in zip(order, ctas)]
     outputs: dict = {}
     for j, w in enumerate(work):
         outputs.setdefault((w.request, w.kv_head, w.q_rows.start // tq), []).append(j)
@@ -86,7 +80,7 @@ def _balanced_heapq(lens, kv_heads: int, num_ctas: int, group: int):
     return tuple(work), loads, merge
 
 
-def _median_time(fn, repeats: int) -> float:
+def median_time(fn, repeats: int) -> float:
     for _ in range(min(repeats, 100)):              # warm up
         fn()
     times = []
@@ -108,17 +102,17 @@ def planner_line(batch: int = 256, repeats: int = 300) -> str:
     lens = lengths("longtail", batch, seed=0)
     array = np.array(lens)
     kw = dict(kv_heads=8, num_ctas=132, group=4)
-    fast = _median_time(lambda: plan_balanced(lens, **kw), repeats)
-    from_array = _median_time(lambda: plan_balanced(array, **kw), repeats)
+    fast = median_time(lambda: plan_balanced(lens, **kw), repeats)
+    from_array = median_time(lambda: plan_balanced(array, **kw), repeats)
 
     def with_columns():
         plan = plan_balanced(lens, **kw)
         return [getattr(plan, c) for c in PLAN_COLUMNS]
 
-    columns = _median_time(with_columns, repeats)
-    slow = _median_time(lambda: _balanced_heapq(lens, **kw), 5)
+    columns = median_time(with_columns, repeats)
+    slow = median_time(lambda: balanced_heapq(lens, **kw), 5)
     plan = plan_balanced(lens, **kw)
-    work, loads, merge = _balanced_heapq(lens, **kw)
+    work, loads, merge = balanced_heapq(lens, **kw)
     same = plan.work == work and plan.loads.tolist() == loads and plan.merge == merge
     return (f"plan_balanced, batch {batch}, 8 KV heads, 132 CTAs, {len(plan.work):,} items: "
             f"{fast * 1e6:.0f} us from a list of pairs (target {PLANNER_TARGET_US:.0f} us), "

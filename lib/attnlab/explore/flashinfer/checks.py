@@ -211,11 +211,11 @@ def planner_cost(batch: int = 256, repeats: int = 20) -> str:
     132 CTAs) on this machine, per layer of a 32-layer model (one plan serves every layer), and
     beside it `make bench`'s straightforward heapq planner (a WorkItem object and a heap pop and
     push per item) on the same batch. Machine-dependent: for a cell whose output is not compared."""
-    from attnlab.course.explorer_bench import _balanced_heapq, _median_time  # the timer and the planner `make bench` uses
+    from attnlab.course.explorer_bench import balanced_heapq, median_time  # the timer and the planner `make bench` uses
     lens = lengths("longtail", batch, seed=0)
     plan = plan_balanced(lens, kv_heads=8, num_ctas=132, group=4)
-    t = _median_time(lambda: plan_balanced(lens, kv_heads=8, num_ctas=132, group=4), repeats)
-    t_heap = _median_time(lambda: _balanced_heapq(lens, 8, 132, 4), max(3, repeats // 5))
+    t = median_time(lambda: plan_balanced(lens, kv_heads=8, num_ctas=132, group=4), repeats)
+    t_heap = median_time(lambda: balanced_heapq(lens, 8, 132, 4), max(3, repeats // 5))
     return (f"plan_balanced, batch {batch}: {t * 1e6:,.0f} µs per plan ({len(plan.work):,} work items), "
             f"{t * 1e6 / 32:,.1f} µs per layer over 32 layers\n"
             f"heapq planner, same batch: {t_heap * 1e3:,.1f} ms per plan")

@@ -1,9 +1,10 @@
 """List scheduling: items taken in a fixed order, each handed to the least-loaded CTA (ties: the
 lower CTA index). With the items sorted longest first this is LPT, FlashInfer's Algorithm 1.
 
-The plain way is a heap of (load, cta): one pop and one push per item, a Python loop that costs
-about a third of a microsecond per item. `list_schedule` gives exactly the same assignment with
-numpy work per *round*, up to one item per CTA, instead.
+The plain way is `heap_schedule`, Algorithm 1 as written: a heap of (load, cta), one pop and one
+push per item, a Python loop that costs about a third of a microsecond per item. `list_schedule`,
+the fast path the planners use, gives exactly the same assignment with numpy work per *round*,
+up to one item per CTA, instead; the tests compare the two item by item on random batches.
 
 Why a round is exact. Give CTA c with load L the key L * 2^k + c, with 2^k > num_ctas - 1: the
 least-loaded-lower-index rule takes the smallest key, all keys differ, and integer costs keep
@@ -31,12 +32,33 @@ from math import gcd
 
 import numpy as np
 
-__all__ = ["Schedule", "list_schedule"]
+__all__ = ["heap_schedule", "Schedule", "list_schedule"]
 
 _KEY_LIMIT = 1 << 62            # keys, and a key plus one item's cost, stay below 2^63
 _HEAP_BELOW = 10                # rounds of fewer items than this: the heap loop is quicker
 _SEARCH = np.ndarray.searchsorted
 _CAT = np.concatenate
+
+
+def heap_schedule(cost, num_ctas: int) -> tuple[list, list, list]:
+    """Algorithm 1's assignment, the plain way: the items taken in the order given, each to the
+    least-loaded CTA, the lower index on ties. (cta, start, loads): each item's CTA and that CTA's
+    load before it, and the load of every CTA at the end.
+
+    >>> heap_schedule([5, 4, 3, 3], 2)
+    ([0, 1, 1, 0], [0, 0, 4, 5], [8, 7])
+    """
+    heap = [(0, c) for c in range(num_ctas)]      # (load, cta): the smallest pair is the rule's
+    cta, start = [], []
+    for x in cost:
+        load, c = heapq.heappop(heap)
+        cta.append(c)
+        start.append(load)
+        heapq.heappush(heap, (load + x, c))
+    loads = [0] * num_ctas
+    for load, c in heap:
+        loads[c] = load
+    return cta, start, loads
 
 
 class Schedule:
@@ -66,7 +88,7 @@ class Schedule:
 
 def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = False) -> Schedule:
     """The Schedule of the items np.repeat(cost, copies), taken in that order, each to the
-    least-loaded CTA (ties: the lower index). cost: int64, >= 0; descending: it is sorted
+    least-loaded CTA (ties: the lower index): `heap_schedule`'s assignment, a round at a time. cost: int64, >= 0; descending: it is sorted
     longest first, so its ends are its bounds.
 
     >>> s = list_schedule(np.array([5, 4, 3, 3]), 2)
@@ -145,7 +167,7 @@ def _rounds(w, keys):
 
 
 def _heap(w, keys):
-    """The plain heap loop on the keys, from sorted keys (a valid heap): popped keys, keys after
+    """`heap_schedule`'s loop on the packed keys (load * 2^k + cta), from sorted keys (a valid heap): popped keys, keys after
     (sorted)."""
     heap = keys.tolist()
     out = []
