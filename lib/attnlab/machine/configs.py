@@ -1,5 +1,6 @@
 """Your own model: a Hugging Face `config.json` read into the course's `Model`, the configs shipped
-in data/configs/, and what the course's models say about that model on a GPU you pick.
+in data/configs/, and the KV cache it needs. What the course's models say about that model on a
+GPU you pick, the report notebook 00 prints, is `attnlab.course.your_model`.
 
 `from_config` reads the fields attention needs: num_attention_heads, num_key_value_heads (absent:
 equal to the heads), head_dim (absent: hidden_size // num_attention_heads), num_hidden_layers,
@@ -14,33 +15,24 @@ shared latent of kv_lora_rank + qk_rope_head_dim dims, i.e. kv_heads 1 and that 
 norms; LM head untied unless tie_word_embeddings, which Gemma ties by default), which equals the
 hub's total for the dense models shipped here; pass `params=` to use your own number.
 
-The numbers (`kv_bytes_per_token`, `kv_cache_bytes`, `your_model`, `your_model_summary`) are the
-course's own models, not new ones: decode intensity from `decode.intensity`, the roofline's ridge
-point from `hardware.ridge_point`, MLA's decode intensity in its absorbed form from
-`mla.mla_intensity` (the lecture's g = 128 view beside it), split-KV by notebook 04's rule
-(`hardware.recommended_split`: the fewest splits within 1 % of the fastest), prefill from
-`models.prefill_cost`.
-
-This file is long because reading a config (its checks by field, the parameter count) and the
-numbers a notebook prints for the model it describes belong together; each part is short.
+`kv_bytes_per_token` and `kv_cache_bytes` count the cache (a window caps a windowed layer's);
+`prefill_shape` is the shape prefill kernels run (MLA unabsorbed).
 """
 from __future__ import annotations
 
 import json
 import numbers
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from attnlab.catalog import _DATA_DIR, freeze, key
 from attnlab.validate import _short, as_bool, as_int
-from attnlab.core.decode import intensity
-from attnlab.machine.hardware import DTYPE_BYTES, SPLIT_MARGIN, dtype_name, get_gpu, peak, recommended_split, ridge_point
-from attnlab.core.mla import MLAShape, mla_intensity
-from attnlab.machine.models import Model, get_model, prefill_cost
+from attnlab.machine.hardware import DTYPE_BYTES, dtype_name
+from attnlab.machine.models import Model, get_model
 
 __all__ = ["from_config", "configs", "config_path", "kv_bytes_per_token", "kv_cache_bytes",
-           "prefill_shape", "YourModel", "your_model", "your_model_summary"]
+           "prefill_shape", "as_model"]
 
 CONFIG_DIR = _DATA_DIR / "configs"
 
@@ -233,7 +225,7 @@ def from_config(config, *, name: str | None = None, params: int | None = None) -
                  max_context=_int(cfg, "max_position_embeddings", None))
 
 
-def _model(model) -> Model:
+def as_model(model) -> Model:
     """A `Model`, a models.json name (`get_model`) or anything `from_config` reads."""
     if isinstance(model, Model):
         return model
@@ -251,7 +243,7 @@ def kv_bytes_per_token(model, dtype: str = "bf16") -> float:
     >>> kv_bytes_per_token("Llama-3-8B"), kv_bytes_per_token("DeepSeek-V3")   # 2*8*128*2*32; 576*2*61
     (131072, 70272)
     """
-    m, b = _model(model), DTYPE_BYTES[dtype_name(dtype)]
+    m, b = as_model(model), DTYPE_BYTES[dtype_name(dtype)]
     per_layer = m.head_dim if m.mla else 2 * m.kv_heads * m.head_dim
     return m.layers * per_layer * b
 
@@ -263,7 +255,7 @@ def kv_cache_bytes(model, context: int, batch: int = 1, dtype: str = "bf16") -> 
     >>> kv_cache_bytes("Mistral-7B-v0.1", 32768) == kv_bytes_per_token("Mistral-7B-v0.1") * 4096
     True
     """
-    m = _model(model)
+    m = as_model(model)
     context = as_int("context", context, 1, 1 << 40)
     batch = as_int("batch", batch, 1, 1 << 30)
     windowed = 0 if m.sliding_window is None else (m.layers if m.window_layers is None else m.window_layers)
@@ -275,152 +267,9 @@ def prefill_shape(model) -> Model:
     """The shape prefill attention runs: the model itself, except MLA, which prefills without
     absorbing its up-projections: config_kv_heads (DeepSeek-V3: 128) heads of qk dim
     qk_nope_head_dim + qk_rope_head_dim (192) (its value dim, 128, is counted as 192 too)."""
-    m = _model(model)
+    m = as_model(model)
     if not m.mla:
         return m
     e = m.extra
     return replace(m, kv_heads=int(e["config_kv_heads"]),
                    head_dim=int(e["qk_nope_head_dim"]) + int(e["qk_rope_head_dim"]))
-
-
-@dataclass(frozen=True)
-class YourModel:
-    """`your_model`'s numbers: KV bytes (per token, all layers; the whole cache at batch x
-    context), decode intensity (FLOP/byte; for MLA the absorbed form, `intensity_form`, with the
-    lecture's g = 128 view in `gqa_view_intensity`) against the GPU's ridge point, the recommended
-    split (per layer, at the full context: the fewest splits within `split_margin` of the fastest,
-    `fastest_splits`) with its time and the unsplit time, the attention of one decode step over all
-    layers (each at its recommended split; a windowed layer reads at most its window), and one
-    prefill of `context` tokens as `models.prefill_cost` sees it: compute time, FA1's traffic with
-    the lecture's M = 100,000 elements and no L2 (`flash_io_s`, an upper bound of what a
-    FlashAttention kernel moves; `flash_io_hidden`: whether even that bound fits under the
-    compute time), and compute plus standard attention's extra HBM time."""
-
-    model: Model
-    gpu: str
-    dtype: str
-    batch: int
-    context: int
-    kv_bytes_per_token: float
-    kv_cache_bytes: float
-    hbm_bytes: int
-    keys: int
-    intensity: float
-    intensity_form: str
-    gqa_view_intensity: float
-    ridge: float
-    splits: int
-    fastest_splits: int
-    split_margin: float
-    split_time_s: float
-    unsplit_time_s: float
-    decode_step_s: float
-    prefill_flash_s: float
-    prefill_standard_s: float
-    flash_io_s: float
-    sp_bytes_per_layer: float
-    flash_io_hidden: bool
-    flash_moves_more: bool
-
-    @property
-    def memory_bound(self) -> bool:
-        """Decode attention sits left of the ridge point."""
-        return self.intensity < self.ridge
-
-
-def your_model(config, gpu="H100-SXM", *, batch: int = 1, context: int = 32768,
-               dtype: str = "bf16") -> YourModel:
-    """The course's numbers for a model (a config as `from_config` reads it, a `Model` or a
-    models.json name) on `gpu` at `batch` requests of `context` tokens. Decode counts a query per
-    request per head (l_qo = 1). For MLA the intensity is the absorbed form that MLA kernels run
-    (`mla.mla_intensity("absorbed")`: K and V share the cached latent row); the lecture's g = 128
-    view (K and V read as two tensors) is kept beside it, and the decode times still use its bytes
-    (notebook 04's time model), an upper bound. Prefill takes the full causal N = context (no
-    sliding window)."""
-    m = _model(config)
-    g = get_gpu(gpu)
-    dtype = dtype_name(dtype)
-    peak(g, dtype)                                   # this chip has the dtype
-    batch = as_int("batch", batch, 1, 1 << 20)
-    context = as_int("context", context, 1, 1 << 24)
-    b = DTYPE_BYTES[dtype]
-
-    def best(n):
-        splits, fastest, runs = recommended_split(batch, n, m.kv_heads, g, head_dim=m.head_dim,
-                                                  group=m.group, dtype=dtype)
-        return splits, next(r.time for r in runs if r.splits == splits), runs[0].time, fastest
-    windowed = 0 if m.sliding_window is None else (m.window_layers if m.window_layers is not None
-                                                   else m.layers)
-    keys = context if windowed < m.layers else min(context, m.sliding_window)
-    splits, split_s, unsplit_s, fastest = best(keys)
-    step = (m.layers - windowed) * split_s
-    if windowed:
-        step += windowed * best(min(context, m.sliding_window))[1]
-    pre = prefill_cost(prefill_shape(m), g, context, dtype=dtype)
-    gqa_view = intensity(m.group, 1, keys, dtype_bytes=b)
-    if m.mla:
-        e = m.extra
-        shape = MLAShape(m.q_heads, int(e["kv_lora_rank"]), int(e["qk_rope_head_dim"]),
-                         int(e["qk_nope_head_dim"]), int(e["v_head_dim"]))
-        form, decode_i = "absorbed", mla_intensity("absorbed", keys, 1, shape, dtype_bytes=b)
-    else:
-        form, decode_i = "gqa" if m.group > 1 else "mha", gqa_view
-    return YourModel(m, g.name, dtype, batch, context, kv_bytes_per_token(m, dtype),
-                     kv_cache_bytes(m, context, batch, dtype), g.hbm_bytes,
-                     keys, decode_i, form, gqa_view, ridge_point(g, dtype), splits, fastest, SPLIT_MARGIN,
-                     split_s, unsplit_s, step, pre.compute_s, pre.compute_s + pre.extra_io_s,
-                     pre.flash_io_s, pre.sp_bytes_per_layer, pre.flash_io_hidden,
-                     pre.flash_moves_more)
-
-
-def _bytes(x: float) -> str:
-    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if x >= size:
-            return f"{x / size:,.1f} {unit}"
-    return f"{x:,.0f} B"
-
-
-def _time(s: float) -> str:
-    return f"{s * 1e6:,.1f} us" if s < 1e-3 else f"{s * 1e3:,.1f} ms" if s < 1 else f"{s:,.2f} s"
-
-
-def your_model_summary(config, gpu="H100-SXM", *, batch: int = 1, context: int = 32768,
-                       dtype: str = "bf16") -> str:
-    """`your_model` as a text table, the notebook's entry point; `print` it."""
-    r = your_model(config, gpu, batch=batch, context=context, dtype=dtype)
-    m = r.model
-    kind = (f"MLA: latent {m.head_dim} = {m.extra['kv_lora_rank']} + {m.extra['qk_rope_head_dim']}"
-            if m.mla else f"GQA, group {m.group}" if m.group > 1 else "MHA")
-    window = "" if m.sliding_window is None else (
-        f", window {m.sliding_window:,} in " + ("all" if m.window_layers is None else str(m.window_layers))
-        + " layers")
-    where = "memory-bound" if r.memory_bound else "compute-bound"
-    form = (f" (MLA absorbed form: K and V share the latent row; the lecture's g = 128 view: "
-            f"{r.gqa_view_intensity:,.1f})" if m.mla else "")
-    fastest = ("also the fastest" if r.fastest_splits == r.splits else
-               f"the fewest within {r.split_margin:.0%} of the fastest, {r.fastest_splits} splits")
-    rows = [
-        ("model", f"{m.name}: {m.layers} layers, {m.q_heads} query / {m.kv_heads} KV "
-                  f"head{'s' if m.kv_heads > 1 else ''} of "
-                  f"dim {m.head_dim} ({kind}){window}"),
-        ("on", f"{r.gpu}, {r.dtype}, batch {r.batch}, context {r.context:,}"
-               + (f" (beyond its max context {m.max_context:,})" if m.max_context and r.context > m.max_context else "")),
-        ("KV bytes per token", f"{r.kv_bytes_per_token:,.0f} B (all layers)"),
-        ("KV cache", f"{_bytes(r.kv_cache_bytes)} of {_bytes(r.hbm_bytes)} HBM"
-                     + ("" if r.kv_cache_bytes <= r.hbm_bytes else " (does not fit)")),
-        ("decode intensity", f"{r.intensity:,.1f} FLOP/B vs {r.gpu} ridge {r.ridge:,.0f}: {where}{form}"),
-        ("split (1 layer)", f"{r.keys:,} keys: {r.splits} split{'s' if r.splits > 1 else ''}: "
-                            f"{_time(r.split_time_s)} (unsplit {_time(r.unsplit_time_s)}; {fastest})"),
-        ("decode step (attention)", f"{_time(r.decode_step_s)} over {m.layers} layers, each at that split"
-                                    + ("; bytes of the g = 128 view, an upper bound" if m.mla else "")),
-        ("prefill, flash", f"{_time(r.prefill_flash_s)} of compute"
-                           + (" (full causal: the window is not modelled)" if m.sliding_window else "") + ("" if r.flash_io_hidden else
-                           f"; FA1's traffic at the lecture's M = 100,000 elements, no L2: {_time(r.flash_io_s)}, "
-                           f"more, but an upper bound (FA2/FA3 kernels, larger tiles and L2, run compute-bound here)")),
-        ("prefill, standard", f"{_time(r.prefill_standard_s)} ({r.prefill_standard_s / r.prefill_flash_s:.2f}x)"
-                              + ("; FA1's count moves more at this head dim" if r.flash_moves_more else "")),
-        ("S + P of one layer", _bytes(r.sp_bytes_per_layer)
-                               + (" (does not fit in HBM)" if r.sp_bytes_per_layer > r.hbm_bytes else "")),
-    ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

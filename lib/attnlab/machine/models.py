@@ -316,12 +316,3 @@ def prefill_cost_curve(model, gpu, Ns, *, sram: int = 100_000, dtype: str = "bf1
         kind = {"N": np.int64, "fits": bool, "flash_moves_more": bool, "flash_io_hidden": bool}
         out[f.name] = np.asarray(out[f.name], dtype=kind.get(f.name, np.float64))
     return out
-
-
-def __getattr__(name):
-    """`from_config` and `configs` live in `attnlab.machine.configs` (which imports this module); they
-    are re-exported here, read on first use: `attnlab.machine.models.from_config("Llama-3-8B")`."""
-    if name in ("from_config", "configs"):
-        from attnlab.machine import configs as _configs
-        return getattr(_configs, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
