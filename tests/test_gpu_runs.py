@@ -1,6 +1,7 @@
-"""The GPU run file and its views: `gpu.bench.flatten` (the shared columns), `explore.runs` (what
-notebooks 03-05 print), checked against the recorded rows themselves and against small synthetic
-sections whose answers are worked out by hand. No GPU and no torch needed."""
+"""The GPU run file and its views: gpubench.schema (the one set of columns, ratio_to_best's one
+direction), gpubench.convert, and explore.measured (`runs`, what notebooks 03-06 print), checked
+against the recorded rows themselves and against small synthetic sections whose answers are worked
+out by hand. No GPU and no torch needed."""
 from __future__ import annotations
 
 import json
@@ -9,46 +10,83 @@ import re
 import pytest
 
 from attnlab.explore import runs
-from attnlab.gpubench.run import default_path, flatten
+from attnlab.explore.measured import reader
+from attnlab.gpubench.convert import to_schema
+from attnlab.gpubench.run import default_path
+from attnlab.gpubench.schema import COLUMNS, SCHEMA, own_row, section_rows
 
-CEIL = {"bf16_matmul_flops": 1e15, "copy_bytes_per_s": 4e12}
 
-
-def test_flatten_by_hand():
-    sec = {"rows": [
+def test_section_rows_by_hand():
+    rows = section_rows("prefill", [
         {"batch": 1, "N": 8, "causal": True, "impl": "ours-hopper", "us": 10.0, "flops": 5e9, "bytes": 1e6, "max_err": 1e-3},
         {"batch": 1, "N": 8, "causal": True, "impl": "sdpa-cudnn", "us": 8.0, "flops": 5e9, "bytes": 1e6, "max_err": 2e-3},
         {"batch": 1, "N": 8, "causal": True, "impl": "flex", "us": 20.0, "flops": 5e9, "bytes": 1e6, "max_err": 2e-3},
         {"batch": 1, "N": 8, "causal": True, "impl": "standard", "us": 1.0, "flops": 5e9, "bytes": 1e8, "max_err": 0.0},
-        {"batch": 1, "N": 8, "causal": False, "impl": "ours-fa2", "us": 4.0, "flops": 1e9, "bytes": 1e6, "max_err": 0.0}]}
-    rows = flatten("prefill", sec, CEIL)
+        {"batch": 1, "N": 8, "causal": False, "impl": "ours-fa2", "us": 4.0, "flops": 1e9, "bytes": 1e6,
+         "max_err": 0.0, "x_best": 9.0}], commit="c" * 40)
     hop, cudnn, flex, std, alone = rows
-    assert hop["case"] == "batch 1, N 8, causal" and alone["case"] == "batch 1, N 8"
-    assert hop["ours"] and not cudnn["ours"] and alone["ours"]
-    assert hop["x_best"] == pytest.approx(8 / 10)            # the fastest peer, standard left out
-    assert cudnn["x_best"] == pytest.approx(20 / 8)          # against the other peers only
-    assert alone["x_best"] is None                           # no peer in its case
-    assert hop["tflops"] == pytest.approx(5e9 / 10e-6 / 1e12)
-    assert hop["frac"] == pytest.approx(5e9 / 10e-6 / 1e15)  # compute-heavy: the matmul ceiling
-    assert std["frac"] == pytest.approx(1e8 / 1e-6 / 4e12)   # memory-heavy: the copy ceiling
+    assert all(tuple(r) == COLUMNS for r in rows)
+    assert hop["what"] == "batch 1, N 8, causal" and alone["what"] == "batch 1, N 8"
+    assert hop["ours"] and not cudnn["ours"] and alone["ours"] and hop["commit"] == "c" * 40
+    # best time / this time: higher is better, 1.0 = the fastest ("standard" takes no part)
+    assert cudnn["ratio_to_best"] == 1.0 and hop["ratio_to_best"] == pytest.approx(8 / 10)
+    assert flex["ratio_to_best"] == pytest.approx(8 / 20) and std["ratio_to_best"] is None
+    assert alone["ratio_to_best"] == 1.0 and "x_best" not in alone["extra"]
+    assert hop["tflops"] == pytest.approx(5e9 / 10e-6 / 1e12) and hop["tbps"] == pytest.approx(1e6 / 10e-6 / 1e12)
+    assert hop["error"] == 1e-3 and hop["shape"] == {"batch": 1, "N": 8, "causal": True}
 
 
-def test_flatten_names_decode_impls_with_their_split_and_page():
-    sec = {"rows": [{"batch": 2, "context": 64, "impl": "paged", "page_size": 16, "splits": 4, "auto": True,
-                     "us": 2.0, "bytes": 8e6, "max_err": 0.0},
-                    {"batch": 2, "context": 64, "impl": "flashinfer-tc", "page_size": 16, "us": 3.0, "bytes": 8e6,
-                     "max_err": 0.0}]}
-    a, b = flatten("paged", sec, CEIL)
+def test_section_rows_name_decode_impls_with_their_split_and_page():
+    a, b = section_rows("paged", [
+        {"batch": 2, "context": 64, "impl": "paged", "page_size": 16, "splits": 4, "auto": True, "us": 2.0,
+         "bytes": 8e6, "max_err": 0.0, "plan_us": 3.0},
+        {"batch": 2, "context": 64, "impl": "flashinfer-tc", "page_size": 16, "us": 3.0, "bytes": 8e6, "max_err": 0.0}])
     assert a["impl"] == "paged ps16 s4 auto" and b["impl"] == "flashinfer-tc ps16"
-    assert a["x_best"] == pytest.approx(1.5) and a["frac"] == pytest.approx(8e6 / 2e-6 / 4e12)
-    assert a["flops"] is None and a["tflops"] is None
+    assert a["ratio_to_best"] == 1.0 and b["ratio_to_best"] == pytest.approx(2 / 3)
+    assert a["flop"] is None and a["tflops"] is None and a["extra"] == {"impl": "paged", "plan_us": 3.0}
+    c, = section_rows("cascade", [{"n": 2, "prefix": 4, "unique": 1, "impl": "cascade", "us": 1.0, "kv_bytes": 2e6,
+                                   "max_err": 1e-4}])
+    d, = section_rows("decode", [{"batch": 1, "context": 8, "splits": 2, "us": 1.0, "bytes": 1e6, "rel_err": None}])
+    assert c["bytes"] == 2e6 and own_row(c)["kv_bytes"] == 2e6 and d["impl"] == "ours s2" and d["ours"]
+    assert own_row(d) == {"batch": 1, "context": 8, "splits": 2, "us": 1.0, "bytes": 1e6, "tb_per_s": 1.0,
+                          "rel_err": None}
 
 
-def test_the_recorded_rows_are_the_flattened_sections():
-    res = runs.newest_run()
-    again = [row for name, sec in res["sections"].items()
-             for row in flatten(name, sec, res["ceilings_by_section"].get(name, res["ceilings"]))]
-    assert again == res["rows"]
+def test_bad_input_names_the_parameter():
+    with pytest.raises(ValueError, match="section must be one of"):
+        section_rows("nope", [])
+    with pytest.raises(TypeError, match="rows must be a list"):
+        section_rows("paged", {"us": 1.0})
+    with pytest.raises(ValueError, match="rows: each row needs a number under 'us'"):
+        section_rows("paged", [{"us": None}])
+    with pytest.raises(ValueError, match="old must be a run file"):
+        to_schema({"rows": []})
+
+
+def test_convert_keeps_every_section_row_and_drops_x_best():
+    old = {"commit": "a" * 40, "commits_by_section": {"paged": "b" * 40}, "rows": [{"x_best": 2.0}],
+           "sections": {"paged": {"shape": {"heads": 32}, "rows": [
+               {"batch": 1, "context": 8, "impl": "paged", "page_size": 16, "splits": 2, "us": 4.0, "bytes": 4e6,
+                "tb_per_s": 1.0, "max_err": 0.0, "x_best": 0.5}]},
+                        "decode": {"rows": [{"batch": 1, "context": 8, "splits": 1, "us": 2.0, "rel_err": 1e-3}]}}}
+    new = to_schema(old)
+    assert new["schema"] == SCHEMA and new["sections"] == {"paged": {"shape": {"heads": 32}}, "decode": {}}
+    assert [r["commit"] for r in new["rows"]] == ["b" * 40, "a" * 40]
+    paged = {k: v for k, v in old["sections"]["paged"]["rows"][0].items() if k != "x_best"}
+    assert own_row(new["rows"][0]) == paged and to_schema(new) is new
+
+
+def test_the_recorded_file_is_in_the_schema_and_its_sections_read_back():
+    res = reader.load(reader.run_files()[-1])
+    with open(reader.run_files()[-1]) as f:
+        raw = json.load(f)
+    assert raw["schema"] == SCHEMA and all(tuple(r) == COLUMNS for r in raw["rows"])
+    assert all("rows" not in sec for sec in raw["sections"].values())
+    assert section_rows("paged", runs.section(res, "paged")["rows"], raw["commits_by_section"]["paged"]) == \
+        [r for r in raw["rows"] if r["section"] == "paged"]
+    for r in raw["rows"]:                                 # one direction: 1.0 = the fastest of its case
+        if r["ratio_to_best"] is not None:
+            assert 0 < r["ratio_to_best"] <= 1.0
     assert {"prefill", "decode", "paged", "cascade", "scheduled", "variants"} <= set(res["sections"])
     assert re.fullmatch(r"[0-9a-f]{40}", res["commit"]) and res["sms"] == 132
     # every section names the commit its kernels were measured at, and provenance prints it
@@ -65,10 +103,13 @@ def test_the_recorded_rows_are_the_flattened_sections():
 def test_newest_run_goes_by_the_date_in_the_name(tmp_path, monkeypatch):
     for name, date in (("h200-2026-11-30.json", "a"), ("a100-2026-12-02.json", "b"), ("h200-2026-12-01.json", "c"),
                        ("h200-2026-12-09-paged.json", "not a run file")):
-        (tmp_path / name).write_text(json.dumps({"mark": date}))
-    monkeypatch.setattr(runs, "_dir", lambda: tmp_path)
+        (tmp_path / name).write_text(json.dumps({"mark": date, "schema": SCHEMA, "sections": {}, "rows": []}))
+    monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
     assert [p.name for p in runs.run_files()] == ["h200-2026-11-30.json", "h200-2026-12-01.json", "a100-2026-12-02.json"]
     assert runs.newest_run()["mark"] == "b"
+    (tmp_path / "b100-2026-12-03.json").write_text(json.dumps({"mark": "old", "sections": {}}))
+    with pytest.raises(ValueError, match="not a run file in schema .*gpubench.convert"):
+        runs.newest_run()
     for p in tmp_path.iterdir():
         p.unlink()
     with pytest.raises(FileNotFoundError, match="no run file"):
@@ -140,9 +181,11 @@ def test_the_harness_runs_a_section_end_to_end_on_the_cpu(tmp_path):
     res = bench.run(("decode",), dry=True, out=str(out))
     saved = json.loads(out.read_text())
     assert saved["rows"] == res["rows"] and {r["section"] for r in res["rows"]} == {"decode"}
-    assert all(r["err"] is not None and r["err"] < 1e-2 for r in res["rows"])    # checked before timed
+    assert all(tuple(r) == COLUMNS for r in saved["rows"]) and "rows" not in saved["sections"]["decode"]
+    assert all(r["error"] is not None and r["error"] < 1e-2 for r in res["rows"])    # checked before timed
     assert saved["commits_by_section"] == {"decode": saved["commit"]}
-    saved["sections"]["paged"], saved["commits_by_section"]["paged"] = {"rows": []}, "0" * 40
+    assert "decode " in bench.table(res) and "best/us" in bench.table(res)
+    saved["sections"]["paged"], saved["commits_by_section"]["paged"] = {}, "0" * 40
     out.write_text(json.dumps(saved))
     again = bench.run(("decode",), dry=True, out=str(out), merge=True)            # --merge keeps sections
     assert set(again["sections"]) == {"decode", "paged"} and len(again["rows"]) == len(res["rows"])

@@ -16,11 +16,10 @@ their full results under "sections"):
     scheduled  gpubench.scheduled  the persistent kernel under three plans, replayed in one CUDA graph
 
 The ceilings (copy bandwidth, bf16 matmul rate) are measured once, first, and every section reads
-against them. Beside the sections the file holds one flat table, "rows", with the same columns for
-every row: section, case, impl, us, flops, bytes, tflops, tb_per_s, frac (of the ceiling the row
-is bound by: matmul rate if it has FLOPs and is compute-heavy, else copy bandwidth), x_best (the
-fastest peer's time in the same case / this row's: above 1, faster than every library), err.
-The file is rewritten after each section, so a timeout keeps what came before.
+against them. Every section's rows go into the file's one table, "rows", in the one schema of
+gpubench.schema (ratio_to_best = best time / this time: higher is better, 1.0 = the fastest);
+the sections keep their settings. The file is rewritten after each section, so a timeout keeps
+what came before.
 """
 from __future__ import annotations
 
@@ -31,66 +30,13 @@ import re
 import sys
 import traceback
 
+from attnlab import fmt
 from attnlab.gpubench.cli import write_json
+from attnlab.gpubench.schema import SCHEMA, section_rows
 
-__all__ = ["SECTIONS", "OURS", "flatten", "run", "default_path", "main"]
+__all__ = ["SECTIONS", "run", "default_path", "table", "main"]
 
 SECTIONS = ("prefill", "decode", "paged", "cascade", "variants", "scheduled")
-#: impl names that are this course's kernels, by section; every other impl is a peer
-OURS = {"prefill": ("ours-fa2", "ours-hopper"), "decode": ("ours",), "paged": ("paged", "contiguous"),
-        "cascade": ("cascade", "paged", "paged-unique"), "variants": ("ours", "ours-hopper"),
-        "scheduled": ("per-request", "fixed", "balanced", "paged")}
-#: the keys that make a row's case (all rows of a case are compared), and those that name its impl
-_CASE = {"prefill": ("batch", "N", "causal"), "decode": ("batch", "context"), "paged": ("batch", "context"),
-         "cascade": ("n", "prefix", "unique"), "variants": ("batch", "N", "variant"),
-         "scheduled": ("batch",)}
-_IMPL = {"prefill": (), "decode": ("splits",), "paged": ("page_size", "splits", "auto"),
-         "cascade": ("splits", "auto"), "variants": (), "scheduled": ()}
-
-
-def _case(section: str, r: dict) -> str:
-    parts = []
-    for k in _CASE[section]:
-        v = r.get(k)
-        parts.append(("causal" if v else "") if k == "causal" else f"{k} {v}")
-    return ", ".join(p for p in parts if p)
-
-
-def _impl(section: str, r: dict) -> str:
-    name = r.get("impl", "ours")
-    for k in _IMPL[section]:
-        v = r.get(k)
-        if k == "auto":
-            name += " auto" if v else ""
-        elif v is not None:
-            name += f" {'ps' if k == 'page_size' else 's'}{v}"
-    return name
-
-
-def flatten(section: str, res: dict, ceil: dict) -> list[dict]:
-    """One section's rows in the shared columns (see the module's docstring)."""
-    peak, copy = ceil["bf16_matmul_flops"], ceil["copy_bytes_per_s"]
-    rows = []
-    for r in res.get("rows", []):
-        us = r["us"]
-        flops = r.get("flops")
-        nbytes = r.get("bytes", r.get("kv_bytes"))
-        frac = None
-        if flops and (not nbytes or flops / peak > nbytes / copy):
-            frac = flops / us * 1e6 / peak
-        elif nbytes:
-            frac = nbytes / us * 1e6 / copy
-        rows.append({"section": section, "case": _case(section, r), "impl": _impl(section, r),
-                     "ours": r.get("impl", "ours").split(" ")[0] in OURS[section], "us": us,
-                     "flops": flops, "bytes": nbytes, "tflops": flops / us * 1e-6 if flops else None,
-                     "tb_per_s": nbytes / us * 1e-6 if nbytes else None, "frac": frac,
-                     "err": r.get("max_err", r.get("rel_err")), "model_us": r.get("model_us_measured_bw",
-                                                                                 r.get("model_us"))})
-    for row in rows:
-        peers = [x["us"] for x in rows if x["case"] == row["case"] and not x["ours"] and x is not row
-                 and x["impl"] != "standard"]
-        row["x_best"] = min(peers) / row["us"] if peers else None
-    return rows
 
 
 def default_path(device: str, date: str) -> str:
@@ -113,10 +59,13 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
     res["ceilings"] = ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10}
     if out is None and not dry:                           # out="": write nothing
         out = default_path(res["device"], res["date"])
+    res["schema"], res["rows"] = SCHEMA, []
     if merge and out and os.path.exists(out):
         with open(out) as f:
             old = json.load(f)
-        res["sections"] = old.get("sections", {})
+        if old.get("schema") != SCHEMA:
+            raise ValueError(f"out: {out} is not in schema {SCHEMA}; run gpubench.convert on it first")
+        res["sections"], res["rows"] = old.get("sections", {}), old.get("rows", [])
         res["ceilings_by_section"] = old.get("ceilings_by_section", {})
         res["commits_by_section"] = old.get("commits_by_section", {})
     for key in ("sections", "ceilings_by_section", "commits_by_section"):
@@ -126,10 +75,6 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
           f"{c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s",
           flush=True)
 
-    def save():
-        res["rows"] = [row for name, sec in res["sections"].items()
-                       for row in flatten(name, sec, res["ceilings_by_section"].get(name, c))]
-        write_json(out, res)
     for name in sections:
         print(f"=== {name}", flush=True)
         try:
@@ -144,27 +89,28 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
         for key in ("flashinfer",):
             if sec.get(key) and not res.get(key):
                 res[key] = sec[key]
+        rows = section_rows(name, sec.pop("rows", []), res.get("commit"))
+        res["rows"] = [r for r in res["rows"] if r["section"] != name] + rows
         res["sections"][name] = sec
         res["ceilings_by_section"][name] = c
         res["commits_by_section"][name] = res.get("commit")
-        save()
-    save()
+        write_json(out, res)
+    write_json(out, res)
     return res
 
 
 def table(res: dict) -> str:
-    lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
-             f"flashinfer {res.get('flashinfer')}, commit {res.get('commit')}",
-             f"{'section':9s} {'case':34s} {'impl':22s} {'us':>9} {'TFLOP/s':>7} {'TB/s':>5} {'frac':>5} "
-             f"{'x_best':>6} {'err':>7}"]
+    """The run's rows as text under its provenance."""
+    head = (f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
+            f"flashinfer {res.get('flashinfer')}, commit {res.get('commit')}\n")
 
-    def f(v, spec):
-        return format(v, spec) if v is not None else " " * len(format(0.0, spec))
-    for r in res["rows"]:
-        lines.append(f"{r['section']:9s} {r['case'][:34]:34s} {r['impl'][:22]:22s} {r['us']:9.1f} "
-                     f"{f(r['tflops'], '7.1f')} {f(r['tb_per_s'], '5.2f')} {f(r['frac'], '5.2f')} "
-                     f"{f(r['x_best'], '6.2f')} {f(r['err'], '7.1e')}")
-    return "\n".join(lines)
+    def num(spec):
+        return lambda v: "" if v is None else format(v, spec)
+    return head + fmt.table([{**r, "what": r["what"][:34], "impl": r["impl"][:22]} for r in res["rows"]],
+                            {"section": "section", "what": "case", "impl": "impl", "time_us": "us",
+                             "tflops": "TFLOP/s", "tbps": "TB/s", "ratio_to_best": "best/us", "error": "err"},
+                            {"time_us": ".1f", "tflops": num(".1f"), "tbps": num(".2f"),
+                             "ratio_to_best": num(".2f"), "error": num(".1e")})
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,28 @@
+"""Recorded GPU runs beside the model, for notebooks 03-06: one reader of run files
+(`reader`, the schema of attnlab.gpubench.schema) and the views each notebook prints.
+
+    reader       run_files, load, newest_run, live_run, provenance, section
+    prefill      notebook 03: prefill_summary, prefill_figure, hopper_steps_summary
+    decode       notebook 04: decode_summary, decode_figure, decode_bandwidth_summary
+    flashinfer   notebook 05: paged_summary, cascade_summary, variants_summary, schedules_*
+
+`attnlab.explore.runs` is this package under the name the notebooks import.
+"""
+from __future__ import annotations
+
+from attnlab.explore.measured.decode import *  # noqa: F401,F403
+from attnlab.explore.measured.decode import __all__ as _decode
+from attnlab.explore.measured.flashinfer import *  # noqa: F401,F403
+from attnlab.explore.measured.flashinfer import __all__ as _flashinfer
+from attnlab.explore.measured.prefill import *  # noqa: F401,F403
+from attnlab.explore.measured.prefill import __all__ as _prefill
+from attnlab.explore.measured.reader import *  # noqa: F401,F403
+from attnlab.explore.measured.reader import __all__ as _reader
+
+__all__ = ["not_live", *_reader, *_prefill, *_decode, *_flashinfer]
+
+
+def not_live() -> str:
+    """What the optional GPU cell prints when it cannot measure here, and why."""
+    from attnlab import kernels as gpu
+    return f"{gpu.unavailable_reason()}: the recorded H200 measurements above stand."

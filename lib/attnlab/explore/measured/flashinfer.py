@@ -1,0 +1,157 @@
+"""Notebook 05's views of a run: paged decode beside FlashInfer, cascade decode, the variants
+beside FlexAttention and the persistent kernel's three plans."""
+from __future__ import annotations
+
+from attnlab.explore import style
+from attnlab.explore.measured.reader import provenance, section
+
+__all__ = ["paged_summary", "variants_summary", "cascade_summary", "SCHEDULES", "schedules_summary",
+           "schedules_figure"]
+
+
+def paged_summary(res: dict) -> str:
+    """Per batch x context and page size: our paged decode (best split and the automatic one)
+    beside FlashInfer's decode wrapper (tensor cores on, off), our kernel on contiguous KV and
+    cuDNN, in µs, and FlashInfer (tensor cores) over ours: above 1 means ours is faster."""
+    head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
+            f"FlashInfer {res['flashinfer']}; bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, "
+            f"d = {res['shape']['head_dim']}; µs per call, CUDA-graph replay\n")
+    rows = []
+    for (b, n) in sorted({(r["batch"], r["context"]) for r in res["rows"]}):
+        case = [r for r in res["rows"] if (r["batch"], r["context"]) == (b, n)]
+        flat: dict = {}
+        for r in case:                                   # the best split of each contiguous kernel
+            if r["page_size"] is None:
+                flat[r["impl"]] = min(r["us"], flat.get(r["impl"], float("inf")))
+        for ps in sorted({r["page_size"] for r in case if r["page_size"]}, reverse=True):
+            at = [r for r in case if r["page_size"] == ps]
+            ours = min(r["us"] for r in at if r["impl"] == "paged" and not r.get("auto"))
+            auto = next(r["us"] for r in at if r["impl"] == "paged" and r.get("auto"))
+            fi = {r["impl"]: r["us"] for r in at if r["impl"].startswith("flashinfer")}
+            rows.append({"case": f"{b} x {n // 1024}K", "ps": ps, "ours": ours, "auto": auto,
+                         "fi_tc": fi.get("flashinfer-tc", float("nan")), "fi": fi.get("flashinfer", float("nan")),
+                         "contig": flat.get("contiguous", float("nan")), "cudnn": flat.get("sdpa-cudnn", float("nan")),
+                         "ratio": fi.get("flashinfer-tc", float("nan")) / ours})
+    return head + style.table(
+        rows, {"case": "batch x context", "ps": "page", "ours": "ours (best split)", "auto": "ours (auto)",
+               "fi_tc": "FlashInfer TC", "fi": "FlashInfer CUDA cores", "contig": "ours contiguous",
+               "cudnn": "cuDNN contiguous", "ratio": "FlashInfer TC / ours"},
+        {k: ".1f" for k in ("ours", "auto", "fi_tc", "fi", "contig", "cudnn")} | {"ratio": ".2f"})
+
+
+def variants_summary(res: dict) -> str:
+    """A run's variants section (`runs.section(run, "variants")`): per case and variant, the
+    TFLOP/s of our two kernels with the variant compiled in (`variant_prefill`, the FA2 loop, and
+    `flash_attention_hopper`), of compiled FlexAttention, and the best peer's time over each of
+    ours (above 1: ours is faster). TFLOP/s count only the pairs the mask leaves."""
+    rows = []
+    for key in dict.fromkeys((r["batch"], r["N"], r["variant"]) for r in res["rows"]):
+        at = {r["impl"]: r for r in res["rows"] if (r["batch"], r["N"], r["variant"]) == key}
+        peers = {k: r for k, r in at.items() if k not in ("ours", "ours-hopper")}
+        best = min(peers, key=lambda k: peers[k]["us"])
+        nan = {"tflops": float("nan"), "us": float("nan")}
+        fa2, hop = at.get("ours", nan), at.get("ours-hopper", nan)
+        rows.append({"case": f"{key[0]} x {key[1]:,}", "variant": key[2], "fa2": fa2["tflops"],
+                     "hopper": hop["tflops"], "flex": at.get("flex", nan)["tflops"], "best": best,
+                     "r_fa2": peers[best]["us"] / fa2["us"], "r_hop": peers[best]["us"] / hop["us"]})
+    head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}; "
+            f"bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, d = {res['shape']['head_dim']}\n")
+    return head + style.table(rows, {"case": "batch x N", "variant": "variant", "fa2": "ours FA2 TFLOP/s",
+                                     "hopper": "ours Hopper TFLOP/s", "flex": "FlexAttention TFLOP/s",
+                                     "best": "best peer", "r_fa2": "best / FA2", "r_hop": "best / Hopper"},
+                              {"fa2": ".0f", "hopper": ".0f", "flex": ".0f", "r_fa2": ".2f", "r_hop": ".2f"})
+
+
+def cascade_summary(res: dict) -> str:
+    """Cascade decode measured beside what the library counts: KV tokens read (cascade against
+    full tables) and the time of paged decode over the full tables against the cascade's."""
+    sec = section(res, "cascade")
+    rows = []
+    for n in sorted({r["n"] for r in sec["rows"]}):
+        at = [r for r in sec["rows"] if r["n"] == n]
+        get = {r["impl"] + (" auto" if r.get("auto") else ""): r for r in at if not r.get("splits_fixed")}
+        fixed = min((r for r in at if r["impl"] == "cascade"), key=lambda r: r["us"])
+        c, p = get["cascade auto"], get["paged"]
+        rows.append({"n": n, "prefix": c["prefix"], "unique": c["unique"], "saving": c["saving"],
+                     "auto": c["us"], "best": fixed["us"], "paged": p["us"],
+                     "fi_tc": get.get("flashinfer-tc", {}).get("us", float("nan")),
+                     "fi_cascade": get.get("flashinfer-cascade", {}).get("us", float("nan")),
+                     "speedup": p["us"] / c["us"], "time_saved": 1 - c["us"] / p["us"]})
+    head = (provenance(res, "cascade") + "\nn requests share one prefix; page size 16; µs per call, CUDA-graph replay; "
+            "'KV saved' is attnlab.core.decode.cascade_intensity's count of K/V tokens not read\n")
+    return head + style.table(rows, {"n": "n", "prefix": "prefix", "unique": "own tokens", "saving": "KV saved (counted)",
+                                     "auto": "cascade (auto)", "best": "cascade (best split)",
+                                     "paged": "paged, full tables", "fi_tc": "FlashInfer TC, full",
+                                     "fi_cascade": "FlashInfer cascade", "speedup": "paged / cascade",
+                                     "time_saved": "time saved"},
+                              {"saving": ".0%", "auto": ".1f", "best": ".1f", "paged": ".1f", "fi_tc": ".1f",
+                               "fi_cascade": ".1f", "speedup": ".2f", "time_saved": ".0%"})
+
+
+SCHEDULES = ("sched per-request", "sched fixed", "sched balanced")
+
+
+def _schedules(res):
+    sec = section(res, "scheduled")
+    batches = sorted({r["batch"] for r in sec["rows"]})
+    at = {(r["batch"], r["impl"]): r for r in sec["rows"]}
+    return sec, batches, at
+
+
+def schedules_summary(res: dict) -> str:
+    """The persistent kernel under the three plans (one CUDA graph per plan, replayed across the
+    batches), beside the plan's utilization and predicted time, paged_decode and FlashInfer."""
+    sec, batches, at = _schedules(res)
+    rows = []
+    for b in batches:
+        row = {"batch": b, "tokens": next(r["tokens"] for r in sec["rows"] if r["batch"] == b)}
+        for s in SCHEDULES:
+            r = at.get((b, s), {})
+            key = s.split()[1]
+            row[key] = r.get("us", float("nan"))
+            row[key + "_pred"] = r.get("predicted_us", float("nan"))
+            row[key + "_util"] = r.get("utilization", float("nan"))
+        row["paged"] = at.get((b, "paged auto"), {}).get("us", float("nan"))
+        row["fi"] = at.get((b, "flashinfer-tc"), {}).get("us", float("nan"))
+        row["ratio"] = row["fi"] / row["balanced"]
+        rows.append(row)
+    ctas = next(r["ctas"] for r in sec["rows"] if "ctas" in r)
+    head = (provenance(res, "scheduled") + f"\nrecorded {sec.get('dist')} batches, 32/8 heads, d = 128, bf16, page size "
+            f"{sec.get('page_size')}, plans for {ctas} CTAs; µs per call, one CUDA graph per plan captured on the "
+            "first batch and replayed on every batch; predicted = Plan.time (SMs share the bandwidth)\n")
+    cols = {"batch": "batch", "tokens": "KV tokens"}
+    for s in ("per-request", "fixed", "balanced"):
+        cols.update({s: f"{s} µs", s + "_pred": "predicted", s + "_util": "util."})
+    cols.update({"paged": "paged_decode (auto)", "fi": "FlashInfer TC", "ratio": "FlashInfer / balanced"})
+    fmts = {k: ".1f" for k in cols if k not in ("batch", "tokens")}
+    fmts.update({k: ".2f" for k in cols if k.endswith("_util") or k == "ratio"})
+    return head + style.table(rows, cols, fmts)
+
+
+def schedules_figure(res: dict):
+    """Measured time per batch for each plan (solid) and its prediction (dashed), beside
+    paged_decode with automatic splits and FlashInfer; log-log."""
+    sec, batches, at = _schedules(res)
+    fig = style.new_figure(1, height=3.9, width=9.5)
+    ax = fig.axes[0]
+    colors = {"sched per-request": style.COLORS["standard"], "sched fixed": style.COLORS["memory"],
+              "sched balanced": style.COLORS["fa2"]}
+    for s in SCHEDULES:
+        bs = [b for b in batches if (b, s) in at]
+        ax.plot(bs, [at[(b, s)]["us"] for b in bs], "-o", ms=4, color=colors[s], label=f"{s.split()[1]} plan, measured")
+        ax.plot(bs, [at[(b, s)]["predicted_us"] for b in bs], "--", color=colors[s], alpha=0.7,
+                label=f"{s.split()[1]} plan, predicted")
+    for impl, c, label in (("paged auto", style.COLORS["muted"], "paged_decode, auto splits"),
+                           ("flashinfer-tc", style.COLORS["fa1"], "FlashInfer TC decode")):
+        bs = [b for b in batches if (b, impl) in at]
+        ax.plot(bs, [at[(b, impl)]["us"] for b in bs], "-s", ms=4, color=c, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.grid(True, alpha=0.25)
+    ax.set_xlabel("batch (requests, long-tailed lengths)")
+    ax.set_ylabel("decode attention time per layer (µs)")
+    ctas = next(r["ctas"] for r in sec["rows"] if "ctas" in r)
+    ax.set_title(f"{res['device']}: one persistent kernel, three plans (32/8 heads, d=128, bf16, "
+                 f"{ctas} CTAs)", fontsize=9.5)
+    ax.legend(fontsize=style.SMALL, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
