@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from types import MappingProxyType
 
-_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data"
 
 
 def data_path(name: str) -> Path:
@@ -21,7 +21,7 @@ def data_path(name: str) -> Path:
         raise TypeError(f"name must be a non-empty file name, got {name!r}")
     if Path(name).name != name or name in (".", ".."):
         raise ValueError(f"name={name!r} must be a plain file name inside data/ (no folders, no '..')")
-    path = _DATA_DIR / name
+    path = DATA_DIR / name
     if not path.is_file():
         raise FileNotFoundError(f"data file {name!r} not found at {path}; the data/ folder sits "
                                 f"beside lib/ in the repository (editable install expected)")

@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["as_int", "as_float", "as_bool", "choice", "as_dtype", "as_array", "as_counts",
+__all__ = ["short", "as_int", "as_float", "as_bool", "choice", "as_dtype", "as_array", "as_counts",
            "as_reals", "as_dtype_bytes", "ARRAY_LIMIT", "check_bytes", "as_rng", "fields_equal"]
 
 #: The most bytes of arrays one call may allocate; a larger request is refused by name before
@@ -28,7 +28,7 @@ _KIND_NAMES = {"b": "bool", "i": "signed integer", "u": "unsigned integer", "f":
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
-def _short(value, limit: int = 60) -> str:
+def short(value, limit: int = 60) -> str:
     """repr(value), cut to `limit` characters (arrays can be long)."""
     if isinstance(value, np.ndarray) and value.size > 8:
         return f"array of shape {value.shape}, dtype {value.dtype}"
@@ -52,7 +52,7 @@ def as_int(name: str, value, lo: int | None = None, hi: int | None = None) -> in
         if isinstance(value, (float, np.floating)) and float(value).is_integer():
             value = int(value)
         else:
-            raise TypeError(f"{name} must be an integer, got {_short(value)} ({type(value).__name__})")
+            raise TypeError(f"{name} must be an integer, got {short(value)} ({type(value).__name__})")
     value = int(value)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise ValueError(f"{name}={value} is out of range; valid: {_range(lo, hi, name)}")
@@ -71,11 +71,11 @@ def as_float(name: str, value, lo: float | None = None, hi: float | None = None,
     TypeError: scale must be a real number, got True (bool)
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {_short(value)} ({type(value).__name__})")
+        raise TypeError(f"{name} must be a real number, got {short(value)} ({type(value).__name__})")
     try:
         value = float(value)
     except OverflowError:                          # an int beyond float64
-        raise ValueError(f"{name}={_short(value)} is out of range; valid: finite, below 1.8e308") from None
+        raise ValueError(f"{name}={short(value)} is out of range; valid: finite, below 1.8e308") from None
     bad = not np.isfinite(value)
     if lo is not None:
         bad |= value <= lo if lo_open else value < lo
@@ -102,7 +102,7 @@ def as_bool(name: str, value) -> bool:
     """
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise TypeError(f"{name} must be True or False (a bool), got {_short(value)} ({type(value).__name__})")
+    raise TypeError(f"{name} must be True or False (a bool), got {short(value)} ({type(value).__name__})")
 
 
 def choice(name: str, value, allowed) -> object:
@@ -111,14 +111,14 @@ def choice(name: str, value, allowed) -> object:
     allowed = tuple(allowed)
     if allowed and all(isinstance(a, str) for a in allowed) and not isinstance(value, str):
         raise TypeError(f"{name} must be a string, one of {', '.join(map(repr, allowed))}; "
-                        f"got {_short(value)} ({type(value).__name__})")
+                        f"got {short(value)} ({type(value).__name__})")
     try:      # a bool is not the integer it equals (True == 1); arrays have no single truth value
         ok = any(isinstance(value, (bool, np.bool_)) == isinstance(a, (bool, np.bool_)) and bool(value == a)
                  for a in allowed)
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise ValueError(f"{name}={_short(value)} is not allowed; valid: {', '.join(map(repr, allowed))}")
+        raise ValueError(f"{name}={short(value)} is not allowed; valid: {', '.join(map(repr, allowed))}")
     return value
 
 
@@ -151,14 +151,14 @@ def as_array(name: str, value, *, ndim=None, shape: str | None = None, kinds: st
     ValueError: q holds 1 NaN/inf value (first at index (1,): nan); valid: finite numbers
     """
     if isinstance(value, (str, bytes)):
-        raise TypeError(f"{name} must be an array of real numbers, got {_short(value)} (str)")
+        raise TypeError(f"{name} must be an array of real numbers, got {short(value)} (str)")
     if isinstance(value, np.ma.MaskedArray):      # np.asarray would drop the mask without a word
         raise TypeError(f"{name} must be a plain array, got a masked array; fill it (or pass a "
                         f"mask= where the function takes one)")
     try:
         a = np.asarray(value)
     except (TypeError, ValueError) as e:          # ragged lists, objects numpy cannot convert
-        raise TypeError(f"{name} must be an array of real numbers, got {_short(value)} ({e})") from None
+        raise TypeError(f"{name} must be an array of real numbers, got {short(value)} ({e})") from None
     as_dtype(name, a, kinds)
     if ndim is not None:
         ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
@@ -191,13 +191,13 @@ def as_counts(name: str, value, lo: int | None = None, hi: int | None = None):
     if flat is not None and flat.size and all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
         big = [v for v in flat if not -_INT64_MAX <= v <= _INT64_MAX]
         if big:                                   # numpy would make an object array of these
-            raise ValueError(f"{name} holds {_short(big[0])}, beyond int64; valid: |value| <= {_INT64_MAX}")
+            raise ValueError(f"{name} holds {short(big[0])}, beyond int64; valid: |value| <= {_INT64_MAX}")
     a = as_array(name, value, kinds=REAL_KINDS, finite=False)
     if a.dtype.kind == "f":
         flat = a.reshape(-1)
         bad = ~(np.isfinite(flat) & (flat == np.floor(flat)))
         if bad.any():
-            raise TypeError(f"{name} must hold integers, got {flat[bad][:5].tolist()} in {_short(value)}")
+            raise TypeError(f"{name} must hold integers, got {flat[bad][:5].tolist()} in {short(value)}")
     flat = a.reshape(-1)
     if flat.size:
         low, high = (flat.min(), flat.max()) if a.dtype.kind != "f" else (float(flat.min()), float(flat.max()))
@@ -219,11 +219,11 @@ def as_reals(name: str, value, lo: float | None = None, *, lo_open: bool = False
     (float, True) for a scalar, (array, False) otherwise. Bools, strings, complex and object
     values are refused with TypeError."""
     if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
-        raise TypeError(f"{name} must be a real number or an array of them, got {_short(value)} "
+        raise TypeError(f"{name} must be a real number or an array of them, got {short(value)} "
                         f"({type(value).__name__})")
     scalar = not isinstance(value, (list, tuple, np.ndarray)) or np.ndim(value) == 0
     if scalar and not isinstance(value, (numbers.Real, np.ndarray)):
-        raise TypeError(f"{name} must be a real number or an array of them, got {_short(value)} "
+        raise TypeError(f"{name} must be a real number or an array of them, got {short(value)} "
                         f"({type(value).__name__})")
     a = as_array(name, value, kinds=REAL_KINDS, finite=True).astype(np.float64)
     if lo is not None:
@@ -244,7 +244,7 @@ def as_dtype_bytes(name: str, value):
     (2, 0.5)
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of bytes per element, got {_short(value)} "
+        raise TypeError(f"{name} must be a number of bytes per element, got {short(value)} "
                         f"({type(value).__name__})")
     if isinstance(value, numbers.Integral) or (np.isfinite(float(value)) and float(value).is_integer()):
         return as_int(name, value, 1, None)
@@ -282,7 +282,7 @@ def as_rng(name: str, value) -> np.random.Generator:
         return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be a numpy Generator or an integer seed >= 0, got "
-                        f"{_short(value)} ({type(value).__name__})")
+                        f"{short(value)} ({type(value).__name__})")
     return np.random.default_rng(as_int(name, value, 0, None))
 
 

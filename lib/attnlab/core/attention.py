@@ -27,9 +27,10 @@ import numpy as np
 
 from attnlab.validate import as_array, as_bool, as_int, choice
 from attnlab.core.hbm import HBM
-from attnlab.core.softmax import _overflow, _scale, softmax
+from attnlab.core.softmax import _overflow, softmax, softmax_scale
 
-__all__ = ["standard_attention", "flash_attention", "fa2_head", "Tiles", "block_sizes", "causal_mask", "ORDERS"]
+__all__ = ["standard_attention", "flash_attention", "fa2_head", "Tiles", "block_sizes", "causal_mask", "ORDERS",
+           "prepare_qkv", "query_heads"]
 
 ORDERS = ("fa1", "fa2")
 
@@ -75,7 +76,7 @@ def _hbm(hbm):
     return hbm
 
 
-def _prepare(q, k, v, scale):
+def prepare_qkv(q, k, v, scale):
     """Check shapes and dtypes; return (q, k, v) as 4-D float arrays, the scale and whether
     the input was a single 2-D head."""
     shape = "(N, d) or (batch, heads, N, d)"
@@ -101,10 +102,10 @@ def _prepare(q, k, v, scale):
             raise ValueError(f"{name}={n} is out of range; valid: >= 1 ({shapes})")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
-    return q, k, v, dtype.type(_scale(scale, q.shape[-1])), single
+    return q, k, v, dtype.type(softmax_scale(scale, q.shape[-1])), single
 
 
-def _heads(q, k):
+def query_heads(q, k):
     """(b, h, kv_head) for every query head, GQA mapping h -> h // (Hq // Hkv)."""
     group = q.shape[1] // k.shape[1]
     for b in range(q.shape[0]):
@@ -146,11 +147,11 @@ def standard_attention(q, k, v, *, causal: bool = False, scale: float | None = N
     """
     causal = as_bool("causal", causal)
     hbm = _hbm(hbm)
-    q, k, v, scale, single = _prepare(q, k, v, scale)
+    q, k, v, scale, single = prepare_qkv(q, k, v, scale)
     n_q, n_k = q.shape[2], k.shape[2]
     mask = causal_mask(n_q, n_k) if causal else None
     out = np.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype)
-    for b, h, g in _heads(q, k):
+    for b, h, g in query_heads(q, k):
         qh, kh, vh = q[b, h], k[b, g], v[b, g]
         if hbm is not None:
             hbm.read("Q", qh); hbm.read("K", kh); hbm.write("S", n_q * n_k)
@@ -242,7 +243,7 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     return_lse = as_bool("return_lse", return_lse)
     hbm = _hbm(hbm)
     sram = as_int("sram", sram, 1, None)
-    q, k, v, scale, single = _prepare(q, k, v, scale)
+    q, k, v, scale, single = prepare_qkv(q, k, v, scale)
     n_q, n_k, d = q.shape[2], k.shape[2], q.shape[3]
     if block_r is None or block_c is None:
         br, bc = block_sizes(d, sram)
@@ -252,7 +253,7 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     block_c = as_int("block_c", block_c, 1, None)
     out = np.zeros(q.shape[:3] + (v.shape[3],), dtype=q.dtype)
     lse = np.full(q.shape[:3], -np.inf, dtype=q.dtype)
-    for b, h, g in _heads(q, k):
+    for b, h, g in query_heads(q, k):
         if order == "fa1":
             out[b, h], lse[b, h] = _fa1_head(q[b, h], k[b, g], v[b, g], Tiles(scale, causal, n_k - n_q),
                                              block_r, block_c, hbm)
@@ -291,7 +292,7 @@ def _head_args(q, k, v, scale, block_r, block_c, causal, hbm, return_lse, tiles)
     bool flags, an HBM counter or None; the tile rules (plain scaled dot-product with the causal
     flag unless `tiles`, a Tiles, is given: it then carries its own scale and mask)."""
     given = scale
-    q, k, v, scale, _ = _prepare(as_array("q", q, ndim=2, shape="(N_q, d)"),
+    q, k, v, scale, _ = prepare_qkv(as_array("q", q, ndim=2, shape="(N_q, d)"),
                                  as_array("k", k, ndim=2, shape="(N_k, d)"),
                                  as_array("v", v, ndim=2, shape="(N_k, d_v)"), scale)
     causal = as_bool("causal", causal)

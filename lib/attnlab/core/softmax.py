@@ -23,7 +23,7 @@ import numpy as np
 from attnlab.validate import as_array, as_float, as_int
 
 __all__ = ["SoftmaxStep", "online_softmax_trace", "online_softmax", "softmax",
-           "attention_state", "merge", "merge_states"]
+           "attention_state", "merge", "merge_states", "softmax_scale"]
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
 # Attention states and the merge operator
 
 
-def _scale(scale, d: int) -> float:
+def softmax_scale(scale, d: int) -> float:
     """The softmax scale: 1 / sqrt(d) by default, else a positive finite real (not a bool)."""
     if scale is None:
         return 1.0 / float(np.sqrt(d))
@@ -178,7 +178,7 @@ def attention_state(q, k, v, *, scale: float | None = None, mask=None):
         raise ValueError(f"v has shape {v.shape}; valid: value dim d_v >= 1")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
-    scale = _scale(scale, q.shape[1])
+    scale = softmax_scale(scale, q.shape[1])
     with np.errstate(over="ignore", invalid="ignore"):
         s = (q @ k.T) * dtype.type(scale)
     if not np.isfinite(s).all():

@@ -7,7 +7,7 @@ import numbers
 import ipywidgets as widgets
 import numpy as np
 
-from attnlab.validate import _short
+from attnlab.validate import short
 
 __all__ = ["slider", "steps", "dropdown", "toggle", "checkbox", "text", "check_value", "accepted", "options_of"]
 
@@ -87,7 +87,7 @@ def check_value(name: str, w, v):
     not a number (True is not 1 split); a Checkbox takes 'False' as truthy; a Text takes only
     strings; None, NaN and inf are no value of any control. Wrong type -> TypeError, wrong value ->
     ValueError, both naming the control, the value and what it accepts. Nothing is assigned here."""
-    got = f"{_short(v)} ({type(v).__name__})"
+    got = f"{short(v)} ({type(v).__name__})"
     if v is None and not (hasattr(w, "options") and None in options_of(w)):
         raise ValueError(f"{name}=None is not a value of this control; valid: {accepted(w)}")
     if isinstance(w, widgets.Checkbox):
@@ -114,7 +114,7 @@ def check_value(name: str, w, v):
                 same = False
             if same:
                 return o
-        raise ValueError(f"{name}={_short(v)} is not one of the options; valid: {accepted(w)}")
+        raise ValueError(f"{name}={short(v)} is not one of the options; valid: {accepted(w)}")
     if isinstance(w, (widgets.IntSlider, widgets.FloatSlider, widgets.FloatLogSlider)):
         if not _is_number(v):
             raise TypeError(f"{name} must be a number, got {got}")
@@ -123,19 +123,19 @@ def check_value(name: str, w, v):
         except OverflowError:                      # an int beyond float64
             f = float("inf")
         if not np.isfinite(f):
-            raise ValueError(f"{name}={_short(v)} is not a finite number; valid: {accepted(w)}")
+            raise ValueError(f"{name}={short(v)} is not a finite number; valid: {accepted(w)}")
         lo, hi = ((w.base ** w.min, w.base ** w.max) if isinstance(w, widgets.FloatLogSlider)
                   else (w.min, w.max))
         if isinstance(w, widgets.IntSlider):
             if not f.is_integer():
-                raise ValueError(f"{name}={_short(v)} is not an integer; valid: integers {accepted(w)}")
+                raise ValueError(f"{name}={short(v)} is not an integer; valid: integers {accepted(w)}")
             v = int(v) if isinstance(v, numbers.Integral) else int(f)
             if not lo <= v <= hi:
                 raise ValueError(f"{name}={v!r} is out of range; valid: {accepted(w)}")
             return v
         tol = 1e-12 * max(abs(lo), abs(hi))
         if not lo - tol <= f <= hi + tol:
-            raise ValueError(f"{name}={_short(v)} is out of range; valid: {accepted(w)}")
+            raise ValueError(f"{name}={short(v)} is out of range; valid: {accepted(w)}")
         return min(max(f, lo), hi)
     return v
 

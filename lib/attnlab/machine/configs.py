@@ -26,15 +26,15 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from attnlab.catalog import _DATA_DIR, freeze, key
-from attnlab.validate import _short, as_bool, as_int
+from attnlab.catalog import DATA_DIR, freeze, key
+from attnlab.validate import short, as_bool, as_int
 from attnlab.machine.hardware import DTYPE_BYTES, dtype_name
 from attnlab.machine.models import Model, get_model
 
 __all__ = ["from_config", "configs", "config_path", "kv_bytes_per_token", "kv_cache_bytes",
            "prefill_shape", "as_model"]
 
-CONFIG_DIR = _DATA_DIR / "configs"
+CONFIG_DIR = DATA_DIR / "configs"
 
 #: Each integer field's valid range: sizes beyond these are typos, not models.
 LIMITS = {"num_hidden_layers": (1, 1024), "num_attention_heads": (1, 1024),
@@ -59,7 +59,7 @@ def configs() -> list[str]:
 def config_path(name: str) -> Path:
     """The file of shipped config `name` (case-, space- and underscore-insensitive)."""
     if not isinstance(name, str):
-        raise TypeError(f"name must be a shipped config's name, got {_short(name)} ({type(name).__name__})")
+        raise TypeError(f"name must be a shipped config's name, got {short(name)} ({type(name).__name__})")
     found = {key(n): n for n in configs()}.get(key(name))
     if found is None:
         raise ValueError(f"config={name!r} is not a shipped config; valid: {', '.join(configs())}, "
@@ -91,7 +91,7 @@ def _read(config) -> tuple[dict, str, str | None]:
     if isinstance(config, dict):
         return config, str(config.get("_source", "config dict")), None
     raise TypeError(f"config must be a dict, a path to a config.json (str or os.PathLike) or a "
-                    f"shipped name, got {_short(config)} ({type(config).__name__})")
+                    f"shipped name, got {short(config)} ({type(config).__name__})")
 
 
 def _int(cfg: dict, field: str, default=_REQUIRED, hi: int | None = None):
@@ -105,7 +105,7 @@ def _int(cfg: dict, field: str, default=_REQUIRED, hi: int | None = None):
             raise ValueError(f"config lacks {field} (absent or null); valid: an integer, {lo} <= {field} <= {hi}")
         return default
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{field} must be an integer, got {_short(value)} ({type(value).__name__}); "
+        raise TypeError(f"{field} must be an integer, got {short(value)} ({type(value).__name__}); "
                         f"valid: {lo} <= {field} <= {hi}")
     return as_int(field, value, lo, hi)
 
@@ -122,7 +122,7 @@ def _window_layers(cfg: dict, layers: int, window: int | None) -> int | None:
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
-            raise ValueError(f"layer_types={_short(types)} must be a list of {layers} strings "
+            raise ValueError(f"layer_types={short(types)} must be a list of {layers} strings "
                              f"(one per layer, e.g. 'sliding_attention', 'full_attention')")
         return sum(t == "sliding_attention" for t in types)
     return (layers + 1) // 2 if str(cfg.get("model_type", "")).startswith("gemma") else None
@@ -185,7 +185,7 @@ def from_config(config, *, name: str | None = None, params: int | None = None) -
     """
     cfg, source, shipped = _read(config)
     if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise TypeError(f"name must be a non-empty string, got {_short(name)} ({type(name).__name__})")
+        raise TypeError(f"name must be a non-empty string, got {short(name)} ({type(name).__name__})")
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
     layers = _int(cfg, "num_hidden_layers")

@@ -12,7 +12,7 @@ from attnlab.core.hbm import HBM
 from attnlab.core.softmax import attention_state
 from attnlab.core.paged.cache import PagedKVCache
 
-__all__ = ["BSRLayout", "to_bsr", "bsr_attention"]
+__all__ = ["BSRLayout", "to_bsr", "bsr_attention", "id_list", "query_spans"]
 
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
@@ -117,7 +117,7 @@ def to_bsr(cache: PagedKVCache, rids) -> BSRLayout:
     """
     if not isinstance(cache, PagedKVCache):
         raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
-    rids = [cache._rid(r) for r in _list("rids", rids)]
+    rids = [cache._rid(r) for r in id_list("rids", rids)]
     tables = [cache.block_table(r) for r in rids]
     indptr = np.cumsum([0] + [len(t) for t in tables])
     last = [cache.seq_len(r) - cache.block_size * (len(t) - 1) for r, t in zip(rids, tables)]
@@ -126,7 +126,8 @@ def to_bsr(cache: PagedKVCache, rids) -> BSRLayout:
                      cache.block_size, cache.num_blocks)
 
 
-def _list(name, xs) -> list:
+def id_list(name, xs) -> list:
+    """xs as a non-empty list of request ids (checked by name)."""
     if isinstance(xs, (str, bytes)) or not hasattr(xs, "__iter__"):
         raise TypeError(f"{name} must be a list of request ids, got {xs!r}")
     xs = list(xs)
@@ -135,7 +136,7 @@ def _list(name, xs) -> list:
     return xs
 
 
-def _queries(q, n: int, head_dim: int, qo_indptr):
+def query_spans(q, n: int, head_dim: int, qo_indptr):
     """q checked, and the rows of each of the n requests as (start, stop) spans: one row each
     for decode (q (n, d) or (n, h, d)), q[qo_indptr[i]:qo_indptr[i+1]] with qo_indptr."""
     q = as_array("q", q, ndim=(2, 3), shape="(n, d), (n, h, d) or (total_q, d)")
@@ -193,7 +194,7 @@ def bsr_attention(q, cache: PagedKVCache, layout: BSRLayout, *, qo_indptr=None, 
     if hbm is not None and not isinstance(hbm, HBM):
         raise TypeError(f"hbm must be an HBM counter or None, got {type(hbm).__name__}")
     n = layout.num_requests
-    q, spans = _queries(q, n, cache.head_dim, qo_indptr)
+    q, spans = query_spans(q, n, cache.head_dim, qo_indptr)
     o = np.zeros(q.shape, np.result_type(q.dtype, cache.dtype, np.float32))
     lse = np.full(q.shape[:-1], -np.inf, o.dtype)
     lens = layout.seq_lens()

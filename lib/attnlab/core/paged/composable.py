@@ -10,7 +10,7 @@ import numpy as np
 from attnlab.validate import check_bytes
 from attnlab.core.hbm import HBM
 from attnlab.core.softmax import attention_state, merge
-from attnlab.core.paged.bsr import _list, _queries
+from attnlab.core.paged.bsr import id_list, query_spans
 from attnlab.core.paged.cache import PagedKVCache
 
 __all__ = ["shared_prefix", "composable_attention"]
@@ -19,7 +19,7 @@ __all__ = ["shared_prefix", "composable_attention"]
 def _group(cache, rids) -> list[int]:
     if not isinstance(cache, PagedKVCache):
         raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
-    return [cache._rid(r) for r in _list("rids", rids)]
+    return [cache._rid(r) for r in id_list("rids", rids)]
 
 
 def shared_prefix(cache: PagedKVCache, rids) -> tuple[int, int]:
@@ -80,7 +80,7 @@ def composable_attention(q, cache: PagedKVCache, rids, *, qo_indptr=None, hbm: H
     if hbm is not None and not isinstance(hbm, HBM):
         raise TypeError(f"hbm must be an HBM counter or None, got {type(hbm).__name__}")
     d = cache.head_dim
-    q, spans = _queries(q, len(rids), d, qo_indptr)
+    q, spans = query_spans(q, len(rids), d, qo_indptr)
     pages, tokens = shared_prefix(cache, rids)
     rows = q.size // d                                     # every query row of the group
     check_bytes(f"composable_attention: {rows} query rows x {tokens} shared keys of scores",

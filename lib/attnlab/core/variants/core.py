@@ -43,10 +43,10 @@ from typing import Callable
 import numpy as np
 
 from attnlab.validate import as_bool, as_int, check_bytes
-from attnlab.core.attention import Tiles, _prepare, _heads, fa2_head
+from attnlab.core.attention import Tiles, prepare_qkv, query_heads, fa2_head
 from attnlab.core.hbm import HBM
 
-__all__ = ["Variant", "variant_attention", "tile_mask", "tile_io", "variant_mask", "TILE_KINDS"]
+__all__ = ["Variant", "variant_attention", "variant_of", "tile_mask", "tile_io", "variant_mask", "TILE_KINDS"]
 
 TILE_KINDS = ("empty", "partial", "full")
 _FUNCTORS = ("query_transform", "key_transform", "value_transform", "logits_transform",
@@ -217,13 +217,13 @@ def variant_attention(q, k, v, *variants: Variant, block_r: int | None = None, b
                          f"has no log-sum-exp); valid: return_lse=False")
     block_r = 64 if block_r is None else as_int("block_r", block_r, 1, None)
     block_c = as_int("block_c", block_c, 1, None)
-    q, k, v, scale, single = _prepare(q, k, v, scale)
+    q, k, v, scale, single = prepare_qkv(q, k, v, scale)
     n_q, n_k = q.shape[2], k.shape[2]
     q_idx, kv_idx = np.arange(n_q) + (n_k - n_q), np.arange(n_k)
     tiles = _VariantTiles(_guarded(variant), scale, n_k - n_q)
     out = np.zeros(q.shape[:3] + (v.shape[3],), q.dtype)
     lse = np.full(q.shape[:3], -np.inf, q.dtype)
-    for b, h, g in _heads(q, k):
+    for b, h, g in query_heads(q, k):
         qh = _rows(variant, "query_transform", q[b, h], q_idx)
         kh = _rows(variant, "key_transform", k[b, g], kv_idx)
         vh = _rows(variant, "value_transform", v[b, g], kv_idx)
@@ -236,7 +236,8 @@ def variant_attention(q, k, v, *variants: Variant, block_r: int | None = None, b
     return (out, lse) if return_lse else out
 
 
-def _variant_of(variants) -> Variant:
+def variant_of(variants) -> Variant:
+    """One Variant from a Variant or a list of them (combined in order, as `&` does)."""
     if isinstance(variants, Variant):
         return variants
     if isinstance(variants, (str, bytes)) or not hasattr(variants, "__iter__"):
@@ -248,7 +249,7 @@ def variant_mask(variants, n_q: int, n_k: int) -> np.ndarray:
     """The dense (n_q, n_k) bool mask of a variant (or list of variants): True where query i may
     see key j, positions bottom-right aligned. For pictures and tests; kernels never build it
     (n_q x n_k at most 2^31 entries, with the position grids the mask is computed on)."""
-    var = _variant_of(variants)
+    var = variant_of(variants)
     n_q, n_k = as_int("n_q", n_q, 1, None), as_int("n_k", n_k, 1, None)
     check_bytes(f"variant_mask: n_q={n_q} x n_k={n_k} (bool, and int64 positions)", n_q * n_k)
     m = _mask_of(var, np.arange(n_q)[:, None] + (n_k - n_q), np.arange(n_k)[None, :])
@@ -264,7 +265,7 @@ def tile_mask(variants, n_q: int, n_k: int, block_r: int, block_c: int) -> np.nd
     >>> tile_mask([causal()], 128, 128, 64, 64).tolist()
     [['partial', 'empty'], ['full', 'partial']]
     """
-    var = _variant_of(variants)
+    var = variant_of(variants)
     n_q, n_k = as_int("n_q", n_q, 1, None), as_int("n_k", n_k, 1, None)
     block_r, block_c = as_int("block_r", block_r, 1, None), as_int("block_c", block_c, 1, None)
     rows, cols = -(-n_q // block_r), -(-n_k // block_c)

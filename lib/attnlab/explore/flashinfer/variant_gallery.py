@@ -30,7 +30,7 @@ from attnlab.validate import as_int
 from attnlab.core.softmax import softmax
 from attnlab.core.variants import (TILE_KINDS, Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
                          soft_cap, tile_io, tile_mask, variant_attention, variant_mask)
-from attnlab.core.variants.core import _variant_of
+from attnlab.core.variants.core import variant_of
 from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import dropdown, steps
@@ -140,7 +140,7 @@ def variant_gallery_numbers(variants=(), N: int = 256, tile: int = 32) -> Galler
     >>> r.counts, f"{r.skipped:.0%} of tiles skipped, {r.kv_saved:.0%} of K/V traffic saved"
     ({'empty': 43, 'partial': 14, 'full': 7}, '67% of tiles skipped, 67% of K/V traffic saved')
     """
-    var = _variant_of(variants)
+    var = variant_of(variants)
     N, tile = as_int("N", N, 1, MAX_N), as_int("tile", tile, 1, None)
     q, k, eye = _data()
     q, k, eye = q[:N], k[:N], eye[:N, :N]

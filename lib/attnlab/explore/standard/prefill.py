@@ -24,7 +24,7 @@ from attnlab.machine.models import Model, get_model, models, prefill_cost, prefi
 from attnlab.explore import style
 from attnlab.explore._base import readonly
 
-__all__ = ["dense_models", "with_head_dim", "PrefillCurves", "prefill_curves", "max_fitting_n",
+__all__ = ["dense_models", "dense_model", "with_head_dim", "PrefillCurves", "prefill_curves", "max_fitting_n",
            "crossover_rows", "crossover_table", "ratio_conventions", "conventions_table",
            "prefill_table", "binary_bytes", "HEAD_DIMS", "N_STEPS", "N_GRID", "SRAM", "DTYPE",
            "TIME_LIM", "MEM_LIM"]
@@ -47,7 +47,8 @@ def dense_models() -> list[str]:
     return [m for m in models() if "kv_lora_rank" not in get_model(m).extra]
 
 
-def _dense(model) -> Model:
+def dense_model(model) -> Model:
+    """get_model(model), refused by name when it has no dense prefill shape (MLA)."""
     m = get_model(model)
     if "kv_lora_rank" in m.extra:
         raise ValueError(f"model={m.name!r} has no dense attention shape for prefill (MLA, stored as "
@@ -59,7 +60,7 @@ def with_head_dim(model, head_dim: int) -> Model:
     """The model with head dim `head_dim`, keeping the attention width q_heads x head_dim (and
     kv_heads x head_dim) fixed, so parameters and attention FLOPs stay the same and only the
     split into heads changes. Llama-3-8B (32 x 128) at d = 64 has 64 query heads, at d = 256 16."""
-    m = _dense(model)
+    m = dense_model(model)
     d = choice("head_dim", head_dim, HEAD_DIMS)
     width, kv_width = m.q_heads * m.head_dim, m.kv_heads * m.head_dim
     if width % d or kv_width % d:
@@ -132,7 +133,7 @@ def prefill_curves(model: str = "Llama-3-8B", gpu: str = "H100-SXM", head_dim: i
     >>> round(r.at_n["total_ratio"], 2), r.at_n["fits"]
     (2.62, False)
     """
-    own = _dense(model)
+    own = dense_model(model)
     m = with_head_dim(model, own.head_dim if head_dim is None else head_dim)
     g = get_gpu(gpu)
     n = as_int("n", n, N_STEPS[0], N_STEPS[-1])
@@ -158,7 +159,7 @@ def max_fitting_n(model, gpu, dtype: str = DTYPE) -> int:
 
     Example: Llama-3-8B on an 80 GiB H100: floor(sqrt(80 GiB / (2 x 32 x 2))) = 25,905 tokens.
     """
-    m = _dense(model)
+    m = dense_model(model)
     g = get_gpu(gpu)
     bpe = DTYPE_BYTES[choice("dtype", dtype, tuple(DTYPE_BYTES))]
     n = math.isqrt(int(g.hbm_bytes // (2 * m.q_heads * bpe)))
@@ -175,7 +176,7 @@ def crossover_rows(model: str = "Llama-3-8B", head_dim: int | None = None, names
 
     Example: Llama-3-8B on the H100 SXM: extra_n about 16,700 tokens, flash_n about 16,900.
     """
-    m = _dense(model) if head_dim is None else with_head_dim(model, head_dim)
+    m = dense_model(model) if head_dim is None else with_head_dim(model, head_dim)
     rows = []
     for name in (gpus() if names is None else names):
         g = get_gpu(name)
@@ -211,7 +212,7 @@ def ratio_conventions(model: str = "Llama-3-8B", gpu: str = "H100-SXM", N: int =
 
     Example: Llama-3-8B, H100 SXM, 32K: 2.62 (ours), 2.70, 2.20, 3.42.
     """
-    m = _dense(model)
+    m = dense_model(model)
     g = get_gpu(gpu)
     N = as_int("N", N, 1, N_STEPS[-1])
     base = prefill_cost(m, g, N, sram=SRAM, dtype=DTYPE)

@@ -8,7 +8,7 @@ from attnlab.machine.hardware import get_gpu, gpus
 from attnlab.explore import style
 from attnlab.explore._base import Explorer
 from attnlab.explore._controls import dropdown, steps, toggle
-from attnlab.explore.standard.prefill import (HEAD_DIMS, MEM_LIM, N_GRID, N_STEPS, SRAM, TIME_LIM, PrefillCurves, _dense,
+from attnlab.explore.standard.prefill import (HEAD_DIMS, MEM_LIM, N_GRID, N_STEPS, SRAM, TIME_LIM, PrefillCurves, dense_model,
                       dense_models, prefill_curves)
 
 __all__ = ["PrefillCostExplorer"]
@@ -27,7 +27,7 @@ class PrefillCostExplorer(Explorer):
 
     def __init__(self, model: str = "Llama-3-8B", gpu: str = "H100-SXM", head_dim: int | None = None,
                  n: int = 32768):
-        m = _dense(model)
+        m = dense_model(model)
         super().__init__(n=n, gpu=get_gpu(gpu).name, model=m.name,
                          head_dim=m.head_dim if head_dim is None else head_dim)
 
@@ -39,7 +39,7 @@ class PrefillCostExplorer(Explorer):
 
     def linked(self, name, value):
         if name == "model":              # a model comes with its own head dim
-            self.widgets["head_dim"].value = _dense(value).head_dim
+            self.widgets["head_dim"].value = dense_model(value).head_dim
 
     def compute(self, n, gpu, head_dim, model):
         return prefill_curves(model, gpu, head_dim, n)
