@@ -9,6 +9,11 @@
     scheduled.scheduled_decode        persistent decode driven by a schedule
       (.ScheduledDecoder: static buffers, one CUDA graph replayed across batches)
 
+What they share is in `kernels.common` (online_update, finish, dot, the merge of split states, the
+launchers' checks); their automatic launch choices, each beside the sweep that set it, in
+`kernels.tuning`. hopper's kernel and checks are in hopper_kernel and hopper_checks, scheduled's
+kernels in scheduled_kernels.
+
 Their benchmarks beside FlashInfer, cuDNN and FlexAttention are in attnlab.gpubench. Nothing in
 layers 0-3 imports this package at import time (explore's live GPU cells import it when run). On
 a machine without a GPU the kernels run under Triton's interpreter (set TRITON_INTERPRET=1 before

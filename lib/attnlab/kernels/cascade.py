@@ -30,13 +30,12 @@ import triton
 import triton.language as tl
 
 from attnlab.kernels import interpreting
-from attnlab.kernels.fa2 import _dot, finish, online_update
-from attnlab.kernels.paged import _check as _check_paged
-from attnlab.kernels.paged import auto_splits, paged_decode
+from attnlab.kernels.common import LOG2E, check_paged, dot, finish, online_update
+from attnlab.kernels.paged import paged_decode
+from attnlab.kernels.tuning import auto_splits
 
 __all__ = ["cascade_decode", "prefix_plan", "PREFIX_MIN_CHUNK"]
 
-LOG2E = 1.4426950408889634
 #: With splits=None on a GPU no prefix chunk is shorter than this many tokens.
 PREFIX_MIN_CHUNK = 128
 
@@ -74,7 +73,7 @@ def _prefix_kernel(Q, K, V, OP, LP, qk_scale, s_qb, s_qh, s_qd, s_kn, s_kh, s_kd
                      mask=c_ok[None, :] & d_ok[:, None], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
-        s = tl.where(c_ok[None, :], _dot(q, kt, IEEE) * qk_scale, float("-inf"))
+        s = tl.where(c_ok[None, :], dot(q, kt, IEEE) * qk_scale, float("-inf"))
         v = tl.load(v_head + cols[:, None] * s_vn + offs_d[None, :] * s_vd,
                     mask=c_ok[:, None] & d_ok[None, :], other=0.0)
         if UPCAST:
@@ -168,7 +167,7 @@ def cascade_decode(q, prefix_k, prefix_v, k_pool, v_pool, kv_indptr, kv_indices,
     Returns o (n, q_heads, d) in q's dtype, or (o, lse) with lse float32 (n, q_heads), natural log:
     equal to each request's attention over prefix + its own tokens.
     """
-    B, hq, d, hkv = _check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    B, hq, d, hkv = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
     _check_prefix(q, prefix_k, prefix_v, k_pool)
     interp = interpreting()
     P, g = prefix_k.shape[0], hq // hkv

@@ -4,8 +4,8 @@ Stage 1, `_split_kernel`: one program per (request, KV head, split), exactly the
 lecture's time model (`attnlab.machine.hardware.decode_time`). It loads the g query heads that share this KV
 head (GQA) once, streams its chunk of ceil(context / splits) keys with the online softmax, and
 writes a partial state per query head: o (fp32) and lse (natural log).
-Stage 2, `_merge_kernel`: one program per (request, query head) folds the `splits` partial states
-with the merge operator (+), in a fixed order, so the result is deterministic.
+Stage 2, `kernels.common.merge_splits_kernel`: one program per (request, query head) folds the
+`splits` partial states with the merge operator (+), in a fixed order, so the result is deterministic.
 
 With splits = 1 the first stage already holds the answer and the merge is skipped.
 What it leaves out on purpose: paged KV, variable lengths within a batch, a persistent
@@ -20,11 +20,9 @@ import triton
 import triton.language as tl
 
 from attnlab.kernels import interpreting
-from attnlab.kernels.fa2 import _dot, finish, online_update
+from attnlab.kernels.common import LOG2E, DTYPES, dot, finish, merge_splits_kernel, online_update
 
 __all__ = ["split_kv_decode", "workspace"]
-
-LOG2E = 1.4426950408889634
 
 
 @triton.jit
@@ -62,7 +60,7 @@ def _split_kernel(Q, K, V, OP, LP, qk_scale,
                      mask=c_ok[None, :] & d_ok[:, None], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
-        s = tl.where(c_ok[None, :], _dot(q, kt, IEEE) * qk_scale, float("-inf"))
+        s = tl.where(c_ok[None, :], dot(q, kt, IEEE) * qk_scale, float("-inf"))
         v = tl.load(v_base + cols[:, None] * s_vn + offs_d[None, :],
                     mask=c_ok[:, None] & d_ok[None, :], other=0.0)
         if UPCAST:
@@ -72,27 +70,6 @@ def _split_kernel(Q, K, V, OP, LP, qk_scale,
     row = (b * KV_HEADS * GROUP + heads) * SPLITS + pid_s          # partial state index
     tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
     tl.store(LP + row, lse, mask=g_ok)
-
-
-@triton.jit
-def _merge_kernel(OP, LP, O, LSE, SPLITS, HEAD_DIM,
-                  BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)                              # (request, query head)
-    offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, BLOCK_D)
-    s_ok = offs_s < SPLITS
-    d_ok = offs_d < HEAD_DIM
-    lse = tl.load(LP + pid * SPLITS + offs_s, mask=s_ok, other=float("-inf"))
-    m = tl.max(lse, 0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(lse - m_safe)                                         # 0 for empty chunks
-    total = tl.sum(w, 0)
-    o = tl.load(OP + (pid * SPLITS + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
-                mask=s_ok[:, None] & d_ok[None, :], other=0.0)
-    safe_total = tl.where(total > 0, total, 1.0)
-    out = tl.sum(o * (w / safe_total)[:, None], 0)
-    tl.store(O + pid * HEAD_DIM + offs_d, out, mask=d_ok)
-    tl.store(LSE + pid, tl.where(total > 0, m_safe + tl.log(safe_total), float("-inf")))
 
 
 def workspace(batch: int, q_heads: int, head_dim: int, splits: int, device) -> dict:
@@ -126,7 +103,7 @@ def split_kv_decode(q, k, v, splits: int = 1, *, scale: float | None = None, blo
                          f"with query heads a multiple of KV heads")
     if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= ctx:
         raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= context={ctx}")
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
         raise TypeError(f"q, k, v must share one dtype of float16, bfloat16, float32; got {q.dtype}, {k.dtype}, {v.dtype}")
     q, k, v = (t.contiguous() for t in (q, k, v))
     group = hq // hkv
@@ -153,7 +130,7 @@ def split_kv_decode(q, k, v, splits: int = 1, *, scale: float | None = None, blo
         o, lse = op.view(B, hq, d), lp.view(B, hq)
     else:
         o, lse = ws["o"], ws["lse"]
-        _merge_kernel[(B * hq,)](op, lp, o, lse, splits, d, BLOCK_S=triton.next_power_of_2(splits),
+        merge_splits_kernel[(B * hq,)](op, lp, o, lse, splits, d, BLOCK_S=triton.next_power_of_2(splits),
                                  BLOCK_D=block_d, **kw)
         o, lse = o.view(B, hq, d), lse.view(B, hq)
     return (o, lse) if return_lse else o

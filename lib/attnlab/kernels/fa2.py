@@ -3,7 +3,8 @@ with order="fa2", on a real GPU.
 
 One program computes one block of BLOCK_M query rows for one (batch, head): Q_i is loaded once and
 stays on chip, the loop streams K_j, V_j blocks, keeps the running max m, sum l and the
-un-normalised output in registers (online softmax, base 2), and writes O_i and lse once.
+un-normalised output in registers (online softmax, base 2: `online_update` and `finish`, which
+every kernel shares, live in `kernels.common`), and writes O_i and lse once.
 Causal masking is bottom-right aligned (query i sees keys <= i + N_k - N_q); the loop stops at
 the last block a row can see, so blocks above the diagonal are never loaded. GQA maps query head
 h to KV head h // (Hq // Hkv).
@@ -22,41 +23,9 @@ import triton
 import triton.language as tl
 
 from attnlab.kernels import interpreting
+from attnlab.kernels.common import LOG2E, check_qkv, dot, finish, online_update
 
-__all__ = ["flash_attention_triton", "online_update", "finish"]
-
-LOG2E = 1.4426950408889634
-
-
-@triton.jit
-def _dot(a, b, IEEE: tl.constexpr):
-    if IEEE:
-        return tl.dot(a, b, input_precision="ieee")
-    else:
-        return tl.dot(a, b)
-
-
-@triton.jit
-def online_update(s, v, m_i, l_i, acc, IEEE: tl.constexpr):
-    """Fold one block into the running state: logits `s` (base-2 domain, masked entries -inf)
-    and values `v`. The old sum and accumulator are rescaled by 2^(m_old - m_new); a row that
-    has seen no key yet keeps m = -inf, l = 0 and never produces NaN."""
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.exp2(s - m_safe[:, None])
-    alpha = tl.exp2(m_i - m_safe)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE)
-    return m_new, l_i, acc
-
-
-@triton.jit
-def finish(acc, m_i, l_i):
-    """Normalise: o = acc / l (0 for a row that saw no key) and its natural-log lse (-inf there)."""
-    safe_l = tl.where(l_i > 0, l_i, 1.0)
-    o = tl.where(l_i[:, None] > 0, acc / safe_l[:, None], 0.0)
-    lse = tl.where(l_i > 0, (m_i + tl.log2(safe_l)) / 1.4426950408889634, float("-inf"))
-    return o, lse
+__all__ = ["flash_attention_triton", "online_update", "finish"]   # the last two re-exported from common
 
 
 @triton.jit
@@ -94,7 +63,7 @@ def _fwd_kernel(Q, K, V, O, LSE, qk_scale,
                      mask=(cols[None, :] < N_K) & d_ok[:, None], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
-        s = _dot(q, kt, IEEE) * qk_scale           # log2 domain: scale * log2(e)
+        s = dot(q, kt, IEEE) * qk_scale           # log2 domain: scale * log2(e)
         visible = cols[None, :] < N_K
         if CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + offset)
@@ -111,28 +80,6 @@ def _fwd_kernel(Q, K, V, O, LSE, qk_scale,
     tl.store(LSE + pid_bh * N_Q + offs_m, lse, mask=row_ok)
 
 
-def _check(q, k, v):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be (batch, heads, N, d), got shape {tuple(t.shape)}")
-    if k.shape != v.shape:
-        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same shape")
-    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch and head dim")
-    if q.shape[0] < 1 or q.shape[1] < 1:
-        raise ValueError(f"batch={q.shape[0]} and query heads={q.shape[1]} must be >= 1")
-    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
-        raise ValueError(f"query heads {q.shape[1]} must be a multiple of KV heads {k.shape[1]}")
-    if not (1 <= q.shape[3] <= 256):
-        raise ValueError(f"head dim d={q.shape[3]} is out of range; valid: 1 <= d <= 256")
-    if q.shape[2] < 1 or k.shape[2] < 1:
-        raise ValueError(f"N_q={q.shape[2]} and N_k={k.shape[2]} must be >= 1")
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise TypeError(f"q, k, v must share one dtype of float16, bfloat16, float32; got {q.dtype}, {k.dtype}, {v.dtype}")
-
-
 def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None = None,
                            block_m: int | None = None, block_n: int | None = None,
                            return_lse: bool = False, num_warps: int | None = None,
@@ -142,7 +89,7 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None
     Returns O (same dtype as q), or (O, lse) with lse float32 of shape (batch, heads, N_q).
     Block sizes default to 128 x 64 on a GPU (64 x 64 for d > 128) and 16 x 16 when interpreting.
     """
-    _check(q, k, v)
+    check_qkv(q, k, v)
     q, k, v = (t.contiguous() for t in (q, k, v))
     B, H, n_q, d = q.shape
     n_k = k.shape[2]

@@ -13,12 +13,13 @@ the page id is looked up for every token of the tile and the K/V rows are loaded
 pointers. Each program reads its request's length from the page table and cuts that request into
 min(splits, ceil(length / min_chunk)) chunks (rounded up to whole tiles); a program past the last
 chunk writes the identity state (o = 0, lse = -inf), so short and long requests share one launch.
-Stage 2: `kernels.decode._merge_kernel`, the same fixed-order merge ⊕ (deterministic).
+Stage 2: `kernels.common.merge_splits_kernel`, decode's fixed-order merge ⊕ (deterministic).
 
 Nothing here reads the page table on the host: lengths are read by the kernel, and `splits=None`
 is chosen from shapes alone (the pool of n pages cannot hold a request longer than
 page_size * (n - batch + 1)). So a call can be captured in a CUDA graph and replayed, and a host
-check of the arrays' contents (`attnlab.core.paged.BSRLayout`) is made only when they are on the CPU.
+check of the arrays' contents (`attnlab.core.paged.BSRLayout`) is made only when they are on the CPU
+(`kernels.common.check_paged`, which the scheduled and cascade launchers share).
 
 Under TRITON_INTERPRET=1 the dot products run in float32 (the interpreter's bf16 dot is wrong) and
 a bf16 output is rounded by torch (the interpreter truncates fp32 to bf16; a GPU rounds).
@@ -26,8 +27,9 @@ a bf16 output is rounded by torch (the interpreter truncates fp32 to bf16; a GPU
 What it leaves out on purpose: FlashInfer's plan-time load balancing (one persistent schedule for
 the whole batch), the HND layout (pass a permuted view: any strides are taken), fp8 KV, RoPE.
 
-The file is long because it holds what the scheduled kernel shares with this one: the gather loop
-(`paged_span`), the page-table checks and the launch rules the H200 sweeps chose.
+`paged_span`, the gather loop, is shared with `kernels.scheduled`; the page-table checks are in
+`kernels.common`, and the launch rules the H200 sweeps chose (`auto_splits`, `auto_launch`) in
+`kernels.tuning`.
 """
 from __future__ import annotations
 
@@ -37,22 +39,16 @@ import torch
 import triton
 import triton.language as tl
 
-from attnlab.validate import as_bool, as_float, as_int
+from attnlab.validate import as_bool, as_float
 from attnlab.kernels import interpreting
-from attnlab.kernels.decode import _merge_kernel, workspace
-from attnlab.kernels.fa2 import _dot, finish, online_update
+from attnlab.kernels.common import LOG2E, check_paged, dot, finish, merge_splits_kernel, online_update
+from attnlab.kernels.decode import workspace
+# the launch choices live in kernels.tuning; imported here under their old names (gpubench.paged,
+# tests and notebooks import auto_splits, auto_launch, MIN_CHUNK from this module)
+from attnlab.kernels.tuning import INTERPRETER_SMS, MIN_CHUNK, WAVES, auto_block_n, auto_launch, auto_splits
 
-__all__ = ["paged_decode", "paged_span", "auto_splits", "auto_block_n", "auto_launch", "MIN_CHUNK", "WAVES"]
-
-LOG2E = 1.4426950408889634
-#: With splits=None on a GPU no chunk is cut shorter than this many tokens (the merge costs more).
-MIN_CHUNK = 1024
-#: Work blocks per SM that `auto_splits` aims for: two blocks in flight per SM hide the gathers'
-#: latency better than one (the H200 sweep in data/measurements: 32 splits at batch 1 beat 16).
-WAVES = 2
-#: Under the interpreter splits=None pretends the machine has this many SMs (small, fast tests).
-INTERPRETER_SMS = 4
-
+__all__ = ["paged_decode", "paged_span", "auto_splits", "auto_block_n", "auto_launch", "MIN_CHUNK", "WAVES",
+           "INTERPRETER_SMS"]
 
 @triton.jit
 def paged_span(q, m_i, l_i, acc, k_head, v_head, pages, start, end, qk_scale,
@@ -78,7 +74,7 @@ def paged_span(q, m_i, l_i, acc, k_head, v_head, pages, start, end, qk_scale,
                      mask=ok[None, :] & d_ok[:, None], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
-        s = tl.where(ok[None, :], _dot(q, kt, IEEE) * qk_scale, float("-inf"))
+        s = tl.where(ok[None, :], dot(q, kt, IEEE) * qk_scale, float("-inf"))
         v = tl.load((v_head + page * s_vp + slot * s_vs)[:, None] + dv[None, :],
                     mask=ok[:, None] & d_ok[None, :], other=0.0)
         if PREFETCH:
@@ -134,102 +130,6 @@ def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, qk_scale,
     tl.store(LP + row, lse, mask=g_ok)
 
 
-def _sms(device) -> int:
-    dev = torch.device(device)
-    if dev.type == "cuda" and not interpreting():
-        return torch.cuda.get_device_properties(dev).multi_processor_count
-    return INTERPRETER_SMS
-
-
-def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK,
-                waves: int = WAVES) -> int:
-    """Splits so that batch x kv_heads x splits work blocks come to about `waves` blocks per SM,
-    and no chunk of a `longest`-token request is shorter than `min_chunk`. The SM count is the
-    CUDA device's; under the interpreter (or on a CPU) a small fixed INTERPRETER_SMS. On an H200
-    (132 SMs, 8 KV heads) this picks 32 splits for one 32K request, 4 at batch 16, 1 from batch 64
-    (the sweep's best; 3 at batch 16 was 4 % slower than 4).
-
-    >>> auto_splits(1, 1, 1000, "cpu", min_chunk=16), auto_splits(1, 1, 20, "cpu", min_chunk=16)
-    (8, 2)
-    """
-    want = 1 << (-(-waves * _sms(device) // (batch * kv_heads)) - 1).bit_length()   # a power of two
-    return max(1, min(want, -(-longest // min_chunk)))
-
-
-def auto_block_n(programs: int, device) -> int:
-    """The scheduled decoder's keys per tile (`paged_decode` takes `auto_launch`): 128 while the
-    blocks fit WAVES per SM (few, long chunks: fewer loop steps), else 64 (the H200 sweep's best
-    at batch 64 and 256); 16 under the interpreter."""
-    if interpreting():
-        return 16
-    return 128 if programs <= WAVES * _sms(device) else 64
-
-
-def auto_launch(programs: int, page_size: int, device) -> dict:
-    """block_n, num_stages and prefetch for `programs` work blocks over pages of `page_size`.
-    While the blocks fit WAVES per SM (few, long chunks) and pages hold 16 tokens or more:
-    64-key tiles, three stages and the page ids prefetched one tile ahead, which the H200 sweep
-    (data/measurements/h200-2026-12-01-paged-prefetch.json) found fastest there (1 x 32K, page 16:
-    40.5 us against 42.3 at 128-key tiles, two stages). With one-token pages the same choice is
-    30-140 % slower, so few blocks keep 128-key tiles at two stages without prefetch. With more
-    blocks: 64-key tiles at two stages, no prefetch, whose small shared-memory footprint keeps
-    every block resident in one wave (three stages with the prefetch cost up to 25 % there).
-    Under the interpreter: 16-key tiles, no prefetch."""
-    programs = as_int("programs", programs, 1)
-    page_size = as_int("page_size", page_size, 1)
-    if interpreting():
-        return {"block_n": 16, "num_stages": None, "prefetch": False}
-    if programs > WAVES * _sms(device):
-        return {"block_n": 64, "num_stages": 2, "prefetch": False}
-    if page_size >= 16:
-        return {"block_n": 64, "num_stages": 3, "prefetch": True}
-    return {"block_n": 128, "num_stages": 2, "prefetch": False}
-
-
-def _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size):
-    for name, t in (("q", q), ("k_pool", k_pool), ("v_pool", v_pool), ("kv_indptr", kv_indptr),
-                    ("kv_indices", kv_indices), ("kv_last_page_len", kv_last_page_len)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if q.dim() != 3:
-        raise ValueError(f"q must be (batch, q_heads, d), got shape {tuple(q.shape)}")
-    if k_pool.dim() != 4:
-        raise ValueError(f"k_pool must be NHD (pages, page_size, kv_heads, d), got shape {tuple(k_pool.shape)}")
-    if v_pool.shape != k_pool.shape:
-        raise ValueError(f"v_pool {tuple(v_pool.shape)} must have k_pool's shape {tuple(k_pool.shape)}")
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or not (q.dtype == k_pool.dtype == v_pool.dtype):
-        raise TypeError(f"q, k_pool, v_pool must share one dtype of float16, bfloat16, float32; "
-                        f"got {q.dtype}, {k_pool.dtype}, {v_pool.dtype}")
-    B, hq, d = q.shape
-    pages, ps, hkv, dk = k_pool.shape
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size != ps:
-        raise ValueError(f"page_size={page_size!r} does not match the pool: k_pool.shape[1] = {ps}")
-    if dk != d or not 1 <= d <= 256:
-        raise ValueError(f"head dim: q has d={d}, k_pool d={dk}; they must be equal, 1 <= d <= 256")
-    if B < 1 or pages < 1 or hkv < 1 or hq % hkv:
-        raise ValueError(f"q_heads={hq} must be a multiple of kv_heads={hkv} (k_pool.shape[2]), "
-                         f"with batch={B} >= 1 and pages={pages} >= 1")
-    for name, t, n in (("kv_indptr", kv_indptr, B + 1), ("kv_last_page_len", kv_last_page_len, B),
-                       ("kv_indices", kv_indices, None)):
-        if t.dtype != torch.int32:
-            raise TypeError(f"{name} must be int32 (FlashInfer's index type), got {t.dtype}")
-        if t.dim() != 1 or (n is not None and t.numel() != n):
-            want = f"{n} entries (batch + 1 = {B + 1})" if name == "kv_indptr" else (
-                f"{n} entries (batch = {B})" if n is not None else "one dimension")
-            raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be 1-D with {want}")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")
-    for name, t in (("k_pool", k_pool), ("v_pool", v_pool)):
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")
-    if kv_indices.numel() < B:
-        raise ValueError(f"kv_indices has {kv_indices.numel()} pages for batch={B}; every request owns >= 1")
-    if q.device.type == "cpu":                         # contents: free to check here, a sync on a GPU
-        from attnlab.core.paged import BSRLayout
-        BSRLayout(kv_indptr.numpy(), kv_indices.numpy(), kv_last_page_len.numpy(), ps, pages)
-    return B, hq, d, hkv
-
-
 def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, page_size: int,
                  splits: int | None = None, scale: float | None = None, out=None,
                  return_lse: bool = False, block_n: int | None = None,
@@ -247,7 +147,7 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     Returns o (batch, q_heads, d) in q's dtype, or (o, lse) with lse float32 (batch, q_heads),
     natural log.
     """
-    B, hq, d, hkv = _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    B, hq, d, hkv = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
     interp = interpreting()
     if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16
                                 or block_n & (block_n - 1)):
@@ -298,7 +198,7 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
         BLOCK_D=block_d, D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
         UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=prefetch, **kw)
     if not one:
-        _merge_kernel[(B * hq,)](ws["op"], ws["lp"], dst, lse, splits, d,
+        merge_splits_kernel[(B * hq,)](ws["op"], ws["lp"], dst, lse, splits, d,
                                  BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d,
                                  **({} if interp else {"num_warps": 4}))
     if dst is not out:

@@ -3,21 +3,11 @@ the batch's lengths change.
 
 `attnlab.machine.schedule` decides on the CPU who computes what (`plan_per_request`, `plan_fixed_split`,
 `plan_balanced`) and packs the decision into fixed shapes (`fixed_size_workspace`). Here the GPU
-reads that workspace:
+reads that workspace.
 
-Kernel 1, `_scheduled_kernel`, grid = max_ctas programs (fixed): program c does its CTA's items
-j = 0 .. count[c] - 1 in order. Item (request, kv_head, q_start, q_end, kv_start, kv_end): for
-decode (l_qo = 1) the packed query rows q_start:q_end of KV head h are query heads h * group + r;
-their partial state (o, lse) over KV positions kv_start:kv_end of the request, read from the
-paged pool (NHD, `kernels.paged`'s addressing: token pos is in page
-kv_indices[kv_indptr[request] + pos // page_size], slot pos % page_size), goes to the fixed slot
-c * max_items + j of the partial-state buffers.
-Kernel 2, `_merge_items_kernel`, grid = max_outputs programs (fixed): output g folds the partial
-states in slots merge_slots[merge_indptr[g]:merge_indptr[g + 1]] with ⊕, one after another in
-that order (kv_start ascending: `Plan.merge`), and writes its query heads' o and lse. Padding
-outputs have an empty range and write nothing. The order is fixed, so the result is bitwise
-reproducible; an output of one item is that item's state unchanged (o x 1 / 1), so the
-per-request plan gives the same bits as `paged_decode(splits=1)` with the same block size.
+Kernel 1 does the plan's work items, each CTA its own in order, into fixed partial-state slots;
+kernel 2 merges each output's slots in the plan's fixed order (bitwise reproducible). Both, and the
+item layout they read, are in `kernels.scheduled_kernels`.
 
 `ScheduledDecoder` owns every buffer the two launches read or write (q, the page table, the
 workspace, the partial states, the output), sized by maxima fixed at construction; `load` copies
@@ -31,8 +21,7 @@ as in `kernels.paged`. What it leaves out on purpose: prefill items (l_qo > 1), 
 direct write of single-item outputs (every partial goes through the buffers here), the HND layout
 (pass a permuted view), fp8 KV.
 
-This file is long because the two kernels, the check that a plan fits its batch and the decoder
-that owns their buffers are one mechanism: what the graph captures is all of them together.
+The decoder's launch choices (block_n) come from `kernels.tuning.auto_block_n`.
 """
 from __future__ import annotations
 
@@ -41,132 +30,15 @@ import math
 import numpy as np
 import torch
 import triton
-import triton.language as tl
 
 from attnlab.validate import as_bool, as_float, as_int
 from attnlab.machine.schedule import Plan, Workspace, fixed_size_workspace
 from attnlab.kernels import interpreting
-from attnlab.kernels.fa2 import finish
-from attnlab.kernels.paged import _check, auto_block_n, paged_span
+from attnlab.kernels.common import DTYPES, LOG2E, check_paged
+from attnlab.kernels.scheduled_kernels import check_fit, merge_items_kernel, scheduled_kernel
+from attnlab.kernels.tuning import auto_block_n
 
 __all__ = ["ScheduledDecoder", "scheduled_decode"]
-
-LOG2E = 1.4426950408889634
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-@triton.jit
-def _scheduled_kernel(Q, K, V, OP, LP, INDPTR, INDICES, ITEMS, COUNT, qk_scale,
-                      s_qb, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd,
-                      MAX_ITEMS, GROUP, HEAD_DIM,
-                      PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_D: tl.constexpr, D_CONTIG: tl.constexpr, UPCAST: tl.constexpr,
-                      IEEE: tl.constexpr, PREFETCH: tl.constexpr):
-    cta = tl.program_id(0)
-    n_items = tl.load(COUNT + cta)
-    offs_g = tl.arange(0, BLOCK_G)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
-    if D_CONTIG:                                      # unit stride along d: vector loads
-        dq, dk, dv = offs_d, offs_d, offs_d
-    else:
-        dq, dk, dv = offs_d * s_qd, offs_d * s_kd, offs_d * s_vd
-    for j in range(0, n_items):                       # this CTA's items, in the plan's order
-        slot = cta * MAX_ITEMS + j
-        item = ITEMS + slot * 6                       # (request, kv_head, q_start, q_end, kv_start, kv_end)
-        b = tl.load(item).to(tl.int64)
-        hk = tl.load(item + 1)
-        q0 = tl.load(item + 2)
-        q1 = tl.load(item + 3)
-        start = tl.load(item + 4)
-        end = tl.load(item + 5)
-        g_ok = offs_g < q1 - q0
-        heads = hk * GROUP + q0 + offs_g              # packed row r of KV head hk: query head hk*g + r
-        q = tl.load(Q + b * s_qb + heads[:, None] * s_qh + dq[None, :],
-                    mask=g_ok[:, None] & d_ok[None, :], other=0.0)
-        if UPCAST:
-            q = q.to(tl.float32)
-        first = tl.load(INDPTR + b)
-        m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-        m_i, l_i, acc = paged_span(q, m_i, l_i, acc, K + hk * s_kh, V + hk * s_vh, INDICES + first, start,
-                                   end, qk_scale, s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE, BLOCK_N,
-                                   UPCAST, IEEE, PREFETCH)
-        o, lse = finish(acc, m_i, l_i)
-        row = slot.to(tl.int64) * GROUP + offs_g      # the slot's partial state, one row per packed row
-        tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
-        tl.store(LP + row, lse, mask=g_ok)
-
-
-@triton.jit
-def _merge_items_kernel(OP, LP, O, LSE, M_INDPTR, M_SLOTS, M_OUT, s_ob, s_oh, s_lb,
-                        GROUP, HEAD_DIM, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
-    g = tl.program_id(0)
-    a = tl.load(M_INDPTR + g)
-    e = tl.load(M_INDPTR + g + 1)
-    out = M_OUT + g * 4                               # (request, kv_head, q_start, q_end)
-    b = tl.load(out).to(tl.int64)
-    hk = tl.load(out + 1)
-    q0 = tl.load(out + 2)
-    q1 = tl.load(out + 3)
-    offs_g = tl.arange(0, BLOCK_G)
-    offs_d = tl.arange(0, BLOCK_D)
-    n_rows = tl.where(a < e, q1 - q0, 0)              # a padding output (empty range) writes nothing
-    g_ok = offs_g < n_rows
-    d_ok = offs_d < HEAD_DIM
-    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-    w_sum = tl.zeros([BLOCK_G], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-    for i in range(a, e):                             # ⊕ in the plan's order: kv_start ascending
-        row = tl.load(M_SLOTS + i).to(tl.int64) * GROUP + offs_g
-        lse_i = tl.load(LP + row, mask=g_ok, other=float("-inf"))
-        o_i = tl.load(OP + row[:, None] * HEAD_DIM + offs_d[None, :], mask=g_ok[:, None] & d_ok[None, :],
-                      other=0.0)
-        m_new = tl.maximum(m, lse_i)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m - m_safe)                    # 0 for the first state
-        w = tl.exp(lse_i - m_safe)
-        acc = acc * alpha[:, None] + o_i * w[:, None]
-        w_sum = w_sum * alpha + w
-        m = m_new
-    safe = tl.where(w_sum > 0, w_sum, 1.0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    o = acc / safe[:, None]
-    heads = hk * GROUP + q0 + offs_g
-    tl.store(O + b * s_ob + heads[:, None] * s_oh + offs_d[None, :], o.to(O.dtype.element_ty),
-             mask=g_ok[:, None] & d_ok[None, :])
-    tl.store(LSE + b * s_lb + heads, tl.where(w_sum > 0, m_safe + tl.log(safe), float("-inf")), mask=g_ok)
-
-
-def _fit(ws: Workspace, batch: int, kv_heads: int, group: int, lengths) -> None:
-    """Refuse a workspace whose items this batch cannot serve: a request past the batch, a KV head
-    past kv_heads, query rows past the group (decode: l_qo = 1); with `lengths` (a host page table),
-    chunks past a request's end or outputs that do not cover every query head over its whole KV."""
-    it = ws.items[ws.valid]
-    if not it.size:
-        raise ValueError("the workspace holds no work items; valid: a plan of this batch")
-    for col, name, limit in ((0, "request", batch), (1, "kv_head", kv_heads)):
-        if it[:, col].max() >= limit:
-            raise ValueError(f"the plan's {name} reaches {int(it[:, col].max())}; valid: {name} < {limit} "
-                             f"(this batch has batch={batch}, kv_heads={kv_heads})")
-    if it[:, 3].max() > group:
-        raise ValueError(f"the plan's packed query rows reach q_end={int(it[:, 3].max())}; valid: q_end <= "
-                         f"group={group} (decode, l_qo = 1: one packed row per query head of the group)")
-    if lengths is None:
-        return
-    if (it[:, 5] > lengths[it[:, 0]]).any():
-        bad = it[np.argmax(it[:, 5] > lengths[it[:, 0]])]
-        raise ValueError(f"the plan reads KV positions up to {bad[5]} of request {bad[0]}, which has "
-                         f"{lengths[bad[0]]} tokens: the plan was made for other lengths")
-    n = int(ws.merge_indptr[-1])
-    flat = ws.items.reshape(-1, 6)[ws.merge_slots[:n]]
-    out = ws.merge_out[:ws.num_outputs]
-    covered = np.add.reduceat(flat[:, 5] - flat[:, 4], ws.merge_indptr[:ws.num_outputs])
-    rows = np.bincount(out[:, 0], weights=out[:, 3] - out[:, 2], minlength=batch)
-    if (covered != lengths[out[:, 0]]).any() or (rows != kv_heads * group).any():
-        raise ValueError("the plan does not cover every query head of every request over its whole KV; "
-                         "valid: a plan made from this batch's lengths, kv_heads and group")
 
 
 class ScheduledDecoder:
@@ -203,7 +75,7 @@ class ScheduledDecoder:
         self.page_size = as_int("page_size", page_size, 1, None)
         self.max_outputs = (self.max_batch * self.q_heads if max_outputs is None
                             else as_int("max_outputs", max_outputs, 1, None))
-        if dtype not in _DTYPES:
+        if dtype not in DTYPES:
             raise TypeError(f"dtype={dtype} is not supported; valid: float16, bfloat16, float32")
         if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16
                                     or block_n & (block_n - 1)):
@@ -245,7 +117,7 @@ class ScheduledDecoder:
         if isinstance(kv_indices, torch.Tensor) and kv_indices.numel() > self.max_pages:
             raise ValueError(f"kv_indices has {kv_indices.numel()} pages; valid: <= max_pages={self.max_pages}")
         try:                                           # the pool as this decoder sees it: max_pages pages
-            B, hq, d, _ = _check(q, self._pool_shape, self._pool_shape, kv_indptr, kv_indices,
+            B, hq, d, _ = check_paged(q, self._pool_shape, self._pool_shape, kv_indptr, kv_indices,
                                  kv_last_page_len, self.page_size)
         except ValueError as e:
             raise ValueError(f"{e} (the pool: this decoder's max_pages={self.max_pages})") from None
@@ -269,7 +141,7 @@ class ScheduledDecoder:
         if kv_indptr.device.type == "cpu":
             indptr = kv_indptr.numpy().astype(np.int64)
             lengths = (np.diff(indptr) - 1) * self.page_size + kv_last_page_len.numpy()
-        _fit(ws, B, self.kv_heads, self.group, lengths)
+        check_fit(ws, B, self.kv_heads, self.group, lengths)
         self.q[:B].copy_(q)
         self.kv_indptr[:B + 1].copy_(kv_indptr)
         self.kv_indices[:kv_indices.numel()].copy_(kv_indices)
@@ -296,7 +168,7 @@ class ScheduledDecoder:
         block_d = max(16, triton.next_power_of_2(self.head_dim))
         block_g = max(16, triton.next_power_of_2(self.group))
         q = self.q
-        _scheduled_kernel[(self.max_ctas,)](
+        scheduled_kernel[(self.max_ctas,)](
             q, k_pool, v_pool, self.o_partial, self.lse_partial, self.kv_indptr, self.kv_indices,
             self.items, self.count, self.scale * LOG2E, *q.stride(), *k_pool.stride(), *v_pool.stride(),
             self.max_items, self.group, self.head_dim,
@@ -304,7 +176,7 @@ class ScheduledDecoder:
             D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
             UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=self.prefetch, **self._kw)
         dst = self._dst
-        _merge_items_kernel[(self.max_outputs,)](
+        merge_items_kernel[(self.max_outputs,)](
             self.o_partial, self.lse_partial, dst, self.lse_out, self.merge_indptr, self.merge_slots,
             self.merge_out, dst.stride(0), dst.stride(1), self.lse_out.stride(0), self.group, self.head_dim,
             BLOCK_G=block_g, BLOCK_D=block_d, **({} if interp else {"num_warps": 4}))
@@ -364,7 +236,7 @@ def scheduled_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
     as the plan says: a schedule.Plan of this batch (packed at its own size: plan.num_ctas CTAs,
     the busiest CTA's items, its outputs) or a schedule.Workspace. Returns o (batch, q_heads, d) in
     q's dtype, or (o, lse) with lse float32 (batch, q_heads), natural log."""
-    B, hq, d, hkv = _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    B, hq, d, hkv = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {return_lse!r}")
     if isinstance(plan_or_workspace, Plan):

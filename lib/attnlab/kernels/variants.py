@@ -32,7 +32,7 @@ import triton.language as tl
 
 from attnlab.validate import as_float, as_int
 from attnlab.kernels import interpreting
-from attnlab.kernels.fa2 import LOG2E, _check, _dot, finish, online_update
+from attnlab.kernels.common import LOG2E, check_qkv, dot, finish, online_update
 
 __all__ = ["variant_prefill", "variant_args", "kv_block_range", "blocks", "MAX_SOFT_CAP"]
 
@@ -67,7 +67,7 @@ def _tile(q, k_base, v_base, start_n, offs_m, offs_n, offs_d, d_ok, m_i, l_i, ac
     if UPCAST:
         kt = kt.to(tl.float32)
         v = v.to(tl.float32)
-    s = _dot(q, kt, IEEE)
+    s = dot(q, kt, IEEE)
     if SOFT_CAP > 0:   # c tanh(scale s / c) log2(e) = cap_out (1 - 2 / (1 + 2^(cap_in s)))
         s = cap_out - (2.0 * cap_out) / (1.0 + tl.exp2(s * cap_in))
     else:
@@ -192,7 +192,7 @@ def variant_prefill(q, k, v, *, causal: bool = False, soft_cap: float | None = N
     `flash_attention_triton`. return_ranges (for tests): also an int32 (num query blocks, 4) tensor
     of the (lo, full_lo, full_hi, hi) KV block indices each query block's loops ran over.
     """
-    _check(q, k, v)
+    check_qkv(q, k, v)
     cap, window = variant_args(soft_cap, window, k.shape[2])
     B, H, n_q, d = q.shape
     n_k = k.shape[2]

@@ -1,0 +1,115 @@
+"""The automatic launch choices of the kernels, in one file, each beside the sweep that set it.
+
+    launch_config(d, causal, steps)      flash_attention_hopper's blocks, warps, stages
+    default_descriptors(causal)          flash_attention_hopper's descriptors=None
+    auto_splits(batch, kv_heads, ...)    paged_decode's splits=None (and gpubench.paged's)
+    auto_launch(programs, page_size, .)  paged_decode's block_n, num_stages, prefetch
+    auto_block_n(programs, device)       ScheduledDecoder's block_n
+
+The sweeps are `python -m attnlab.gpubench.sweeps.hopper` and `... .sweeps.paged`; their H200 runs
+of 2026-12-01 (and the scheduled decoder's launch run) are recorded under data/measurements/. Under TRITON_INTERPRET=1 every choice is small and fixed (fast tests).
+The old names stay importable where they were: kernels.hopper.launch_config, kernels.paged's
+auto_splits, auto_block_n, auto_launch, MIN_CHUNK, WAVES.
+"""
+from __future__ import annotations
+
+import torch
+
+from attnlab.validate import as_int
+from attnlab.kernels import interpreting
+from attnlab.kernels.hopper_checks import parse_steps
+
+__all__ = ["launch_config", "default_descriptors", "auto_splits", "auto_launch", "auto_block_n", "sms",
+           "MIN_CHUNK", "WAVES", "INTERPRETER_SMS"]
+
+#: With splits=None on a GPU no chunk is cut shorter than this many tokens (the merge costs more).
+MIN_CHUNK = 1024
+#: Work blocks per SM that `auto_splits` aims for: two blocks in flight per SM hide the gathers'
+#: latency better than one (the H200 sweep in data/measurements: 32 splits at batch 1 beat 16).
+WAVES = 2
+#: Under the interpreter splits=None pretends the machine has this many SMs (small, fast tests).
+INTERPRETER_SMS = 4
+
+
+def sms(device) -> int:
+    """The CUDA device's SM count; INTERPRETER_SMS under the interpreter or on a CPU."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not interpreting():
+        return torch.cuda.get_device_properties(dev).multi_processor_count
+    return INTERPRETER_SMS
+
+
+# -- flash_attention_hopper: set by gpubench/sweeps/hopper.py, whose H200 run is
+#    data/measurements/h200-2026-12-01-hopper-steps.json (the grid of blocks x warps x stages) ------
+def launch_config(d: int, causal: bool, steps=None, *, block_m=None, block_n=None, num_warps=None,
+                  num_stages=None) -> dict:
+    """The block sizes, warps and stages `flash_attention_hopper` launches with for these steps
+    (explicit arguments win)."""
+    st = parse_steps(steps)
+    big = "big_tiles" in st
+    if interpreting():
+        bm, bn = 16, (32 if big else 16)
+    else:
+        bm = 128 if d <= 128 else 64
+        bn = 128 if big and d <= 128 else 64
+    return {"block_m": block_m or bm, "block_n": block_n or bn,
+            "num_warps": num_warps or (4 if d <= 64 else 8),
+            "num_stages": num_stages or 3}       # the H200 sweep: 3 stages beat 2 by 10-17 % at 128 x 128
+
+
+def default_descriptors(causal: bool) -> str:
+    """descriptors=None of `flash_attention_hopper`: host descriptors when causal, device ones
+    otherwise (gpubench/sweeps/hopper.py on the H200: causal 551-582 against 525 TFLOP/s at
+    N = 8K-16K; non-causal 557-582 against 543-559)."""
+    return "host" if causal else "device"
+
+
+# -- paged_decode: set by gpubench/sweeps/paged.py, whose H200 run is
+#    data/measurements/h200-2026-12-01-paged-sweep.json (splits x block_n x warps x stages) ---------
+def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK,
+                waves: int = WAVES) -> int:
+    """Splits so that batch x kv_heads x splits work blocks come to about `waves` blocks per SM,
+    and no chunk of a `longest`-token request is shorter than `min_chunk`. The SM count is the
+    CUDA device's; under the interpreter (or on a CPU) a small fixed INTERPRETER_SMS. On an H200
+    (132 SMs, 8 KV heads) this picks 32 splits for one 32K request, 4 at batch 16, 1 from batch 64
+    (the sweep's best; 3 at batch 16 was 4 % slower than 4).
+
+    >>> auto_splits(1, 1, 1000, "cpu", min_chunk=16), auto_splits(1, 1, 20, "cpu", min_chunk=16)
+    (8, 2)
+    """
+    want = 1 << (-(-waves * sms(device) // (batch * kv_heads)) - 1).bit_length()   # a power of two
+    return max(1, min(want, -(-longest // min_chunk)))
+
+
+# -- paged_decode's tiles and prefetch: gpubench/sweeps/paged.py's grid, then the prefetch run on the
+#    H200 that the docstring names, data/measurements/h200-2026-12-01-paged-prefetch.json -----------
+def auto_launch(programs: int, page_size: int, device) -> dict:
+    """block_n, num_stages and prefetch for `programs` work blocks over pages of `page_size`.
+    While the blocks fit WAVES per SM (few, long chunks) and pages hold 16 tokens or more:
+    64-key tiles, three stages and the page ids prefetched one tile ahead, which the H200 sweep
+    (data/measurements/h200-2026-12-01-paged-prefetch.json) found fastest there (1 x 32K, page 16:
+    40.5 us against 42.3 at 128-key tiles, two stages). With one-token pages the same choice is
+    30-140 % slower, so few blocks keep 128-key tiles at two stages without prefetch. With more
+    blocks: 64-key tiles at two stages, no prefetch, whose small shared-memory footprint keeps
+    every block resident in one wave (three stages with the prefetch cost up to 25 % there).
+    Under the interpreter: 16-key tiles, no prefetch."""
+    programs = as_int("programs", programs, 1)
+    page_size = as_int("page_size", page_size, 1)
+    if interpreting():
+        return {"block_n": 16, "num_stages": None, "prefetch": False}
+    if programs > WAVES * sms(device):
+        return {"block_n": 64, "num_stages": 2, "prefetch": False}
+    if page_size >= 16:
+        return {"block_n": 64, "num_stages": 3, "prefetch": True}
+    return {"block_n": 128, "num_stages": 2, "prefetch": False}
+
+
+# -- ScheduledDecoder: no sweep module; the H200 launch run of ScheduledDecoder on gpubench.scheduled's
+#    batches 8, 64, 256 is data/measurements/h200-2026-12-01-scheduled-launch.json ------------------
+def auto_block_n(programs: int, device) -> int:
+    """The scheduled decoder's keys per tile (`paged_decode` takes `auto_launch`): 128 while the
+    blocks fit WAVES per SM (few, long chunks: fewer loop steps), else 64 (the H200 sweep's best
+    at batch 64 and 256); 16 under the interpreter."""
+    if interpreting():
+        return 16
+    return 128 if programs <= WAVES * sms(device) else 64
