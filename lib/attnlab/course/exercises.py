@@ -16,21 +16,22 @@ list of the wrong length, a missing key) is "not yet" with a hint about the form
 exception; `None`, the notebook's empty answer, is "not answered yet" with the form (`FORMS`).
 Only `n` itself is checked by raising.
 
+Reading an answer (its form, and how near it is to a known mistake) is `attnlab.course.answers`.
+
 This module is long because it holds nine exercises: each one's expected values, the form of its
-answer, its hints and, for the two multiple-choice exercises, the options.
+answer, its hints and, for the two multiple-choice exercises, the options; split further, an
+exercise's checker would sit apart from the numbers and hints it checks against.
 """
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
-
-import numpy as np
 
 from attnlab.core import decode, iomodel, softmax
 from attnlab.machine import hardware, models
 from attnlab.core.mla import mla_intensity
 from attnlab.core.variants import sink_window, tile_mask
+from attnlab.course.answers import NotYet, integer, letters, near, number, parts, rounded_off, sequence
 
 __all__ = ["check", "Check", "expected", "choices", "TOLERANCE", "TOLERANCE_ABS", "FORMS", "CHOICES"]
 
@@ -94,7 +95,6 @@ _CHOICE_HINTS = {
 
 _X1 = (2.0, 1.0, 4.0)                        # exercise 1's scores
 _GIVEN3 = 9.4e6                              # the rounded count exercise 3's prompt gives to compare with
-_NEAR = 0.01                                 # how close an answer must be to a known mistake's number
 _N2 = 32768                                  # exercise 2's prefill length
 _SINKS, _WINDOW, _N9, _BLOCK9 = 4, 1024, 4096, 128     # exercise 9(b)
 
@@ -119,82 +119,10 @@ class Check:
     __repr__ = __str__
 
 
-class _NotYet(Exception):
-    """Raised inside a checker with the hint to show."""
-
-
-# --- reading answers: every helper raises _NotYet with a hint about the form -------------------------
-
-def _number(x, what: str) -> float:
-    if isinstance(x, (str, bytes)):
-        raise _NotYet(f"{what} should be a number, not the string {x!r}: write it without quotes")
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
-        raise _NotYet(f"{what} should be a number, got {type(x).__name__}")
-    try:
-        v = float(x)
-    except (OverflowError, ValueError, TypeError):
-        raise _NotYet(f"{what} should be a finite number") from None
-    if not math.isfinite(v):
-        raise _NotYet(f"{what} should be a finite number, got {v}")
-    return v
-
-
-def _integer(x, what: str) -> int:
-    v = _number(x, what)
-    if not v.is_integer():
-        raise _NotYet(f"{what} is a count: a whole number, got {v:g}")
-    return int(v)
-
-
-def _sequence(x, length: int, what: str) -> list:
-    if isinstance(x, (str, bytes, dict, set, frozenset)) or not hasattr(x, "__getitem__") \
-            or (isinstance(x, np.ndarray) and x.ndim == 0):
-        raise _NotYet(f"{what} should be a list of {length}, got {type(x).__name__}")
-    if len(x) != length:
-        raise _NotYet(f"{what} should have {length} entries, got {len(x)}")
-    return [x[i] for i in range(length)]
-
-
-def _parts(x, keys: tuple[str, ...]) -> dict:
-    form = "{" + ", ".join(f"{k!r}: ..." for k in keys) + "}"
-    if not isinstance(x, dict):
-        raise _NotYet(f"write the answer as a dict {form}, got {type(x).__name__}")
-    missing = [k for k in keys if k not in x]
-    extra = [k for k in x if k not in keys]
-    if missing or extra:
-        raise _NotYet(f"the answer needs exactly the keys {', '.join(map(repr, keys))}"
-                      + (f"; missing {', '.join(map(repr, missing))}" if missing else "")
-                      + (f"; unknown {', '.join(map(repr, extra))}" if extra else ""))
-    return x
-
-
-def _letters(x, n: int) -> frozenset:
-    if isinstance(x, (str, bytes)) or not isinstance(x, (set, frozenset, list, tuple)):
-        raise _NotYet("write the chosen letters as a set, e.g. {'a', 'b'}")
-    out = set()
-    for item in x:
-        if not isinstance(item, str) or item.strip().lower() not in CHOICES[n]:
-            raise _NotYet(f"each entry should be one of the letters {', '.join(CHOICES[n])}; got {item!r}")
-        out.add(item.strip().lower())
-    if not out:
-        raise _NotYet("choose at least one statement")
-    return frozenset(out)
-
-
 def _close(value: float, right: float, n: int) -> bool:
     """Within TOLERANCE[n] of the right value, relative to the right value, or within
     TOLERANCE_ABS[n] of it, whichever is larger."""
     return abs(value - right) <= max(TOLERANCE[n] * abs(right), TOLERANCE_ABS.get(n, 0))
-
-
-def _near(value: float, right: float) -> bool:
-    """Within _NEAR of `right`, relative: close enough to name the mistake that gives `right`."""
-    return abs(value - right) <= _NEAR * abs(right)
-
-
-def _rounded_off(value: float, right: float) -> bool:
-    """Off by no more than rounding to one decimal: right digits, too few of them."""
-    return abs(value - right) <= 0.05
 
 
 def _units(value: float, right: float, n: int, unit: str) -> str | None:
@@ -219,25 +147,25 @@ def _expected_1() -> dict:
 
 def _check_1(answer) -> str:
     right = _expected_1()
-    a = _parts(answer, ("steps", "softmax"))
-    steps = _sequence(a["steps"], len(_X1), "'steps' (one (m, l) pair per number of x)")
+    a = parts(answer, ("steps", "softmax"))
+    steps = sequence(a["steps"], len(_X1), "'steps' (one (m, l) pair per number of x)")
     for i, (pair, (m, l)) in enumerate(zip(steps, right["steps"]), 1):
-        mi, li = (_number(v, f"step {i}'s {w}") for v, w in
-                  zip(_sequence(pair, 2, f"step {i} (a pair (m, l))"), "ml"))
+        mi, li = (number(v, f"step {i}'s {w}") for v, w in
+                  zip(sequence(pair, 2, f"step {i} (a pair (m, l))"), "ml"))
         if not _close(mi, m, 1):
-            raise _NotYet(f"step {i}'s m: m is the largest value seen so far")
+            raise NotYet(f"step {i}'s m: m is the largest value seen so far")
         if not _close(li, l, 1):
-            if _rounded_off(li, l):
-                raise _NotYet(f"step {i}'s l: the method is right, the difference is rounding; keep two decimals")
-            raise _NotYet(f"step {i}'s l: l is the sum of e^(x - m) over the values seen so far; when m "
+            if rounded_off(li, l):
+                raise NotYet(f"step {i}'s l: the method is right, the difference is rounding; keep two decimals")
+            raise NotYet(f"step {i}'s l: l is the sum of e^(x - m) over the values seen so far; when m "
                           "grows, the old sum is first multiplied by e^(m_old - m_new)"
                           if i > 1 else "step 1's l: one value, measured against itself")
-    probs = [_number(v, f"softmax[{i}]") for i, v in
-             enumerate(_sequence(a["softmax"], len(_X1), "'softmax'"))]
+    probs = [number(v, f"softmax[{i}]") for i, v in
+             enumerate(sequence(a["softmax"], len(_X1), "'softmax'"))]
     if not all(_close(p, r, 1) for p, r in zip(probs, right["softmax"])):
-        if all(_rounded_off(p, r) for p, r in zip(probs, right["softmax"])):
-            raise _NotYet("'softmax': the method is right, the difference is rounding; keep two decimals")
-        raise _NotYet("the final softmax is e^(x_i - m) / l with the last step's m and l")
+        if all(rounded_off(p, r) for p, r in zip(probs, right["softmax"])):
+            raise NotYet("'softmax': the method is right, the difference is rounding; keep two decimals")
+        raise NotYet("the final softmax is e^(x_i - m) / l with the last step's m and l")
     return f"l = {right['steps'][-1][1]:.4f}, softmax = [{', '.join(f'{p:.4f}' for p in right['softmax'])}]"
 
 
@@ -250,15 +178,15 @@ def _expected_2() -> dict:
 
 def _check_2(answer) -> str:
     right = _expected_2()
-    a = _parts(answer, ("S", "flash_extra"))
+    a = parts(answer, ("S", "flash_extra"))
     heads = models.get_model("Llama-3-8B").q_heads
     for key, idea in (("S", "one N x N matrix per head, 2 bytes per FP16 entry, for every head of the layer"),
                       ("flash_extra", "two FP32 numbers (m and l) per query row, for every head")):
-        v = _number(a[key], repr(key))
+        v = number(a[key], repr(key))
         if not _close(v, right[key], 2):
             if _close(v * heads, right[key], 2):
-                raise _NotYet(f"{key!r}: that is one head; the question asks for all heads of the layer")
-            raise _NotYet(f"{key!r}: " + (_units(v, right[key], 2, "bytes") or idea))
+                raise NotYet(f"{key!r}: that is one head; the question asks for all heads of the layer")
+            raise NotYet(f"{key!r}: " + (_units(v, right[key], 2, "bytes") or idea))
     return (f"S is {right['S'] / 1e9:.1f} GB per layer (twice that with P); FlashAttention's m and l "
             f"take {right['flash_extra'] / 2 ** 20:.0f} MiB")
 
@@ -268,19 +196,19 @@ def _expected_3() -> int:
 
 
 def _check_3(answer) -> str:
-    right, v = _expected_3(), _number(answer, "the answer")
+    right, v = _expected_3(), number(answer, "the answer")
     if v != right:
-        if _near(v, _GIVEN3) and abs(v - _GIVEN3) < abs(v - right):     # the table's 9.4 M, or about it
-            raise _NotYet("9.4 M is the rounded figure the question gives to compare with; the exercise "
+        if near(v, _GIVEN3) and abs(v - _GIVEN3) < abs(v - right):     # the table's 9.4 M, or about it
+            raise NotYet("9.4 M is the rounded figure the question gives to compare with; the exercise "
                           "asks for your own count, to the element")
-        if _near(v, right):
-            raise _NotYet("close, but a count is exact: add up every read and write to the element, "
+        if near(v, right):
+            raise NotYet("close, but a count is exact: add up every read and write to the element, "
                           "without rounding")
-        if _near(v, iomodel.standard_io(4096, 64)):
-            raise _NotYet("that is standard attention's count (S and P go through HBM); FA1 keeps them on chip")
-        if _near(v, iomodel.flash_io(4096, 64, 100_000, "fa2")):
-            raise _NotYet("that is FA2's loop order (Q outside); the exercise asks for FA1: K and V outside")
-        raise _NotYet("count the outer loop over K/V blocks: K and V read once, then per pass every "
+        if near(v, iomodel.standard_io(4096, 64)):
+            raise NotYet("that is standard attention's count (S and P go through HBM); FA1 keeps them on chip")
+        if near(v, iomodel.flash_io(4096, 64, 100_000, "fa2")):
+            raise NotYet("that is FA2's loop order (Q outside); the exercise asks for FA1: K and V outside")
+        raise NotYet("count the outer loop over K/V blocks: K and V read once, then per pass every "
                       "query row's Q, O, l and m read and O, l, m written")
     return f"{right:,} elements, {iomodel.standard_io(4096, 64) / right:.1f}x fewer than standard attention"
 
@@ -294,17 +222,17 @@ def _expected_4() -> dict:
 
 def _check_4(answer) -> str:
     right = _expected_4()
-    a = _parts(answer, ("a", "b", "of_ridge"))
+    a = parts(answer, ("a", "b", "of_ridge"))
     for key in ("a", "b"):
-        v = _number(a[key], repr(key))
+        v = number(a[key], repr(key))
         if not _close(v, right[key], 4):
             g = 8 if key == "a" else 128
-            raise _NotYet(f"{key!r}: use I = g l_kv / (g + l_kv) with g = {g}"
+            raise NotYet(f"{key!r}: use I = g l_kv / (g + l_kv) with g = {g}"
                           + ("; at this g the context is no longer much larger than g, so I is not just g"
                              if abs(v - g) <= TOLERANCE[4] * g else ""))
-    v = _number(a["of_ridge"], "'of_ridge'")
+    v = number(a["of_ridge"], "'of_ridge'")
     if not _close(v, right["of_ridge"], 4):
-        raise _NotYet("'of_ridge' is the MLA intensity divided by the H100's bf16 ridge point "
+        raise NotYet("'of_ridge' is the MLA intensity divided by the H100's bf16 ridge point "
                       "(peak FLOP/s over bandwidth), a fraction" + (" between 0 and 1" if v > 1 else ""))
     absorbed, ridge = mla_intensity("absorbed", 8192), hardware.ridge_point("H100-SXM", "bf16")
     verdict = "still below" if absorbed < ridge else "above"
@@ -314,12 +242,12 @@ def _check_4(answer) -> str:
 
 
 def _check_choices(n: int, answer) -> str:
-    chosen, right = _letters(answer, n), _RIGHT_CHOICES[n]
+    chosen, right = letters(answer, CHOICES[n]), _RIGHT_CHOICES[n]
     wrong, missing = sorted(chosen - right), sorted(right - chosen)
     if wrong:
-        raise _NotYet(f"reconsider ({wrong[0]}): {_CHOICE_HINTS[n][wrong[0]]}")
+        raise NotYet(f"reconsider ({wrong[0]}): {_CHOICE_HINTS[n][wrong[0]]}")
     if missing:
-        raise _NotYet(f"something is missing: {_CHOICE_HINTS[n][missing[0]]}")
+        raise NotYet(f"something is missing: {_CHOICE_HINTS[n][missing[0]]}")
     return "that is the whole set"
 
 
@@ -329,16 +257,16 @@ def _expected_6() -> int:
 
 def _check_6(answer) -> str:
     right = _expected_6()
-    v = _integer(answer, "the split count")
+    v = integer(answer, "the split count")
     if v not in hardware.SPLITS:
-        raise _NotYet("choose one of the split counts the exercise offers (1, 2, 4, ... 64)")
+        raise NotYet("choose one of the split counts the exercise offers (1, 2, 4, ... 64)")
     if v != right:
         run = hardware.decode_time(2, 16384, 8, v, "H100-SXM")
         sms = hardware.get_gpu("H100-SXM").sms
         if v < right:
-            raise _NotYet(f"{v} split{'s make' if v > 1 else ' makes'} {run.blocks} work blocks for {sms} SMs: "
+            raise NotYet(f"{v} split{'s make' if v > 1 else ' makes'} {run.blocks} work blocks for {sms} SMs: "
                           f"most SMs sit idle")
-        raise _NotYet(f"{v} splits make {run.blocks} blocks, more than one wave of {sms} SMs: the attention "
+        raise NotYet(f"{v} splits make {run.blocks} blocks, more than one wave of {sms} SMs: the attention "
                       f"time stops falling once one wave is full, and the merge grows with every split")
     run = hardware.decode_time(2, 16384, 8, right, "H100-SXM")
     return f"{run.blocks} blocks fill one wave at {run.utilization:.0%}; {run.time * 1e6:.1f} µs"
@@ -351,14 +279,14 @@ def _expected_7() -> dict:
 
 def _check_7(answer) -> str:
     right = _expected_7()
-    a = _parts(answer, ("naive", "cascade", "saving"))
-    if _integer(a["naive"], "'naive'") != right["naive"]:
-        raise _NotYet("'naive': without cascade every request reads its own copy of the prefix plus its own tokens")
-    if _integer(a["cascade"], "'cascade'") != right["cascade"]:
-        raise _NotYet("'cascade': the shared prefix is read once for all requests, each request's own tokens once")
-    v = _number(a["saving"], "'saving'")
+    a = parts(answer, ("naive", "cascade", "saving"))
+    if integer(a["naive"], "'naive'") != right["naive"]:
+        raise NotYet("'naive': without cascade every request reads its own copy of the prefix plus its own tokens")
+    if integer(a["cascade"], "'cascade'") != right["cascade"]:
+        raise NotYet("'cascade': the shared prefix is read once for all requests, each request's own tokens once")
+    v = number(a["saving"], "'saving'")
     if not _close(v, right["saving"], 7):
-        raise _NotYet("'saving' is 1 - cascade / naive, a fraction" + (" between 0 and 1 (50 % is 0.5)" if v > 1 else ""))
+        raise NotYet("'saving' is 1 - cascade / naive, a fraction" + (" between 0 and 1 (50 % is 0.5)" if v > 1 else ""))
     return f"{right['naive']:,} against {right['cascade']:,} tokens: {right['saving']:.0%} fewer KV reads"
 
 
@@ -370,20 +298,20 @@ def _expected_9() -> dict:
 
 def _check_9(answer) -> str:
     right = _expected_9()
-    a = _parts(answer, ("block_size", "kv_blocks", "partial"))
+    a = parts(answer, ("block_size", "kv_blocks", "partial"))
     size = a["block_size"]
     if isinstance(size, (tuple, list)):           # (rows, columns) of a block is fine too
-        size = tuple(_integer(s, "'block_size'") for s in _sequence(size, 2, "'block_size' (rows, columns)"))
+        size = tuple(integer(s, "'block_size'") for s in sequence(size, 2, "'block_size' (rows, columns)"))
         ok = size == (right["block_size"],) * 2
     else:
-        ok = _integer(size, "'block_size'") == right["block_size"]
+        ok = integer(size, "'block_size'") == right["block_size"]
     if not ok:
-        raise _NotYet("'block_size': how many tokens does one page of SGLang's radix tree hold?")
-    if _integer(a["kv_blocks"], "'kv_blocks'") != right["kv_blocks"]:
-        raise _NotYet("'kv_blocks': list the key blocks holding the sink tokens, then those the window of "
+        raise NotYet("'block_size': how many tokens does one page of SGLang's radix tree hold?")
+    if integer(a["kv_blocks"], "'kv_blocks'") != right["kv_blocks"]:
+        raise NotYet("'kv_blocks': list the key blocks holding the sink tokens, then those the window of "
                       "the tile's first and last query reach, the diagonal block included")
-    if _integer(a["partial"], "'partial'") != right["partial"]:
-        raise _NotYet("'partial': a block is partial when some of its (query, key) pairs are masked out; "
+    if integer(a["partial"], "'partial'") != right["partial"]:
+        raise NotYet("'partial': a block is partial when some of its (query, key) pairs are masked out; "
                       "look at the sinks' block and both ends of the window")
     return (f"blocks of one token; {right['kv_blocks']} KV blocks per query tile, {right['partial']} of "
             f"them partial, whatever the context length")
@@ -416,7 +344,7 @@ def check(n: int, answer) -> Check:
         return Check(n, False, f"replace None with the answer: {FORMS[n]}", answered=False)
     try:
         return Check(n, True, _CHECKS[n](answer))
-    except _NotYet as e:
+    except NotYet as e:
         return Check(n, False, str(e))
     except Exception as e:                # an answer object that breaks len(), iteration, float(), ...
         return Check(n, False, f"could not read that answer ({type(e).__name__}); see the form the exercise asks for")
