@@ -20,7 +20,9 @@ What this leaves out on purpose: clocks below boost, power limits, L2 hits, and 
 real kernels reach 60-80 % of either roof. Every number has its source in the JSON file.
 
 This file is long because the GPU catalogue, the roofline and the SM-sharing decode time model
-read the same GPU record; each part is short.
+read the same GPU record; each part is short. The decode time model (decode_time, best_split,
+recommended_split) would split off by idea, but notebooks 04, 05 and 07 import it from here by
+name, and a re-export from here would make the two modules import each other.
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ matrices of one layer alone are 32 x 32768^2 x 2 bytes = 64 GiB (128 GiB with P)
 card's 80 GB.
 
 This file is long because the model catalogue and the prefill cost model (scalar and vectorised,
-equal field by field) belong together; each part is short.
+equal field by field) belong together; each part is short. Notebooks 02 and 07 import
+`prefill_cost` from here by name; split off, it would come back through an import cycle.
 """
 from __future__ import annotations
 

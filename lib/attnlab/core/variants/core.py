@@ -31,7 +31,10 @@ The row transforms run on whole tensors before the loop; a kernel runs them on e
 after loading it. The arithmetic and the HBM traffic are the same.
 
 This file is long because the functors' checks (every parameter and every returned array refused
-by the functor's name) sit beside the loop they guard; the loop itself is the short part.
+by the functor's name) sit beside the loop they guard; the loop itself is the short part. The
+tile classification (`variant_mask`, `tile_mask`, `tile_io`) shares the mask helper that
+`_VariantTiles`, printed in notebook 05, calls by its private name: apart, the two would import
+each other.
 """
 from __future__ import annotations
 
