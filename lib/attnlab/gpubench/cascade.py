@@ -31,9 +31,10 @@ import traceback
 from types import SimpleNamespace
 
 from attnlab.core.decode import cascade_intensity
-from attnlab.gpubench.core import checked_time
+from attnlab.gpubench.core import checked_time, header
+from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import flashinfer_version, write_json
-from attnlab.gpubench.paged import SHAPE, _header
+from attnlab.gpubench.paged import SHAPE
 
 __all__ = ["run", "table", "main"]
 
@@ -160,7 +161,7 @@ def _derive(res):
 def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, seed: int = 0) -> dict:
     import torch
     shape = DRY["shape"] if dry else SHAPE
-    res = _header(torch, shape)
+    res = header(torch, shape)
     res["page_size"] = PAGE_SIZE
     print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}", flush=True)
 
@@ -214,19 +215,8 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
 
 
 def table(res: dict) -> str:
-    lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
-             f"flashinfer {res['flashinfer']}; copy {res.get('copy_bytes_per_s', 0) / 1e12:.2f} TB/s; "
-             f"page size {res['page_size']}",
-             f"{'n':>3} {'prefix':>6} {'uniq':>5} {'impl':22s} {'splits':>6} {'us':>8} {'KV MB':>7} {'TB/s':>5} "
-             f"{'x_plain':>7} {'x_fi':>5} {'saving':>6} {'max_err':>7}"]
-    for r in res["rows"]:
-        name = r["impl"] + (" auto" if r.get("auto") else "")
-        xp = f"{r['x_plain']:7.2f}" if r.get("x_plain") else f"{'-':>7}"
-        xf = f"{r['x_fi']:5.2f}" if r.get("x_fi") else f"{'-':>5}"
-        lines.append(f"{r['n']:3d} {r['prefix']:6d} {r['unique']:5d} {name:22s} {r.get('splits') or '-':>6} "
-                     f"{r['us']:8.1f} {r['kv_bytes'] / 1e6:7.1f} {r['tb_per_s']:5.2f} {xp} {xf} "
-                     f"{r['saving']:6.1%} {r['max_err']:7.1e}")
-    return "\n".join(lines)
+    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
+    return core_table(res, "cascade")
 
 
 def main(argv=None) -> int:

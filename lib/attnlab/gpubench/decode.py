@@ -11,10 +11,10 @@ configuration that is timed is also checked against a float32 reference on the s
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 
+from attnlab.gpubench.core import table as core_table
 from attnlab.machine.models import get_model
 
 __all__ = ["run", "main"]
@@ -37,15 +37,15 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = F
     from triton.testing import do_bench
 
     from attnlab.machine.hardware import decode_time, get_gpu
-    from attnlab.gpubench.core import time_per_call
-    from attnlab.gpubench.paged import _header
+    from attnlab.gpubench.cli import write_json
+    from attnlab.gpubench.core import header, time_per_call
     from attnlab.kernels.decode import split_kv_decode, workspace
 
     torch.manual_seed(seed)
     spec = get_gpu(gpu_name)
     shape = DRY["shape"] if dry else dict(heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
     hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
-    res = _header(torch, shape)
+    res = header(torch, shape)
     res.pop("flashinfer", None)
     cuda = torch.cuda.is_available()
     if ceil:
@@ -84,23 +84,13 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = F
         del q, k, v
         if cuda:
             torch.cuda.empty_cache()
-        if out:
-            with open(out, "w") as f:
-                json.dump(res, f, indent=1)
+        write_json(out, res)
     return res
 
 
 def table(res: dict) -> str:
-    lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}; "
-             f"copy {res['copy_bytes_per_s'] / 1e12:.2f} TB/s; model GPU {res['model_gpu']}",
-             f"{'batch':>5} {'ctx':>6} {'splits':>6} {'meas us':>9} {'model us':>9} {'model@copy':>10} "
-             f"{'util':>5} {'TB/s':>5} rel_err"]
-    for r in res["rows"]:
-        err = "" if r["rel_err"] is None else f"{r['rel_err']:.1e}"
-        lines.append(f"{r['batch']:5d} {r['context']:6d} {r['splits']:6d} {r['us']:9.1f} {r['model_us']:9.1f} "
-                     f"{r['model_us_measured_bw']:10.1f} {r['model_utilization']:5.2f} "
-                     f"{r['achieved_bytes_per_s'] / 1e12:5.2f} {err}")
-    return "\n".join(lines)
+    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
+    return core_table(res, "decode")
 
 
 def main(argv=None) -> int:

@@ -40,7 +40,7 @@ _RULES = ("CPIStall", "TheoreticalOccupancy", "IssueSlotUtilization", "HighPipeU
 
 def calls(torch, dry: bool = False) -> list[tuple[str, int, object]]:
     """(name, kernels it launches, fn) for every call of the profile that can run here."""
-    from attnlab.gpubench.paged import _pool
+    from attnlab.gpubench.paged import pool
     from attnlab.kernels.decode import split_kv_decode, workspace
     from attnlab.kernels.hopper import flash_attention_hopper
     from attnlab.kernels.paged import paged_decode
@@ -53,7 +53,7 @@ def calls(torch, dry: bool = False) -> list[tuple[str, int, object]]:
         torch.manual_seed(0)
         q = torch.randn(B, hq, d, **bf16)
         k, v = (torch.randn(B, hkv, n, d, **bf16) for _ in "kv")
-        p = _pool(torch, k, v, 16, 0)
+        p = pool(torch, k, v, 16, 0)
         wc, wp, o = workspace(B, hq, d, s_contig, dev), workspace(B, hq, d, s_paged, dev), torch.empty_like(q)
         out.append((f"contiguous {B}x{n} s{s_contig}", 2,
                     lambda q=q, k=k, v=v, s=s_contig, w=wc: split_kv_decode(q, k, v, s, ws=w)))

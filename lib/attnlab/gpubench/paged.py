@@ -12,23 +12,20 @@ timed per call by CUDA-graph replay (median; CUDA events around a loop if the ca
 - flashinfer-tc, flashinfer: `BatchDecodeWithPagedKVCacheWrapper`, use_tensor_cores True / False,
   planned once outside the timing (plan() itself timed on the host, plan_us);
 - sdpa-cudnn, sdpa-flash: torch SDPA on the contiguous copy, a KV head's g query heads as g rows.
-bytes = K, V and Q read once, O written (bf16); TB/s = bytes / time; x_best = time / the fastest of
-the same batch x context. FlashInfer (whose first plan compiles) runs after the rest; every row is
+bytes = K, V and Q read once, O written (bf16); TB/s = bytes / time (the run's schema adds
+ratio_to_best). FlashInfer (whose first plan compiles) runs after the rest; every row is
 tried on its own (a failure drops it, with a short traceback); the JSON is rewritten after each case.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import math
-import os
-import subprocess
 import sys
 import time
 import traceback
 from types import SimpleNamespace
 
 from attnlab.machine.models import get_model
-from attnlab.gpubench.core import checked_time
+from attnlab.gpubench.core import checked_time, header, reference
+from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import flashinfer_version, write_json
 
 __all__ = ["run", "table", "main"]
@@ -42,21 +39,7 @@ PEERS = ("paged", "contiguous", "sdpa", "flashinfer")
 DRY = dict(cases=[(2, 40), (1, 100)], shape=dict(heads=8, kv_heads=2, head_dim=32), splits=(1, 3))
 
 
-def _reference(torch, q, k, v):
-    """float32 attention of the (rounded) inputs, a few requests at a time."""
-    B, hq, d = q.shape
-    hkv, n = k.shape[1], k.shape[2]
-    ref = torch.empty(B, hq, d, dtype=torch.float32, device=q.device)
-    step = max(1, (1 << 26) // (hkv * n * d))
-    for i in range(0, B, step):
-        qf = q[i:i + step].float().view(-1, hkv, hq // hkv, d)
-        s = torch.einsum("bhgd,bhnd->bhgn", qf, k[i:i + step].float()) / math.sqrt(d)
-        ref[i:i + step] = torch.einsum("bhgn,bhnd->bhgd", torch.softmax(s, -1),
-                                       v[i:i + step].float()).reshape(-1, hq, d)
-    return ref
-
-
-def _pool(torch, k, v, page_size: int, seed: int):
+def pool(torch, k, v, page_size: int, seed: int):
     """NHD pools holding the same K/V, pages in a shuffled order, and FlashInfer's int32 arrays."""
     B, hkv, n, d = k.shape
     per = -(-n // page_size)
@@ -105,7 +88,7 @@ def _sdpa(torch, c, add):
         add(name, fn)
 
 
-def _flashinfer(torch, c, add, tensor_cores=(True, False)):
+def flashinfer_decode(torch, c, add, tensor_cores=(True, False)):
     import flashinfer
     p, (B, hq, d) = c.pool, c.q.shape
     for tc in tensor_cores:
@@ -134,7 +117,7 @@ def _case(torch, res, batch, ctx, shape, splits, page_sizes, peers, seed):
     q = torch.randn(batch, hq, d, device=dev, dtype=torch.bfloat16)
     k = torch.randn(batch, hkv, ctx, d, device=dev, dtype=torch.bfloat16)
     v = torch.randn_like(k)
-    ref = _reference(torch, q, k, v)
+    ref = reference(torch, q, k, v)
     nbytes = (2 * k.numel() + 2 * q.numel()) * k.element_size()
     c = SimpleNamespace(q=q, k=k, v=v, splits=splits, pool=None)
 
@@ -160,51 +143,23 @@ def _case(torch, res, batch, ctx, shape, splits, page_sizes, peers, seed):
     peer("contiguous", _contiguous)
     peer("sdpa", _sdpa)
     for ps in page_sizes if {"paged", "flashinfer"} & set(peers) else ():
-        c.pool = _pool(torch, k, v, ps, seed)
+        c.pool = pool(torch, k, v, ps, seed)
         peer("paged", _paged)
-        peer("flashinfer", _flashinfer)
+        peer("flashinfer", flashinfer_decode)
         c.pool = None
         if dev == "cuda":
             torch.cuda.empty_cache()
-
-
-def _header(torch, shape) -> dict:
-    import triton
-    cuda = torch.cuda.is_available()
-    props = torch.cuda.get_device_properties(0) if cuda else None
-    try:
-        commit = os.environ.get("ATTNLAB_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-            cwd=os.path.dirname(__file__)).stdout.strip() or None
-    except Exception:                                     # noqa: BLE001 - no git there
-        commit = None
-    res = {"device": torch.cuda.get_device_name(0) if cuda else "cpu (dry run, Triton interpreter)",
-           "sms": props.multi_processor_count if cuda else None,
-           "l2_bytes": getattr(props, "L2_cache_size", None) if cuda else None,
-           "torch": torch.__version__, "triton": triton.__version__, "flashinfer": None,
-           "commit": commit, "date": _dt.date.today().isoformat(),
-           "shape": {**shape, "dtype": "bf16"}, "rows": []}
-    if cuda:                                              # the ceiling TB/s is read against
-        a = torch.empty(1 << 28, device="cuda", dtype=torch.bfloat16)
-        b = torch.empty_like(a)
-        from triton.testing import do_bench
-        res["copy_bytes_per_s"] = 4 * a.numel() / (do_bench(lambda: b.copy_(a), return_mode="median") * 1e-3)
-        del a, b
-    return res
 
 
 def run(cases=CASES, page_sizes=PAGE_SIZES, peers=PEERS, *, dry: bool = False, out: str | None = None,
         seed: int = 0) -> dict:
     import torch
     shape = DRY["shape"] if dry else SHAPE
-    res = _header(torch, shape)
+    res = header(torch, shape)
     print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}", flush=True)
     phases = [[p for p in peers if p != "flashinfer"], [p for p in peers if p == "flashinfer"]]
 
     def save():
-        for r in res["rows"]:
-            r["x_best"] = r["us"] / min(x["us"] for x in res["rows"] if x["batch"] == r["batch"]
-                                        and x["context"] == r["context"])
         write_json(out, res)
     for phase in filter(None, phases):                    # FlashInfer's JIT last: ours survive a timeout
         if "flashinfer" in phase:                         # imported only now: a crash keeps the rest
@@ -222,24 +177,8 @@ def run(cases=CASES, page_sizes=PAGE_SIZES, peers=PEERS, *, dry: bool = False, o
 
 
 def table(res: dict) -> str:
-    """The best split count of each implementation (and splits=None for paged) per case."""
-    keep = {}
-    for r in res["rows"]:
-        key = (r["batch"], r["context"], r["impl"], r["page_size"], r.get("auto", False))
-        if key not in keep or r["us"] < keep[key]["us"]:
-            keep[key] = r
-    lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
-             f"flashinfer {res['flashinfer']}; copy {res.get('copy_bytes_per_s', 0) / 1e12:.2f} TB/s",
-             f"{'batch':>5} {'ctx':>6} {'impl':14s} {'ps':>3} {'splits':>6} {'us':>9} {'MB':>7} "
-             f"{'TB/s':>5} {'x_best':>6} {'max_err':>7} {'plan_us':>7}"]
-    order = list(dict.fromkeys((r["batch"], r["context"]) for r in res["rows"]))
-    for r in sorted(keep.values(), key=lambda r: (order.index((r["batch"], r["context"])), r["page_size"] or 0)):
-        name = r["impl"] + (" auto" if r.get("auto") else "")
-        plan = f"{r['plan_us']:7.0f}" if "plan_us" in r else ""
-        lines.append(f"{r['batch']:5d} {r['context']:6d} {name:14s} {r['page_size'] or '-':>3} "
-                     f"{r.get('splits') or '-':>6} {r['us']:9.1f} {r['bytes'] / 1e6:7.1f} {r['tb_per_s']:5.2f} "
-                     f"{r['x_best']:6.2f} {r['max_err']:7.1e} {plan}")
-    return "\n".join(lines)
+    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
+    return core_table(res, "paged")
 
 
 def main(argv=None) -> int:

@@ -17,8 +17,7 @@ Each output is checked against a float32 reference (max_err), then timed by CUDA
 (`time_per_call`; events where a capture fails). flops = 4 d per visible (query, key) pair;
 bytes = the model's HBM traffic: Q, K, V read and O written once for the fused kernels,
 `iomodel.standard_io` for Algorithm 0; model_us = max(flops / peak, bytes / bandwidth) with the
-matmul and copy ceilings measured in the same run; x_best = the fastest other library's time / this
-row's (above 1: faster than every library). Each row is tried on its own (a failure drops it, with
+matmul and copy ceilings measured in the same run (the run's schema adds ratio_to_best). Each row is tried on its own (a failure drops it, with
 a short traceback). FlashInfer, whose first call compiles, runs last.
 """
 from __future__ import annotations
@@ -26,31 +25,18 @@ from __future__ import annotations
 import sys
 import traceback
 
-from attnlab.gpubench.core import checked_time
+from attnlab.gpubench.core import ceilings, checked_time, header, reference
+from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import flashinfer_version, write_json
-from attnlab.gpubench.paged import SHAPE, _header
-from attnlab.gpubench.variants import _reference, pairs
+from attnlab.gpubench.paged import SHAPE
+from attnlab.gpubench.variants import pairs
 
-__all__ = ["run", "table", "main", "ceilings", "OURS"]
+__all__ = ["run", "table", "main"]
 
 CASES = [(1, 4096), (1, 8192), (1, 16384), (4, 4096)]
 PEERS = ("ours", "sdpa", "flex", "standard", "flashinfer")
 #: Rows that are this course's kernels; every other impl is a peer.
-OURS = ("ours-fa2", "ours-hopper")
 DRY = dict(cases=[(1, 40), (2, 33)], shape=dict(heads=4, kv_heads=2, head_dim=32))
-
-
-def ceilings(torch) -> dict:
-    """The copy bandwidth (read + write) and the bf16 matmul rate, measured here (CUDA only)."""
-    from triton.testing import do_bench
-    a = torch.empty(1 << 28, device="cuda", dtype=torch.bfloat16)
-    b = torch.empty_like(a)
-    copy = 4 * a.numel() / (do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median") * 1e-3)
-    del a, b
-    m = 8192
-    x, y = (torch.randn(m, m, device="cuda", dtype=torch.bfloat16) for _ in "xy")
-    mm = 2 * m ** 3 / (do_bench(lambda: x @ y, warmup=50, rep=300, return_mode="median") * 1e-3)
-    return {"copy_bytes_per_s": copy, "bf16_matmul_flops": mm}
 
 
 def _ours(torch, c, add):
@@ -120,14 +106,6 @@ def _flashinfer(torch, c, add):
         add(f"flashinfer-{backend}", fn)
 
 
-def _derive(res):
-    """x_best per row: the fastest peer (not ours, not this row) of the case / this row's time."""
-    for r in res["rows"]:
-        others = [x["us"] for x in res["rows"] if (x["batch"], x["N"], x["causal"]) == (r["batch"], r["N"], r["causal"])
-                  and x["impl"] not in OURS and x["impl"] != r["impl"] and x["impl"] != "standard"]
-        r["x_best"] = min(others) / r["us"] if others else None
-
-
 def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, seed: int = 0,
         ceil: dict | None = None) -> dict:
     import torch
@@ -135,14 +113,13 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
 
     from attnlab.core.iomodel import standard_io
     shape = DRY["shape"] if dry else SHAPE
-    res = _header(torch, shape)
+    res = header(torch, shape)
     cuda = torch.cuda.is_available()
     res["ceilings"] = ceil or (ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10})
     peak, bw = res["ceilings"]["bf16_matmul_flops"], res["ceilings"]["copy_bytes_per_s"]
     print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}", flush=True)
 
     def save():
-        _derive(res)
         write_json(out, res)
     c = SimpleNamespace(flex=None)
     hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
@@ -162,7 +139,7 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
                 c.causal = causal
                 flops = 4 * d * batch * hq * pairs(n, n, causal)
                 fused = 2 * batch * d * (2 * hq * n + 2 * hkv * n)            # bf16 Q, O, K, V once
-                ref = _reference(torch, c.q, c.k, c.v, causal=causal)
+                ref = reference(torch, c.q, c.k, c.v, causal=causal)
                 print(f"batch {batch} x N {n}, causal {causal}: {flops / 1e12:.2f} TFLOP", flush=True)
 
                 def add(impl, fn, **extra):
@@ -196,17 +173,8 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
 
 
 def table(res: dict) -> str:
-    c = res["ceilings"]
-    lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
-             f"flashinfer {res.get('flashinfer')}; copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
-             f"bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s",
-             f"{'batch':>5} {'N':>6} {'causal':>6} {'impl':15s} {'us':>9} {'TFLOP/s':>7} {'peak':>5} "
-             f"{'model us':>8} {'x_best':>6} {'max_err':>7}"]
-    for r in res["rows"]:
-        xb = f"{r['x_best']:6.2f}" if r.get("x_best") else f"{'':6s}"
-        lines.append(f"{r['batch']:5d} {r['N']:6d} {r['causal']!s:>6} {r['impl']:15s} {r['us']:9.1f} "
-                     f"{r['tflops']:7.1f} {r['frac_peak']:5.2f} {r['model_us']:8.1f} {xb} {r['max_err']:7.1e}")
-    return "\n".join(lines)
+    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
+    return core_table(res, "prefill")
 
 
 def main(argv=None) -> int:

@@ -30,8 +30,8 @@ import re
 import sys
 import traceback
 
-from attnlab import fmt
 from attnlab.gpubench.cli import write_json
+from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.schema import SCHEMA, section_rows
 
 __all__ = ["SECTIONS", "run", "default_path", "table", "main"]
@@ -49,10 +49,9 @@ def default_path(device: str, date: str) -> str:
 def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: bool = False) -> dict:
     import torch
 
-    from attnlab.gpubench.paged import _header
-    from attnlab.gpubench.prefill import ceilings
+    from attnlab.gpubench.core import ceilings, header
     cuda = torch.cuda.is_available()
-    res = _header(torch, {})
+    res = header(torch, {})
     res.pop("shape")
     res.pop("rows")
     res.pop("copy_bytes_per_s", None)
@@ -100,17 +99,8 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
 
 
 def table(res: dict) -> str:
-    """The run's rows as text under its provenance."""
-    head = (f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
-            f"flashinfer {res.get('flashinfer')}, commit {res.get('commit')}\n")
-
-    def num(spec):
-        return lambda v: "" if v is None else format(v, spec)
-    return head + fmt.table([{**r, "what": r["what"][:34], "impl": r["impl"][:22]} for r in res["rows"]],
-                            {"section": "section", "what": "case", "impl": "impl", "time_us": "us",
-                             "tflops": "TFLOP/s", "tbps": "TB/s", "ratio_to_best": "best/us", "error": "err"},
-                            {"time_us": ".1f", "tflops": num(".1f"), "tbps": num(".2f"),
-                             "ratio_to_best": num(".2f"), "error": num(".1e")})
+    """The run's rows as text under its provenance (gpubench.core.table)."""
+    return core_table(res)
 
 
 def main(argv=None) -> int:

@@ -31,9 +31,9 @@ import numpy as np
 
 from attnlab.machine.schedule import fixed_size_workspace, plan_balanced, plan_fixed_split, plan_per_request
 from attnlab.machine.workload import RECORDED_BATCHES, lengths, recorded_lengths
-from attnlab.gpubench.core import time_per_call
+from attnlab.gpubench.core import header, replay_time, time_per_call
 from attnlab.gpubench.cli import flashinfer_version, write_json
-from attnlab.gpubench.paged import SHAPE, _flashinfer, _header
+from attnlab.gpubench.paged import SHAPE, flashinfer_decode
 
 __all__ = ["run", "table", "main"]
 
@@ -93,24 +93,6 @@ def _reference(torch, b, k_pool, v_pool):
     return ref
 
 
-def _replay_us(torch, step, reps=10, calls=20):
-    """us per call: CUDA events around `calls` calls, median of `reps`; on a CPU wall clock of two."""
-    if not torch.cuda.is_available():
-        t0 = time.perf_counter()
-        step(), step()
-        return (time.perf_counter() - t0) / 2 * 1e6, "wall (eager run)"
-    times = []
-    for _ in range(reps):
-        a, e = (torch.cuda.Event(enable_timing=True) for _ in "ae")
-        a.record()
-        for _ in range(calls):
-            step()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(e) * 1e3 / calls)
-    return sorted(times)[len(times) // 2], "graph replay"
-
-
 def _scheduled(torch, res, kind, batches, pools, shape, ctas, chunk, add):
     """Plan every batch, size the decoder over all of them, capture on the first, replay the rest."""
     from attnlab.kernels.scheduled import ScheduledDecoder
@@ -156,7 +138,7 @@ def run(cases=CASES, plans=PLANS, *, dry: bool = False, out: str | None = None, 
     import torch
     shape = DRY["shape"] if dry else SHAPE
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    res = _header(torch, shape)
+    res = header(torch, shape)
     res.update(page_size=PAGE_SIZE, dist="longtail", gpu_model=GPU, rows=[])
     ctas = CTAS_PER_SM * res["sms"] if res["sms"] else DRY["ctas"]
     chunk = DRY["chunk"] if dry else CHUNK
@@ -173,8 +155,6 @@ def run(cases=CASES, plans=PLANS, *, dry: bool = False, out: str | None = None, 
     kv_bytes = 2 * hkv * d * 2
 
     def save():
-        for r in res["rows"]:
-            r["x_best"] = r["us"] / min(x["us"] for x in res["rows"] if x["batch"] == r["batch"])
         write_json(out, res)
 
     def add(b, impl, fn, timer="graph", **extra):
@@ -183,7 +163,7 @@ def run(cases=CASES, plans=PLANS, *, dry: bool = False, out: str | None = None, 
             err = (o - refs[id(b)]).abs().max().item()
             if not err <= 0.05:                           # bf16 inputs, fp32 reference
                 raise RuntimeError(f"max_err {err:.2e} vs the float32 reference")
-            us, how = _replay_us(torch, fn) if timer == "replay" else time_per_call(fn, o)
+            us, how = replay_time(fn) if timer == "replay" else time_per_call(fn, o)
         except Exception:                                 # noqa: BLE001 - drop this row only
             print(f"  batch {b.q.shape[0]} {impl}: failed\n" + traceback.format_exc(limit=3), flush=True)
             return
@@ -214,7 +194,7 @@ def run(cases=CASES, plans=PLANS, *, dry: bool = False, out: str | None = None, 
             c = SimpleNamespace(q=b.q, pool=SimpleNamespace(k_pool=pools.k, v_pool=pools.v, page_size=PAGE_SIZE,
                                                             indices=b.indices, indptr=b.indptr, last=b.last))
             try:
-                _flashinfer(torch, c, lambda name, fn, b=b, **kw: add(b, name, fn, **kw), tensor_cores=(True,))
+                flashinfer_decode(torch, c, lambda name, fn, b=b, **kw: add(b, name, fn, **kw), tensor_cores=(True,))
             except Exception:                             # noqa: BLE001
                 print(f"  flashinfer batch {b.q.shape[0]}: failed\n" + traceback.format_exc(limit=3), flush=True)
     else:
@@ -225,18 +205,24 @@ def run(cases=CASES, plans=PLANS, *, dry: bool = False, out: str | None = None, 
 
 def table(res: dict) -> str:
     """One line per (batch, implementation): measured beside predicted, host costs beside FlashInfer's.
-    items: the plan's work items; /cta: the slots per CTA the graph was captured with."""
-    lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
-             f"flashinfer {res['flashinfer']}; {res['dist']} batches, page size {res['page_size']}",
-             f"{'batch':>5} {'tokens':>7} {'impl':18s} {'items':>5} {'/cta':>4} {'util':>5} {'pred_us':>7} {'us':>8} "
-             f"{'TB/s':>5} {'x_best':>6} {'max_err':>7} {'plan_us':>7} {'load_us':>7}"]
-    for r in sorted(res["rows"], key=lambda r: (r["batch"], r["impl"])):
-        f = lambda k, fmt: format(r[k], fmt) if r.get(k) is not None else ""  # noqa: E731
-        lines.append(f"{r['batch']:5d} {r['tokens']:7d} {r['impl']:18s} {f('items', 'd'):>5} {f('max_items', 'd'):>4} "
-                     f"{f('utilization', '5.2f'):>5} "
-                     f"{f('predicted_us', '7.1f'):>7} {r['us']:8.1f} {r['tb_per_s']:5.2f} {r['x_best']:6.2f} "
-                     f"{r['max_err']:7.1e} {f('plan_us', '7.0f'):>7} {f('load_us', '7.0f'):>7}")
-    return "\n".join(lines)
+    items: the plan's work items; /cta: the slots per CTA the graph was captured with; best/us: the
+    run schema's ratio_to_best (1.0 = the fastest of the batch)."""
+    from attnlab import fmt
+    from attnlab.gpubench.schema import section_rows
+    ratio = [r["ratio_to_best"] for r in section_rows("scheduled", res["rows"])]
+    rows = sorted(({**r, "best": x} for r, x in zip(res["rows"], ratio)), key=lambda r: (r["batch"], r["impl"]))
+    cols = {"batch": "batch", "tokens": "tokens", "impl": "impl", "items": "items", "max_items": "/cta",
+            "utilization": "util", "predicted_us": "pred_us", "us": "us", "tb_per_s": "TB/s", "best": "best/us",
+            "max_err": "max_err", "plan_us": "plan_us", "load_us": "load_us"}
+
+    def num(spec):
+        return lambda v: "" if v is None else format(v, spec)
+    return (f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
+            f"flashinfer {res['flashinfer']}; {res['dist']} batches, page size {res['page_size']}\n" +
+            fmt.table([{k: r.get(k) for k in cols} for r in rows], cols,
+                      {"items": num("d"), "max_items": num("d"), "utilization": num(".2f"),
+                       "predicted_us": num(".1f"), "us": ".1f", "tb_per_s": ".2f", "best": num(".2f"),
+                       "max_err": ".1e", "plan_us": num(".0f"), "load_us": num(".0f")}))
 
 
 def main(argv=None) -> int:

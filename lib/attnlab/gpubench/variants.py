@@ -23,16 +23,15 @@ speedup (ours rows) = the best peer's time / ours, > 1 = ours faster. Every row 
 """
 from __future__ import annotations
 
-import math
 import sys
 import traceback
 
 import numpy as np
 
 from attnlab.machine.models import get_model
-from attnlab.gpubench.core import checked_time
+from attnlab.gpubench.core import checked_time, header, reference
+from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import write_json
-from attnlab.gpubench.paged import _header
 
 __all__ = ["run", "table", "main", "pairs"]
 
@@ -58,33 +57,6 @@ def pairs(n_q: int, n_k: int, causal: bool = False, window: int = 0) -> int:
     hi = np.clip(q_idx + 1, 0, n_k) if causal or window else np.full(n_q, n_k)
     lo = np.clip(q_idx - window + 1, 0, n_k) if window else 0
     return int(np.maximum(hi - lo, 0).sum())
-
-
-def _reference(torch, q, k, v, causal=False, soft_cap=None, window=0):
-    """float32 attention of the (rounded) inputs, one KV head's query group and query chunk at a time."""
-    B, hq, n_q, d = q.shape
-    hkv, n_k = k.shape[1], k.shape[2]
-    g = hq // hkv
-    ref = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    rows = max(1, (1 << 26) // (g * n_k))
-    kv_idx = torch.arange(n_k, device=q.device)[None, :]
-    for b in range(B):
-        for h in range(hkv):
-            kf, vf = k[b, h].float(), v[b, h].float()
-            for i in range(0, n_q, rows):
-                qf = q[b, h * g:(h + 1) * g, i:i + rows].float()
-                s = qf @ kf.T / math.sqrt(d)
-                if soft_cap:
-                    s = soft_cap * torch.tanh(s / soft_cap)
-                q_idx = torch.arange(i, i + qf.shape[1], device=q.device)[:, None] + n_k - n_q
-                vis = torch.ones_like(s[0], dtype=torch.bool)
-                if causal or window:
-                    vis &= kv_idx <= q_idx
-                if window:
-                    vis &= kv_idx > q_idx - window
-                p = torch.nan_to_num(torch.softmax(s.masked_fill(~vis, float("-inf")), -1))
-                ref[b, h * g:(h + 1) * g, i:i + rows] = p @ vf
-    return ref
 
 
 def _ours(torch, c, add):
@@ -159,7 +131,7 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
     from types import SimpleNamespace
     shape = DRY["shape"] if dry else SHAPE
     window = DRY["window"] if dry else WINDOW
-    res = _header(torch, shape)
+    res = header(torch, shape)
     res.pop("flashinfer", None)
     res.update(soft_cap=CAP, window=window)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -179,7 +151,7 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
             kw = _kwargs(variant, window)
             flops = 4 * d * batch * hq * pairs(n, n, kw.get("causal", False), kw.get("window", 0))
             try:
-                ref = _reference(torch, c.q, c.k, c.v, **kw)
+                ref = reference(torch, c.q, c.k, c.v, **kw)
             except Exception:                             # noqa: BLE001
                 print(f"  reference {variant}: failed\n" + traceback.format_exc(limit=3), flush=True)
                 continue
@@ -216,16 +188,8 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
 
 
 def table(res: dict) -> str:
-    lines = [f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
-             f"commit {res['commit']}",
-             f"{'batch':>5} {'N':>6} {'variant':20s} {'impl':12s} {'us':>10} {'TFLOP/s':>7} "
-             f"{'speedup':>7} {'max_err':>7} timing"]
-    for r in res["rows"]:
-        sp = f"{r['speedup']:7.2f}" if "speedup" in r else f"{'':7s}"
-        name = r["impl"] + (" (kv rep.)" if r.get("kv_repeated") else "")
-        lines.append(f"{r['batch']:5d} {r['N']:6d} {r['variant']:20s} {name:12s} {r['us']:10.1f} "
-                     f"{r['tflops']:7.1f} {sp} {r['max_err']:7.1e} {r['timing'][:30]}")
-    return "\n".join(lines)
+    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
+    return core_table(res, "variants")
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,8 @@ import sys
 import traceback
 
 from attnlab.gpubench.core import time_per_call
-from attnlab.gpubench.paged import CASES, PAGE_SIZES, SHAPE, _pool, _reference
+from attnlab.gpubench.core import reference
+from attnlab.gpubench.paged import CASES, PAGE_SIZES, SHAPE, pool
 
 __all__ = ["sweep", "main"]
 
@@ -47,9 +48,9 @@ def sweep(cases=CASES, page_sizes=PAGE_SIZES, seed: int = 0) -> list[dict]:
         q = torch.randn(batch, hq, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
-        ref = _reference(torch, q, k, v)
+        ref = reference(torch, q, k, v)
         for ps in page_sizes:
-            p = _pool(torch, k, v, ps, seed)
+            p = pool(torch, k, v, ps, seed)
             try:
                 fi = _flashinfer_us(torch, q, p)
             except Exception:                              # noqa: BLE001
