@@ -16,6 +16,7 @@ states (o, lse) fold with ⊕, in a fixed order, so the result is bitwise reprod
 
 The package by idea:
 
+    batch       the lengths read into int64 columns, each bad pair refused by its index
     pieces      the batch checked and cut into pieces with numpy (the query tile rule, L_kv)
     lpt         the assignment: `heap_schedule`, Algorithm 1 as the short heap loop a learner
                 reads, and `list_schedule`, the fast path that gives exactly its assignment a

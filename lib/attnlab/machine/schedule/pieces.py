@@ -1,39 +1,34 @@
 """A batch of (l_qo, l_kv) requests cut into work pieces with numpy, for `attnlab.machine.schedule`.
 
-`split` does what a plan needs first: `requests` turns the lengths (a list of pairs, each bad
-pair refused by its index as a loop over them would, or an (n, 2) integer array) into int64
-columns, `query_tile` picks FlashInfer's query tile, and every request is cut into query tiles
+`split` does what a plan needs first: `requests` (from `batch`) turns the lengths (a list of
+pairs, each bad pair refused by its index as a loop over them would, or an (n, 2) integer
+array) into int64 columns, `query_tile` picks FlashInfer's query tile, and every request is cut into query tiles
 and KV chunks for one KV head. When each request is one query tile (decode) only the pieces'
 costs are worked out; `pieces` lists them, in arrival order, when asked. `expand` lists the
 items: blocks of pieces, each block under every KV head, head-major; `runs` finds the blocks of
 a longest-first order (equal costs of one request, which keep their arrival order: head, then
 piece).
 
-This file is long because the checks come first: every size (KV heads, CTAs, the items a cut
-makes) is bounded before numpy allocates anything, in the same pass that cuts the batch.
+The checks come first: every size (KV heads, CTAs, the items a cut makes) is bounded before
+numpy allocates anything, in the same pass that cuts the batch; the lengths themselves are read
+by `batch.requests`.
 """
 from __future__ import annotations
 
-import struct
 from functools import cached_property
-from itertools import starmap
-from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
 
 from attnlab.validate import as_float, as_int
+from attnlab.machine.schedule.batch import INT32_MAX, requests
 
 __all__ = ["INT32_MAX", "MAX_KV_HEADS", "MAX_CTAS", "MAX_ITEMS", "query_tile", "Split", "Items", "split", "requests", "pieces", "expand", "runs"]
 
-INT32_MAX = 2**31 - 1           # lengths and packed rows fit int32, as FlashInfer's indptr does
 _COEF_MAX = 2**20               # alpha, beta: with int32 lengths an item's cost stays below 2^52
 MAX_KV_HEADS = 1 << 16          # KV heads of one batch
 MAX_CTAS = 1 << 20              # CTAs of one plan (an H100 has 132 SMs)
 MAX_ITEMS = 1 << 24             # items (pieces x KV heads) of one plan: ~100 bytes of columns each
-_PAIRS = {tuple, list}
-_PACK = struct.Struct("ii").pack  # exactly two int32s: floats, strings, None, 2^31 refused
-_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 def query_tile(avg_packed_qo_len: float, head_dim: int = 128) -> int:
@@ -201,49 +196,6 @@ def _bound_items(n_pieces: int, kv_heads: int, chunk, tile_q=None) -> None:
         raise ValueError(f"lengths cut into {n_pieces:,} pieces ({cut}{tiles}) x kv_heads={kv_heads} "
                          f"is {n_pieces * kv_heads:,} work items; valid: at most {MAX_ITEMS:,} "
                          f"(use larger chunks or tiles)")
-
-
-def requests(lens) -> tuple[np.ndarray, np.ndarray]:
-    """(l_qo, l_kv) of every request as int64 arrays, each in [1, 2^31 - 1]; lens is a list
-    of (l_qo, l_kv) pairs or an integer array of shape (n, 2).
-
-    >>> [a.tolist() for a in requests([(1, 100), (3, 50)])]
-    [[1, 3], [100, 50]]
-    """
-    if type(lens) in _PAIRS and lens and set(map(type, lens)) <= _PAIRS:
-        try:
-            both = np.frombuffer(b"".join(starmap(_PACK, lens)), np.int32).astype(np.int64)
-        except (struct.error, TypeError, OverflowError):
-            both = None
-        if both is not None:
-            qo, kv = both[0::2], both[1::2]
-            lo_qo, lo_kv = qo.min(), kv.min()       # True packs as 1: where a 1 is, look closer
-            if (lo_qo > 1 or lo_qo == 1 and bool not in set(map(type, map(_FIRST, lens)))) and \
-                    (lo_kv > 1 or lo_kv == 1 and bool not in set(map(type, map(_SECOND, lens)))):
-                return qo, kv
-    if isinstance(lens, np.ndarray):
-        if lens.ndim != 2 or lens.shape[1:] != (2,) or lens.dtype.kind not in "iu":
-            raise TypeError(f"lengths must be (l_qo, l_kv) pairs: an integer array of shape "
-                            f"(n, 2), got shape {lens.shape}, dtype {lens.dtype}")
-        if not len(lens):
-            raise ValueError("lengths is empty; valid: at least one request")
-        lo, hi = int(lens.min()), int(lens.max())
-        if lo < 1 or hi > INT32_MAX:
-            raise ValueError(f"lengths has values in [{lo}, {hi}]; valid: 1 .. {INT32_MAX}")
-        both = lens.astype(np.int64).T
-        return both[0], both[1]
-    if isinstance(lens, (str, bytes)) or not hasattr(lens, "__iter__"):
-        raise TypeError(f"lengths must be a list of (l_qo, l_kv) pairs, got {lens!r}")
-    pairs = []
-    for i, p in enumerate(lens):                    # the slow way, for the error's name
-        if not isinstance(p, (tuple, list)) or len(p) != 2:
-            raise TypeError(f"lengths[{i}]={p!r} must be an (l_qo, l_kv) pair")
-        pairs.append((as_int(f"lengths[{i}] l_qo", p[0], 1, INT32_MAX),
-                      as_int(f"lengths[{i}] l_kv", p[1], 1, INT32_MAX)))
-    if not pairs:
-        raise ValueError("lengths is empty; valid: at least one request")
-    both = np.array(pairs, np.int64).T
-    return both[0], both[1]
 
 
 def pieces(kv, packed, tiles, tile_q: int, chunk):
