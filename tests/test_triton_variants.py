@@ -149,7 +149,7 @@ def test_kernel_loop_bounds(nq, nk, causal, window, bm, bn):
     q, k, v = _inputs(3, 1, 1, 1, nq, nk, 16)
     o, rec = variant_prefill(q, k, v, causal=causal, window=window, block_m=bm, block_n=bn,
                              return_ranges=True)
-    _, vis = dense_reference(q.numpy(), k.numpy(), v.numpy(), causal=causal, window=window)
+    _, vis = dense_reference(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal=causal, window=window)
     for i, (lo, flo, fhi, hi) in enumerate(rec.tolist()):
         assert (lo, flo, fhi, hi) == kv_block_range(i, nq, nk, bm, bn, causal, window)
         assert lo <= flo <= fhi <= hi
@@ -192,7 +192,7 @@ def test_bad_parameters(kw, err, match):
 def test_numpy_scalars_and_a_window_past_every_key():
     """numpy scalars are numbers; a window of 2^40 keys (more than 32 bits hold) sees what causal
     sees, so it is clamped to N_k and gives the causal answer; an empty batch is refused."""
-    q, k, v = (torch.randn(1, 2, 20, 16) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 20, 16).to(DEVICE) for _ in range(3))
     assert torch.equal(variant_prefill(q, k, v, window=np.int64(2 ** 40)), variant_prefill(q, k, v, causal=True))
     assert torch.equal(variant_prefill(q, k, v, soft_cap=np.float32(5.0)), variant_prefill(q, k, v, soft_cap=5.0))
     with pytest.raises(ValueError, match="batch=0 and query heads=2 must be >= 1"):

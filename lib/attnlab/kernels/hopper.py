@@ -127,6 +127,7 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
     TensorDescriptor) or None: `tuning.default_descriptors(causal)`, host ones when causal.
     """
     global _LAST
+    requested = parse_steps(steps)                       # the names first: refused on any device
     causal, scale, cap, window, descriptors, out = check_args(
         q, k, v, causal, scale, return_lse, block_m, block_n, num_warps, num_stages, out, descriptors,
         soft_cap, window, default_descriptors)
@@ -134,7 +135,6 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
         raise TypeError(f"fallback must be a bool, got {fallback!r}")
     if report is not None and not isinstance(report, dict):
         raise TypeError(f"report must be a dict to fill or None, got {type(report).__name__}")
-    requested = parse_steps(steps)
     B, H, n_q, d = q.shape
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     interp = interpreting()
