@@ -14,10 +14,7 @@ Conventions (tests rely on them):
 
 What this leaves out on purpose: dropout, the backward pass (recomputation from m and l), and
 real SRAM capacity checks for explicit block sizes: the accounting follows the paper's dataflow.
-
-This file is long because Algorithm 0 and both FlashAttention loop orders share one set of tile
-helpers (load, store, and `Tiles`: scores, mask, skipping), so the HBM counter sees one dataflow;
-splitting it would fork them.
+What the kernels take (tile sizes, causal mask, q, k, v checked) is `attnlab.core.inputs`.
 """
 from __future__ import annotations
 
@@ -27,90 +24,13 @@ import numpy as np
 
 from attnlab.validate import as_array, as_bool, as_int, choice
 from attnlab.core.hbm import HBM
-from attnlab.core.softmax import _overflow, softmax, softmax_scale
+from attnlab.core.inputs import as_hbm, block_sizes, causal_mask, prepare_qkv, query_heads
+from attnlab.core.softmax import _overflow, softmax
 
 __all__ = ["standard_attention", "flash_attention", "fa2_head", "Tiles", "block_sizes", "causal_mask", "ORDERS",
            "prepare_qkv", "query_heads"]
 
 ORDERS = ("fa1", "fa2")
-
-
-def block_sizes(d: int, sram: int = 100_000) -> tuple[int, int]:
-    """(Br, Bc) by the paper's rule: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d).
-
-    The SRAM must hold at least one row each of Q, K, V and O (M >= 4d), else ValueError.
-
-    >>> block_sizes(64, 100_000)          # Bc = ceil(100000 / 256) = 391, Br = min(391, 64)
-    (64, 391)
-    >>> block_sizes(256, 100_000)         # head dim 256: Bc = ceil(100000 / 1024) = 98 = Br
-    (98, 98)
-    """
-    d = as_int("d", d, 1, None)
-    sram = as_int("sram", sram, 1, None)
-    if sram < 4 * d:
-        raise ValueError(
-            f"sram={sram} elements cannot hold one row each of Q, K, V and O at head dim d={d}; "
-            f"valid: sram >= 4*d = {4 * d}")
-    bc = -(-sram // (4 * d))
-    return min(bc, d), bc
-
-
-def causal_mask(n_q: int, n_k: int) -> np.ndarray:
-    """Boolean (n_q, n_k) mask, True where query i may see key j (bottom-right aligned).
-
-    >>> causal_mask(3, 5).astype(int)
-    array([[1, 1, 1, 0, 0],
-           [1, 1, 1, 1, 0],
-           [1, 1, 1, 1, 1]])
-    """
-    n_q = as_int("n_q", n_q, 0, None)
-    n_k = as_int("n_k", n_k, 0, None)
-    i = np.arange(n_q)[:, None]
-    j = np.arange(n_k)[None, :]
-    return j <= i + (n_k - n_q)
-
-
-def _hbm(hbm):
-    if hbm is not None and not isinstance(hbm, HBM):
-        raise TypeError(f"hbm must be an attnlab.core.hbm.HBM counter or None, got {type(hbm).__name__}")
-    return hbm
-
-
-def prepare_qkv(q, k, v, scale):
-    """Check shapes and dtypes; return (q, k, v) as 4-D float arrays, the scale and whether
-    the input was a single 2-D head."""
-    shape = "(N, d) or (batch, heads, N, d)"
-    q, k, v = (as_array(name, a, ndim=(2, 4), shape=shape) for name, a in (("q", q), ("k", k), ("v", v)))
-    if not (q.ndim == k.ndim == v.ndim):
-        raise ValueError(f"q, k, v must have the same rank, got shapes {q.shape}, {k.shape}, {v.shape}")
-    shapes = f"q {q.shape}, k {k.shape}, v {v.shape}"
-    single = q.ndim == 2
-    if single:
-        q, k, v = q[None, None], k[None, None], v[None, None]
-    if k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k's head dim {k.shape[-1]} must equal q's head dim {q.shape[-1]} ({shapes})")
-    if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v must match k in (batch, heads, N) ({shapes})")
-    if q.shape[0] != k.shape[0]:
-        raise ValueError(f"q batch {q.shape[0]} must equal k batch {k.shape[0]} ({shapes})")
-    hq, hkv = q.shape[1], k.shape[1]
-    if hkv == 0 or hq % hkv:
-        raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv} (GQA; {shapes})")
-    for name, n in (("batch", q.shape[0]), ("heads", hq), ("N_q", q.shape[2]), ("N_k", k.shape[2]),
-                    ("d", q.shape[3]), ("d_v", v.shape[3])):
-        if n < 1:
-            raise ValueError(f"{name}={n} is out of range; valid: >= 1 ({shapes})")
-    dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
-    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
-    return q, k, v, dtype.type(softmax_scale(scale, q.shape[-1])), single
-
-
-def query_heads(q, k):
-    """(b, h, kv_head) for every query head, GQA mapping h -> h // (Hq // Hkv)."""
-    group = q.shape[1] // k.shape[1]
-    for b in range(q.shape[0]):
-        for h in range(q.shape[1]):
-            yield b, h, h // group
 
 
 def _finite_output(fn):
@@ -146,7 +66,7 @@ def standard_attention(q, k, v, *, causal: bool = False, scale: float | None = N
     True
     """
     causal = as_bool("causal", causal)
-    hbm = _hbm(hbm)
+    hbm = as_hbm(hbm)
     q, k, v, scale, single = prepare_qkv(q, k, v, scale)
     n_q, n_k = q.shape[2], k.shape[2]
     mask = causal_mask(n_q, n_k) if causal else None
@@ -241,7 +161,7 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     order = choice("order", order, ORDERS)
     causal = as_bool("causal", causal)
     return_lse = as_bool("return_lse", return_lse)
-    hbm = _hbm(hbm)
+    hbm = as_hbm(hbm)
     sram = as_int("sram", sram, 1, None)
     q, k, v, scale, single = prepare_qkv(q, k, v, scale)
     n_q, n_k, d = q.shape[2], k.shape[2], q.shape[3]
@@ -304,7 +224,7 @@ def _head_args(q, k, v, scale, block_r, block_c, causal, hbm, return_lse, tiles)
         raise ValueError(f"causal={causal}, scale={given} with tiles given: the tiles carry their own "
                          f"mask and scale; valid: causal=False, scale=None")
     return (q[0, 0], k[0, 0], v[0, 0], as_int("block_r", block_r, 1, None),
-            as_int("block_c", block_c, 1, None), tiles, _hbm(hbm), as_bool("return_lse", return_lse))
+            as_int("block_c", block_c, 1, None), tiles, as_hbm(hbm), as_bool("return_lse", return_lse))
 
 
 @_finite_output

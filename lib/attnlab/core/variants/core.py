@@ -46,7 +46,8 @@ from typing import Callable
 import numpy as np
 
 from attnlab.validate import as_bool, as_int, check_bytes
-from attnlab.core.attention import Tiles, prepare_qkv, query_heads, fa2_head
+from attnlab.core.attention import Tiles, fa2_head
+from attnlab.core.inputs import prepare_qkv, query_heads
 from attnlab.core.hbm import HBM
 
 __all__ = ["Variant", "variant_attention", "variant_of", "tile_mask", "tile_io", "variant_mask", "TILE_KINDS"]
