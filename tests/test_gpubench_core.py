@@ -96,3 +96,13 @@ def test_a_section_prints_its_rows_in_the_schema_columns():
     assert lines[1].split() == ["section", "case", "impl", "us", "TFLOP/s", "TB/s", "best/us", "err"]
     assert lines[3].split()[-4:] == ["2.0", "2.00", "1.00", "1.0e-03"]       # 4e6 B in 2 us: 2 TB/s
     assert lines[4].split()[-4:] == ["4.0", "1.00", "0.50", "0.0e+00"]       # twice the fastest's time
+
+
+def test_a_failing_peer_is_reported_and_dropped_alone(capsys):
+    from attnlab.gpubench.core import flashinfer_last, try_peer
+    got = []
+    assert try_peer("fine", got.append, 1) and got == [1]
+    assert not try_peer("broken", lambda: 1 / 0, word="failed")
+    assert "  broken: failed\n" in capsys.readouterr().out
+    assert flashinfer_last(("flashinfer", "ours")) == [["ours"], ["flashinfer"]]
+    assert flashinfer_last(("ours",)) == [["ours"]]

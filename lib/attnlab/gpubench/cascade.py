@@ -31,7 +31,7 @@ import traceback
 from types import SimpleNamespace
 
 from attnlab.core.decode import cascade_intensity
-from attnlab.gpubench.core import checked_time, header
+from attnlab.gpubench.core import checked_time, header, try_peer
 from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import flashinfer_version, write_json
 from attnlab.gpubench.paged import SHAPE
@@ -203,10 +203,8 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
                       f"err {err:.1e}  {how}", flush=True)
                 save()
 
-            try:
-                (_ours if peer == "ours" else _flashinfer)(torch, c, add, DRY["splits"] if dry else PREFIX_SPLITS)
-            except Exception:                             # noqa: BLE001
-                print(f"  {peer}: skipped\n" + traceback.format_exc(limit=4), flush=True)
+            try_peer(peer, _ours if peer == "ours" else _flashinfer, torch, c, add,
+                     DRY["splits"] if dry else PREFIX_SPLITS, limit=4)
             del c
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

@@ -10,7 +10,8 @@ import math
 import os
 import subprocess
 
-__all__ = ["header", "ceilings", "reference", "time_per_call", "replay_time", "checked_time", "table"]
+__all__ = ["header", "ceilings", "reference", "time_per_call", "replay_time", "checked_time", "flashinfer_last",
+           "try_peer", "table"]
 
 _CEILINGS: dict = {}
 
@@ -100,6 +101,28 @@ def reference(torch, q, k, v, causal=False, soft_cap=None, window=0):
                 p = torch.nan_to_num(torch.softmax(s.masked_fill(~vis, float("-inf")), -1))
                 ref[b, h * g:(h + 1) * g, i:i + rows] = p @ vf
     return ref
+
+
+def flashinfer_last(peers) -> list[list[str]]:
+    """The peers in two phases, FlashInfer's (whose JIT compiles, and whose import can crash) after
+    the rest, so a timeout or crash there keeps our rows; empty phases left out.
+
+    >>> flashinfer_last(("paged", "flashinfer", "sdpa"))
+    [['paged', 'sdpa'], ['flashinfer']]
+    """
+    return [p for p in ([x for x in peers if x != "flashinfer"], [x for x in peers if x == "flashinfer"]) if p]
+
+
+def try_peer(name: str, fn, *args, word: str = "skipped", limit: int = 2) -> bool:
+    """Call fn(*args); a failure (a library missing, an API changed) is printed with a short
+    traceback and drops only what this call would have added. True when it ran through."""
+    import traceback
+    try:
+        fn(*args)
+        return True
+    except Exception:                                     # noqa: BLE001 - keep the other peers
+        print(f"  {name}: {word}\n" + traceback.format_exc(limit=limit), flush=True)
+        return False
 
 
 def table(res: dict, section: str | None = None) -> str:

@@ -24,7 +24,7 @@ import traceback
 from types import SimpleNamespace
 
 from attnlab.machine.models import get_model
-from attnlab.gpubench.core import checked_time, header, reference
+from attnlab.gpubench.core import checked_time, flashinfer_last, header, reference, try_peer
 from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import flashinfer_version, write_json
 
@@ -134,11 +134,8 @@ def _case(torch, res, batch, ctx, shape, splits, page_sizes, peers, seed):
               flush=True)
 
     def peer(name, fn):
-        try:
-            if name in peers:
-                fn(torch, c, add)
-        except Exception:                                 # noqa: BLE001 - e.g. flashinfer missing
-            print(f"  {name}: skipped\n" + traceback.format_exc(limit=2), flush=True)
+        if name in peers:
+            try_peer(name, fn, torch, c, add)
 
     peer("contiguous", _contiguous)
     peer("sdpa", _sdpa)
@@ -157,11 +154,10 @@ def run(cases=CASES, page_sizes=PAGE_SIZES, peers=PEERS, *, dry: bool = False, o
     shape = DRY["shape"] if dry else SHAPE
     res = header(torch, shape)
     print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}", flush=True)
-    phases = [[p for p in peers if p != "flashinfer"], [p for p in peers if p == "flashinfer"]]
 
     def save():
         write_json(out, res)
-    for phase in filter(None, phases):                    # FlashInfer's JIT last: ours survive a timeout
+    for phase in flashinfer_last(peers):                    # FlashInfer's JIT last: ours survive a timeout
         if "flashinfer" in phase:                         # imported only now: a crash keeps the rest
             ok, res["flashinfer"] = flashinfer_version()
             if not ok:

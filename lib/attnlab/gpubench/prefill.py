@@ -23,9 +23,8 @@ a short traceback). FlashInfer, whose first call compiles, runs last.
 from __future__ import annotations
 
 import sys
-import traceback
 
-from attnlab.gpubench.core import ceilings, checked_time, header, reference
+from attnlab.gpubench.core import ceilings, checked_time, flashinfer_last, header, reference, try_peer
 from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import flashinfer_version, write_json
 from attnlab.gpubench.paged import SHAPE
@@ -123,8 +122,7 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
         write_json(out, res)
     c = SimpleNamespace(flex=None)
     hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
-    phases = [[p for p in peers if p != "flashinfer"], [p for p in peers if p == "flashinfer"]]
-    for phase in filter(None, phases):
+    for phase in flashinfer_last(peers):
         if "flashinfer" in phase:
             ok, res["flashinfer"] = flashinfer_version()
             if not ok:
@@ -159,11 +157,8 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
                           flush=True)
                     save()
                 for name in phase:
-                    try:
-                        {"ours": _ours, "sdpa": _sdpa, "flex": _flex, "standard": _standard,
-                         "flashinfer": _flashinfer}[name](torch, c, add)
-                    except Exception:                     # noqa: BLE001 - e.g. FlexAttention missing
-                        print(f"  {name}: skipped\n" + traceback.format_exc(limit=2), flush=True)
+                    try_peer(name, {"ours": _ours, "sdpa": _sdpa, "flex": _flex, "standard": _standard,
+                                    "flashinfer": _flashinfer}[name], torch, c, add)
                 del ref
             del c.q, c.k, c.v
             if cuda:

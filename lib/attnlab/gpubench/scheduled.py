@@ -31,7 +31,7 @@ import numpy as np
 
 from attnlab.machine.schedule import fixed_size_workspace, plan_balanced, plan_fixed_split, plan_per_request
 from attnlab.machine.workload import RECORDED_BATCHES, lengths, recorded_lengths
-from attnlab.gpubench.core import header, replay_time, time_per_call
+from attnlab.gpubench.core import header, replay_time, time_per_call, try_peer
 from attnlab.gpubench.cli import flashinfer_version, write_json
 from attnlab.gpubench.paged import SHAPE, flashinfer_decode
 
@@ -177,16 +177,10 @@ def run(cases=CASES, plans=PLANS, *, dry: bool = False, out: str | None = None, 
 
     for kind in plans:
         print(f"scheduled, {kind} plan: one graph for batches {sizes}", flush=True)
-        try:
-            _scheduled(torch, res, kind, batches, pools, shape, ctas, chunk, add)
-        except Exception:                                 # noqa: BLE001
-            print(f"  {kind}: failed\n" + traceback.format_exc(limit=4), flush=True)
+        try_peer(kind, _scheduled, torch, res, kind, batches, pools, shape, ctas, chunk, add, word="failed", limit=4)
     print("paged_decode, splits=None", flush=True)
     for b in batches:
-        try:
-            _paged(torch, b, pools, add)
-        except Exception:                                 # noqa: BLE001
-            print(f"  paged batch {b.q.shape[0]}: failed\n" + traceback.format_exc(limit=3), flush=True)
+        try_peer(f"paged batch {b.q.shape[0]}", _paged, torch, b, pools, add, word="failed", limit=3)
     ok, res["flashinfer"] = flashinfer_version()          # imported only now: a crash keeps the rest
     if ok and dev == "cuda":
         print("flashinfer, use_tensor_cores=True", flush=True)

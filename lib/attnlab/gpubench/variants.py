@@ -29,7 +29,7 @@ import traceback
 import numpy as np
 
 from attnlab.machine.models import get_model
-from attnlab.gpubench.core import checked_time, header, reference
+from attnlab.gpubench.core import checked_time, header, reference, try_peer
 from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import write_json
 
@@ -171,10 +171,7 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
                 print(f"  {impl:12s} {us:10.1f} us {row['tflops']:7.1f} TFLOP/s  err {err:.1e}  {how}", flush=True)
                 save()
             for name, peer in (("ours", _ours), ("ours-hopper", _ours_hopper), ("sdpa", _sdpa), ("flex", _flex)):
-                try:
-                    peer(torch, c, add)
-                except Exception:                         # noqa: BLE001 - e.g. no FlexAttention here
-                    print(f"  {name}: skipped\n" + traceback.format_exc(limit=2), flush=True)
+                try_peer(name, peer, torch, c, add)
             peers = [r["us"] for r in group if r["impl"] not in OURS]
             for r in group:
                 if r["impl"] in OURS and peers:
