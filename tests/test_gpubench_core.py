@@ -106,3 +106,11 @@ def test_a_failing_peer_is_reported_and_dropped_alone(capsys):
     assert "  broken: failed\n" in capsys.readouterr().out
     assert flashinfer_last(("flashinfer", "ours")) == [["ours"], ["flashinfer"]]
     assert flashinfer_last(("ours",)) == [["ours"]]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path")
+def test_eager_time_on_a_cpu_is_one_call_of_wall_clock():
+    from attnlab.gpubench.core import eager_time
+    calls = []
+    us, how = eager_time(lambda: calls.append(1))
+    assert how == "wall" and calls == [1] and us >= 0

@@ -10,7 +10,7 @@ import math
 import os
 import subprocess
 
-__all__ = ["header", "ceilings", "reference", "time_per_call", "replay_time", "checked_time", "flashinfer_last",
+__all__ = ["header", "ceilings", "reference", "time_per_call", "replay_time", "eager_time", "checked_time", "flashinfer_last",
            "try_peer", "table"]
 
 _CEILINGS: dict = {}
@@ -45,14 +45,13 @@ def ceilings(torch) -> dict:
     """The copy bandwidth (read + write) and the bf16 matmul rate, measured here (CUDA only) once
     per process: every section of a run reads against the same two numbers."""
     if not _CEILINGS:
-        from triton.testing import do_bench
         a = torch.empty(1 << 28, device="cuda", dtype=torch.bfloat16)
         b = torch.empty_like(a)
-        copy = 4 * a.numel() / (do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median") * 1e-3)
+        copy = 4 * a.numel() / (eager_time(lambda: b.copy_(a), warmup=50, rep=300)[0] * 1e-6)
         del a, b
         m = 8192
         x, y = (torch.randn(m, m, device="cuda", dtype=torch.bfloat16) for _ in "xy")
-        mm = 2 * m ** 3 / (do_bench(lambda: x @ y, warmup=50, rep=300, return_mode="median") * 1e-3)
+        mm = 2 * m ** 3 / (eager_time(lambda: x @ y, warmup=50, rep=300)[0] * 1e-6)
         _CEILINGS.update(copy_bytes_per_s=copy, bf16_matmul_flops=mm)
     return dict(_CEILINGS)
 
@@ -208,6 +207,20 @@ def time_per_call(fn, expect, calls: int = 20, reps: int = 10):
         torch.cuda.synchronize()
         step, how = (lambda: [fn() for _ in range(calls)]), f"events ({type(e).__name__}: {' '.join(str(e).split())[:80]})"
     return _events(torch, step, calls, reps), how
+
+
+def eager_time(fn, warmup: int = 25, rep: int = 100):
+    """(us per call, how) of eager calls, the host's launch included: triton.testing.do_bench's
+    median on CUDA; on a CPU (a dry run), wall clock of one call."""
+    import time
+
+    import torch
+    if not torch.cuda.is_available():
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6, "wall"
+    from triton.testing import do_bench
+    return do_bench(fn, warmup=warmup, rep=rep, return_mode="median") * 1e3, "do_bench"
 
 
 def checked_time(fn, ref, what: str, **kw):

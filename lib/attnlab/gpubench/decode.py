@@ -34,11 +34,9 @@ DRY = dict(cases=[(2, 40, (1, 3))], shape=dict(heads=8, kv_heads=2, head_dim=32)
 def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = False,
         out: str | None = None, ceil: dict | None = None) -> dict:
     import torch
-    from triton.testing import do_bench
-
     from attnlab.machine.hardware import decode_time, get_gpu
     from attnlab.gpubench.cli import write_json
-    from attnlab.gpubench.core import header, time_per_call
+    from attnlab.gpubench.core import eager_time, header, time_per_call
     from attnlab.kernels.decode import split_kv_decode, workspace
 
     torch.manual_seed(seed)
@@ -70,8 +68,8 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = F
             out_ = split_kv_decode(q, k, v, splits, ws=ws).clone()
             err = None if ref is None else float((out_ - ref).norm() / ref.norm())
             us, how = time_per_call(lambda: split_kv_decode(q, k, v, splits, ws=ws), out_.float())
-            us_events = (do_bench(lambda: split_kv_decode(q, k, v, splits, ws=ws), warmup=10, rep=50,
-                                  return_mode="median") * 1e3 if cuda else us)
+            us_events = (eager_time(lambda: split_kv_decode(q, k, v, splits, ws=ws), warmup=10, rep=50)[0]
+                         if cuda else us)
             m = decode_time(batch, ctx, hkv, splits, spec, head_dim=d, group=hq // hkv)
             kv_bytes = 2 * batch * hkv * ctx * d * 2
             res["rows"].append({

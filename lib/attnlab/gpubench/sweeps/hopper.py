@@ -27,6 +27,7 @@ import sys
 import time
 
 from attnlab.gpubench.cli import parse, write_json
+from attnlab.gpubench.core import eager_time
 
 __all__ = ["sweep", "table", "main", "visible_pairs"]
 
@@ -68,16 +69,8 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
     dtype = torch.bfloat16
-    if cuda:
-        from triton.testing import do_bench
-
-        def timer(fn):
-            return do_bench(fn, warmup=25, rep=100, return_mode="median")
-    else:
-        def timer(fn):                             # dry run: wall clock of one call
-            t0 = time.perf_counter()
-            fn()
-            return (time.perf_counter() - t0) * 1e3
+    def timer(fn):                                 # ms: do_bench's median (a dry run: wall clock of one call)
+        return eager_time(fn, warmup=25, rep=100)[0] * 1e-3
     result = {"device": torch.cuda.get_device_name(0) if cuda else "cpu (interpreter)" if interpreting() else "cpu",
               "sms": torch.cuda.get_device_properties(0).multi_processor_count if cuda else None,
               "torch": torch.__version__, "triton": __import__("triton").__version__,
