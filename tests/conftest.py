@@ -24,12 +24,12 @@ except ImportError:
     _kernels = False
 if not _kernels and os.environ.get("CI"):
     raise pytest.UsageError("CI is set but torch or triton does not import: install the test extra")
-collect_ignore_glob = [] if _kernels else ["test_triton*.py", "test_ncu_profile.py"]
+collect_ignore_glob = [] if _kernels else ["kernels/*.py", "gpubench/test_ncu_profile.py", "refs/kernel_rule.py"]
 
 
 def pytest_report_header(config):
     if not _kernels:
-        return ("torch or triton not installed: the Triton kernel tests (tests/test_triton*.py, "
+        return ("torch or triton not installed: the Triton kernel tests (tests/kernels/, "
                 "test_ncu_profile.py) are left out; `make test` installs both and runs them")
 
 

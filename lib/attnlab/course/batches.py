@@ -29,7 +29,7 @@ def generate() -> dict:
     return {"about": "Decode batches of (l_qo, l_kv) request lengths for notebook 05 (lecture §5.6): "
                      "batches[dist][batch] = attnlab.machine.workload.lengths(dist, batch, seed=seed, "
                      "**parameters). Written by `python -m attnlab.course.batches`; "
-                     "tests/test_flashinfer_scheduler.py checks it against the generator.",
+                     "tests/explore/test_flashinfer_scheduler.py checks it against the generator.",
             "generator": "attnlab.machine.workload.lengths",
             "seed": SEED,
             "parameters": params,

@@ -1,7 +1,7 @@
 """Why attention needs special kernels (notebook 01), the numbers: attention's share of inference,
 the GPU's two memory levels, the roofline with typical operators on it, and why fusion pays.
 
-Pure functions (tested in tests/test_roofline.py):
+Pure functions (tested in tests/explore/test_roofline.py):
 
     attention_share(model, Ns)      linear vs attention FLOPs per token, S matrix and KV bytes
     memory_levels(gpus)             HBM / SRAM / L2 sizes and bandwidths from data/gpus.json

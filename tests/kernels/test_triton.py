@@ -5,7 +5,7 @@ sizes stay small; `python -m attnlab.gpubench` checks it at real sizes on a GPU.
 
 Every test runs with `poisoned_alloc` (tests/conftest.py): the output and lse the kernel allocates
 start as NaN, so an element it does not write fails. bf16 / fp16 outputs are held to the rule of
-tests/kernel_rule.py (at most 2x torch SDPA's own max-abs error on the same inputs); fp32 to 1e-5.
+tests/refs/kernel_rule.py (at most 2x torch SDPA's own max-abs error on the same inputs); fp32 to 1e-5.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ try:
     from tests.kernel_rule import assert_within_rule
     from tests.reference import attention as ref_attention
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from kernel_rule import assert_within_rule
-    from reference import attention as ref_attention
+    from refs.kernel_rule import assert_within_rule
+    from refs.reference import attention as ref_attention
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 

@@ -8,7 +8,7 @@ The output is filled with NaN before each call, and so is every pool slot no req
 element left unwritten or a slot read that is not the request's shows up as NaN. `poisoned_alloc`
 (tests/conftest.py) does the same for what the kernels allocate themselves (torch.empty: the
 prefix partial states, lse, the unique part's output and workspace, the fp32 staging output).
-bf16 / fp16 outputs are held to the rule of tests/kernel_rule.py; fp32 to 1e-5.
+bf16 / fp16 outputs are held to the rule of tests/refs/kernel_rule.py; fp32 to 1e-5.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from attnlab.kernels.cascade import cascade_decode  # noqa: E402
 try:
     from tests.kernel_rule import assert_within_rule  # noqa: E402
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from kernel_rule import assert_within_rule  # noqa: E402
+    from refs.kernel_rule import assert_within_rule  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 

@@ -14,7 +14,7 @@ from attnlab.machine.hardware import get_gpu, ridge_point
 from attnlab.core.decode import intensity
 from attnlab.core.mla import DEEPSEEK_V3, MLAShape, mla_decode_cost, mla_forms, mla_intensity
 from attnlab.explore.since.mla import mla_statement, mla_verdicts
-from reference import attention_head
+from refs.reference import attention_head
 
 from attnlab.machine.roofs import POLY_FMA_OPS, SOFTMAX_FMA_OPS, exp_rate, fma_rate, score_times
 

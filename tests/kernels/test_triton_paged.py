@@ -8,7 +8,7 @@ the split count is fixed) and every pool slot no request owns with NaN: an eleme
 a page read that is not the request's, or an unmasked tail slot shows up as NaN. `poisoned_alloc`
 (tests/conftest.py) does the same for what the kernel allocates itself (torch.empty: the workspace
 when splits=None, the fp32 staging output for bf16 under the interpreter). bf16 / fp16 outputs are
-held to the rule of tests/kernel_rule.py (at most 2x torch SDPA's own max-abs error); fp32 to 1e-5.
+held to the rule of tests/refs/kernel_rule.py (at most 2x torch SDPA's own max-abs error); fp32 to 1e-5.
 """
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ from attnlab.core.paged import PagedKVCache, bsr_attention, to_bsr  # noqa: E402
 try:
     from tests.paged_reference import attention as _reference, pools as _pools  # noqa: E402
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from paged_reference import attention as _reference, pools as _pools  # noqa: E402
+    from refs.paged_reference import attention as _reference, pools as _pools  # noqa: E402
 
 try:
     from tests.kernel_rule import assert_within_rule  # noqa: E402
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from kernel_rule import assert_within_rule  # noqa: E402
+    from refs.kernel_rule import assert_within_rule  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 

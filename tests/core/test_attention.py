@@ -11,7 +11,7 @@ from attnlab.core.attention import block_sizes, causal_mask, flash_attention, st
 try:
     from tests import reference as ref
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    import reference as ref
+    from refs import reference as ref
 
 ORDERS = ("fa1", "fa2")
 F64_TOL = 1e-12

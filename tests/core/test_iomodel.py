@@ -14,7 +14,7 @@ from attnlab.core.iomodel import flash_io, io_ratio, io_table, lower_bound, stan
 try:
     from tests import reference as ref
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    import reference as ref
+    from refs import reference as ref
 
 ORDERS = ("fa1", "fa2")
 

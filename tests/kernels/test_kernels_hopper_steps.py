@@ -16,7 +16,7 @@ from attnlab.kernels.hopper import DEFAULT_STEPS, HOPPER_STEPS, flash_attention_
 try:
     from tests.reference import attention as ref_attention
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from reference import attention as ref_attention
+    from refs.reference import attention as ref_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

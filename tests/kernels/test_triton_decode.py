@@ -3,7 +3,7 @@ under Triton's interpreter when no GPU is present (small sizes).
 
 Every test runs with `poisoned_alloc` (tests/conftest.py): the partial states and the output the
 kernel allocates (`workspace`, torch.empty) start as NaN, so an element it does not write fails.
-Low-precision inputs are held to the rule of tests/kernel_rule.py; fp32 to 1e-5."""
+Low-precision inputs are held to the rule of tests/refs/kernel_rule.py; fp32 to 1e-5."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +16,8 @@ try:
     from tests.kernel_rule import assert_within_rule
     from tests.reference import attention as ref_attention
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from kernel_rule import assert_within_rule
-    from reference import attention as ref_attention
+    from refs.kernel_rule import assert_within_rule
+    from refs.reference import attention as ref_attention
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 

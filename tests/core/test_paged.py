@@ -30,7 +30,7 @@ from attnlab.core.softmax import attention_state
 try:
     from tests.reference import state_ref
 except ImportError:                  # run from inside tests/
-    from reference import state_ref
+    from refs.reference import state_ref
 
 F64_TOL = 1e-12
 F32_TOL = 2e-6
@@ -40,7 +40,7 @@ PAGE_SIZES = [1, 3, 16]
 # --- independent reference ---------------------------------------------------------------------
 
 def ref_attn(q, k, v, *, causal=False, scale=None):
-    """float64 attention by definition (tests/reference.py). q (n_q, d), k (n_k, d), v (n_k, d_v).
+    """float64 attention by definition (tests/refs/reference.py). q (n_q, d), k (n_k, d), v (n_k, d_v).
     Query i sees key j iff not causal or j <= i + n_k - n_q. Returns (o, lse), natural log."""
     n_q, n_k = len(q), len(k)
     mask = None if not causal else np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + n_k - n_q

@@ -1,7 +1,7 @@
 """Decode attention (lecture §4.1, §4.2, §4.4; exercises 4, 6, 7) against independent references.
 
 - intensity: derived here from the FLOP and byte counts of §4.1, with an explicit head dim d;
-- split-KV and cascade attention: against the float64 per-row reference (tests/reference.py);
+- split-KV and cascade attention: against the float64 per-row reference (tests/refs/reference.py);
 - the "SMs share the bandwidth" time model: re-implemented in reference.decode_time_ref from
   decode_time's docstring, with the GPU specs read from data/gpus.json by this file.
 """
@@ -20,12 +20,12 @@ from attnlab.machine.hardware import SPLITS, best_split, decode_time, ridge_poin
 try:
     from tests import reference as ref
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    import reference as ref
+    from refs import reference as ref
 
 F64_TOL = 1e-12
 BF16 = 2  # bytes per element
 
-with open(Path(__file__).resolve().parent.parent / "data" / "gpus.json", encoding="utf-8") as _f:
+with open(Path(__file__).resolve().parents[2] / "data" / "gpus.json", encoding="utf-8") as _f:
     GPU_SPECS = {g["name"]: (int(g["sms"]), float(g["hbm_bandwidth"])) for g in json.load(_f)["gpus"]}
 H100 = GPU_SPECS["H100-SXM"]
 

@@ -24,7 +24,7 @@ from attnlab.core.variants import (Variant, alibi, causal, rope, sigmoid, sink_w
 try:
     from tests.reference import state_ref
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from reference import state_ref
+    from refs.reference import state_ref
 
 TOL = 1e-12
 NQ, NK, D, DV = 37, 101, 16, 12            # odd sizes, N_q != N_k: bottom-right alignment matters

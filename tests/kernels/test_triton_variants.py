@@ -4,7 +4,7 @@ float64 reference written from the definition and against `attnlab.core.variants
 Under Triton's interpreter (no GPU) with 16 x 16 blocks, so the sizes below divide no block.
 Every test runs with `poisoned_alloc` (tests/conftest.py), and `out=` is NaN-filled where passed:
 an element the kernel does not write is NaN. bf16 / fp16 outputs are held to the rule of
-tests/kernel_rule.py (at most 2x torch SDPA's own max-abs error, same inputs and mask); fp32 to 2e-5.
+tests/refs/kernel_rule.py (at most 2x torch SDPA's own max-abs error, same inputs and mask); fp32 to 2e-5.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from attnlab.core.variants import causal as causal_v, sliding_window, soft_cap, 
 try:
     from tests.kernel_rule import assert_within_rule, visible_mask
 except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from kernel_rule import assert_within_rule, visible_mask
+    from refs.kernel_rule import assert_within_rule, visible_mask
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 

@@ -20,7 +20,7 @@ from attnlab.course.exercises import FORMS, TOLERANCE, TOLERANCE_ABS, check, exp
 from attnlab.machine.hardware import ridge_point
 from attnlab.core.mla import mla_intensity
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_exercises.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07_exercises.ipynb"
 CELLS = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
 
 

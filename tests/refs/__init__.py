@@ -1,0 +1,1 @@
+"""The tests' independent float64 references (never the code under test)."""
