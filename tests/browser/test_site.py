@@ -20,7 +20,7 @@ import pytest
 
 from attnlab.course import site
 
-from attnlab.test_notebooks_in_browser import CHROMIUM_ARGS, NOTEBOOK_DIR, NOTEBOOKS, browser_tools
+from .test_notebooks_in_browser import CHROMIUM_ARGS, NOTEBOOK_DIR, NOTEBOOKS, browser_tools
 
 PAGES = ["index.html"] + [Path(n).with_suffix(".html").name for n in NOTEBOOKS]
 LOAD_S = 30
