@@ -266,3 +266,41 @@ def test_bad_input(change, kw, err, match):
     change(a)
     with pytest.raises(err, match=match):
         paged_decode(*a.values(), **{"page_size": 3, **kw})
+
+
+def test_auto_splits_from_real_lengths_on_a_ragged_batch():
+    """splits=None reads the lengths once: the long request is cut finer than the short ones, the
+    answer is the reference's, the read is remembered per table and an in-place write forgets it."""
+    from attnlab.kernels.paged import choose_splits, request_lengths
+    lens = [200, 5, 17, 1]
+    ps, hkv, g, d = 3, 1, 2, 16
+    rng = np.random.default_rng(11)
+    k, v, table = _pools(lens, ps, hkv, d, rng)
+    q = rng.standard_normal((len(lens), hkv * g, d))
+    ro, rl = _reference(q, k, v, *table, ps)
+    t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
+    o, lse = _run(t(q), t(k), t(v), table, ps, None, block_n=16)
+    assert np.abs(o - ro).max() < 1e-5 and np.abs(lse - rl).max() < 1e-5
+    indptr, indices, last = (torch.tensor(a, dtype=torch.int32, device=DEVICE) for a in table)
+    got = request_lengths(indptr, last, ps)
+    assert got.tolist() == lens and request_lengths(indptr, last, ps) is got      # remembered
+    if DEVICE == "cpu":                                   # 4 pretend SMs x 2 waves = 8 blocks
+        auto = choose_splits(len(lens), hkv, indptr, indices, last, ps, DEVICE, block_n=16)
+        assert auto["rule"] == "lengths" and auto["min_chunk"] == 16
+        assert auto["splits"] == 8            # the 200-token request in 8 pieces; the shapes rule gives 2
+        assert auto_splits(len(lens), hkv, ps * (indices.numel() - len(lens) + 1), DEVICE, min_chunk=16) == 2
+    last[1] = 1                                           # in place: the version moves, lengths are read again
+    assert request_lengths(indptr, last, ps).tolist() == [200, 4, 17, 1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lengths_rule_equals_the_shapes_rule_on_equal_lengths(seed):
+    """For a batch of equal long lengths split_from_lengths is auto_splits (the swept rule)."""
+    from attnlab.kernels.tuning import split_from_lengths
+    rng = np.random.default_rng(seed)
+    batch, hkv = int(rng.integers(1, 300)), int(rng.choice([1, 2, 8]))
+    n = int(rng.integers(4096, 70000))
+    splits, chunk = split_from_lengths([n] * batch, hkv, "cpu")
+    assert chunk == 1024 and splits == auto_splits(batch, hkv, n, "cpu")
+    with pytest.raises(ValueError, match="lengths must be"):
+        split_from_lengths([], hkv, "cpu")

@@ -7,7 +7,8 @@ A Llama-3-8B-shaped layer (32 query heads, 8 KV heads, d = 128, bf16). Each batc
 is held contiguous, (batch, kv_heads, context, d), and in NHD pools of page size 16 and 1 with pages
 in a shuffled order. Each implementation is checked against a float32 reference (max_err), then
 timed per call by CUDA-graph replay (median; CUDA events around a loop if the capture fails):
-- paged: `paged_decode` at a few split counts and at splits=None ("auto", the count it chose kept);
+- paged: `paged_decode` at a few split counts and at splits=None ("auto": `choose_splits` from the
+  real lengths, the count it chose kept);
 - contiguous: `split_kv_decode` on the contiguous copy (it writes fp32, the others bf16);
 - flashinfer-tc, flashinfer: `BatchDecodeWithPagedKVCacheWrapper`, use_tensor_cores True / False,
   planned once outside the timing (plan() itself timed on the host, plan_us);
@@ -56,17 +57,14 @@ def pool(torch, k, v, page_size: int, seed: int):
 
 
 def _paged(torch, c, add):
-    from attnlab.kernels import interpreting
-    from attnlab.kernels.paged import MIN_CHUNK, auto_splits, paged_decode
+    from attnlab.kernels.paged import choose_splits, paged_decode
     p = c.pool
     out = torch.empty_like(c.q)
-    longest = p.page_size * (p.indices.numel() - c.q.shape[0] + 1)
-    auto = auto_splits(c.q.shape[0], p.k_pool.shape[2], longest, c.q.device,
-                       min_chunk=16 if interpreting() else MIN_CHUNK)
+    auto = choose_splits(c.q.shape[0], p.k_pool.shape[2], p.indptr, p.indices, p.last, p.page_size, c.q.device)
     for s in (*c.splits, None):
         add("paged", lambda s=s: paged_decode(c.q, p.k_pool, p.v_pool, p.indptr, p.indices, p.last,
                                               page_size=p.page_size, splits=s, out=out),
-            splits=auto if s is None else s, auto=s is None)
+            splits=auto["splits"] if s is None else s, auto=s is None)
 
 
 def _contiguous(torch, c, add):

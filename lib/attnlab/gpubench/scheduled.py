@@ -128,10 +128,11 @@ def _scheduled(torch, res, kind, batches, pools, shape, ctas, chunk, add):
 
 
 def _paged(torch, b, pools, add):
-    from attnlab.kernels.paged import paged_decode
+    from attnlab.kernels.paged import choose_splits, paged_decode
     out = torch.empty_like(b.q)
+    auto = choose_splits(b.q.shape[0], pools.k.shape[2], b.indptr, b.indices, b.last, PAGE_SIZE, b.q.device)
     add(b, "paged auto", lambda: paged_decode(b.q, pools.k, pools.v, b.indptr, b.indices, b.last,
-                                              page_size=PAGE_SIZE, out=out))
+                                              page_size=PAGE_SIZE, out=out), **auto)
 
 
 def run(cases=CASES, plans=PLANS, *, dry: bool = False, out: str | None = None, seed: int = 0) -> dict:

@@ -15,10 +15,16 @@ min(splits, ceil(length / min_chunk)) chunks (rounded up to whole tiles); a prog
 chunk writes the identity state (o = 0, lse = -inf), so short and long requests share one launch.
 Stage 2: `kernels.common.merge_splits_kernel`, decode's fixed-order merge ⊕ (deterministic).
 
-Nothing here reads the page table on the host: lengths are read by the kernel, and `splits=None`
-is chosen from shapes alone (the pool of n pages cannot hold a request longer than
-page_size * (n - batch + 1)). So a call can be captured in a CUDA graph and replayed, and a host
-check of the arrays' contents (`attnlab.core.paged.BSRLayout`) is made only when they are on the CPU
+The kernel reads the lengths from the page table itself, so any `splits` gives the same answer;
+only the speed depends on it. With `splits=None` the host reads the requests' lengths once
+(`request_lengths`: kv_indptr and kv_last_page_len, 2 x batch + 1 integers; a synchronising copy
+when they are on the GPU) and `kernels.tuning.split_from_lengths` cuts long requests finer than
+short ones. The read is remembered per page table (the two tensors' storage and torch's version
+counter, which an in-place write bumps), so a later call on the same table, e.g. inside a CUDA
+graph capture, reads nothing; a capture that finds nothing remembered falls back to the rule from
+shapes alone (`auto_splits` with the longest request the pool can hold, page_size x (pages -
+batch + 1)). A stale memory can only cost speed, never correctness. A host check of the arrays'
+contents (`attnlab.core.paged.BSRLayout`) is made only when they are on the CPU
 (`kernels.common.check_paged`, which the scheduled and cascade launchers share).
 
 Under TRITON_INTERPRET=1 the dot products run in float32 (the interpreter's bf16 dot is wrong) and
@@ -45,10 +51,49 @@ from attnlab.kernels.common import LOG2E, check_paged, dot, finish, merge_splits
 from attnlab.kernels.decode import workspace
 # the launch choices live in kernels.tuning; imported here under their old names (gpubench.paged,
 # tests and notebooks import auto_splits, auto_launch, MIN_CHUNK from this module)
-from attnlab.kernels.tuning import INTERPRETER_SMS, MIN_CHUNK, WAVES, auto_block_n, auto_launch, auto_splits
+from attnlab.kernels.tuning import (INTERPRETER_SMS, MIN_CHUNK, WAVES, auto_block_n, auto_launch, auto_splits,
+                                    split_from_lengths)
 
-__all__ = ["paged_decode", "paged_span", "auto_splits", "auto_block_n", "auto_launch", "MIN_CHUNK", "WAVES",
-           "INTERPRETER_SMS"]
+__all__ = ["paged_decode", "paged_span", "auto_splits", "auto_block_n", "auto_launch", "choose_splits",
+           "request_lengths", "MIN_CHUNK", "WAVES", "INTERPRETER_SMS"]
+
+_LENGTHS: dict = {}          # page table (storage, version) -> its lengths; a few recent tables
+
+
+def request_lengths(kv_indptr, kv_last_page_len, page_size: int):
+    """The requests' token counts (an int64 numpy array) read from the page table, remembered per
+    table (storage and version of both tensors); None while a CUDA graph is being captured and
+    this table was not read before (a capture cannot wait for a copy to the host)."""
+    key = (kv_indptr.device, kv_indptr.data_ptr(), kv_indptr._version, kv_indptr.numel(),
+           kv_last_page_len.data_ptr(), kv_last_page_len._version, page_size)
+    if key in _LENGTHS:
+        return _LENGTHS[key]
+    if kv_indptr.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    indptr = kv_indptr.to("cpu", torch.int64).numpy()
+    lengths = (indptr[1:] - indptr[:-1] - 1) * page_size + kv_last_page_len.to("cpu", torch.int64).numpy()
+    lengths = lengths.clip(0)                         # a request of no pages has no tokens
+    if len(_LENGTHS) >= 64:
+        _LENGTHS.pop(next(iter(_LENGTHS)))
+    _LENGTHS[key] = lengths
+    return lengths
+
+
+def choose_splits(batch: int, kv_heads: int, kv_indptr, kv_indices, kv_last_page_len, page_size: int,
+                  device, *, block_n: int | None = None) -> dict:
+    """What `paged_decode(splits=None)` launches with: {"splits", "min_chunk", "rule"}, rule
+    "lengths" (`split_from_lengths` over `request_lengths`) or "shapes" (`auto_splits` with the
+    longest request the pool can hold: inside a capture of a table not read before)."""
+    small = (block_n or 16) if interpreting() else None
+    lengths = request_lengths(kv_indptr, kv_last_page_len, page_size)
+    if lengths is None:
+        longest = page_size * (kv_indices.numel() - batch + 1)
+        min_chunk = small or MIN_CHUNK
+        return {"splits": auto_splits(batch, kv_heads, longest, device, min_chunk=min_chunk),
+                "min_chunk": min_chunk, "rule": "shapes"}
+    kw = {"min_chunk": small, "small_chunk": small} if small else {}
+    splits, chunk = split_from_lengths(lengths, kv_heads, device, **kw)
+    return {"splits": splits, "min_chunk": chunk, "rule": "lengths"}
 
 @triton.jit
 def paged_span(q, m_i, l_i, acc, k_head, v_head, pages, start, end, qk_scale,
@@ -139,7 +184,7 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
 
     q (batch, q_heads, d); k_pool, v_pool NHD (pages, page_size, kv_heads, d), any strides; the
     int32 page table kv_indptr (batch + 1), kv_indices, kv_last_page_len (batch), as FlashInfer's
-    decode plan takes it. `splits` per request (None: `auto_splits`); `out` an optional contiguous
+    decode plan takes it. `splits` per request (None: `choose_splits`, from the real lengths); `out` an optional contiguous
     (batch, q_heads, d) tensor of q's dtype to write into; `ws` an optional
     `kernels.decode.workspace(batch, q_heads, d, splits, device)` for the partial states.
     block_n, num_warps, num_stages and prefetch (each None: `auto_launch`) are launch choices.
@@ -158,8 +203,8 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     scale = 1.0 / math.sqrt(d) if scale is None else as_float("scale", scale, 0.0, 1e4, lo_open=True)
     longest = page_size * (kv_indices.numel() - B + 1)        # no request of this table is longer
     if splits is None:
-        min_chunk = (block_n or 16) if interp else MIN_CHUNK
-        splits = auto_splits(B, hkv, longest, q.device, min_chunk=min_chunk)
+        auto = choose_splits(B, hkv, kv_indptr, kv_indices, kv_last_page_len, page_size, q.device, block_n=block_n)
+        splits, min_chunk = auto["splits"], auto["min_chunk"]
     elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= longest:
         raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= {longest} (the "
                          f"longest request {kv_indices.numel()} pages can hold), or None")

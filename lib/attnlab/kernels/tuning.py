@@ -2,7 +2,8 @@
 
     launch_config(d, causal, steps)      flash_attention_hopper's blocks, warps, stages
     default_descriptors(causal)          flash_attention_hopper's descriptors=None
-    auto_splits(batch, kv_heads, ...)    paged_decode's splits=None (and gpubench.paged's)
+    auto_splits(batch, kv_heads, ...)    paged_decode's splits=None when no lengths can be read
+    split_from_lengths(lengths, ...)     paged_decode's splits=None from the requests' real lengths
     auto_launch(programs, page_size, .)  paged_decode's block_n, num_stages, prefetch
     auto_block_n(programs, device)       ScheduledDecoder's block_n
 
@@ -19,11 +20,14 @@ from attnlab.validate import as_int
 from attnlab.kernels import interpreting
 from attnlab.kernels.hopper_checks import parse_steps
 
-__all__ = ["launch_config", "default_descriptors", "auto_splits", "auto_launch", "auto_block_n", "sms",
-           "MIN_CHUNK", "WAVES", "INTERPRETER_SMS"]
+__all__ = ["launch_config", "default_descriptors", "auto_splits", "split_from_lengths", "auto_launch",
+           "auto_block_n", "sms", "MIN_CHUNK", "SMALL_CHUNK", "WAVES", "INTERPRETER_SMS"]
 
 #: With splits=None on a GPU no chunk is cut shorter than this many tokens (the merge costs more).
 MIN_CHUNK = 1024
+#: ... unless the whole batch is too small to give every SM its blocks at that size: then chunks
+#: shrink towards this many tokens (two 64-key tiles), so a short batch still fills the GPU.
+SMALL_CHUNK = 128
 #: Work blocks per SM that `auto_splits` aims for: two blocks in flight per SM hide the gathers'
 #: latency better than one (the H200 sweep in data/measurements: 32 splits at batch 1 beat 16).
 WAVES = 2
@@ -79,6 +83,38 @@ def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: i
     """
     want = 1 << (-(-waves * sms(device) // (batch * kv_heads)) - 1).bit_length()   # a power of two
     return max(1, min(want, -(-longest // min_chunk)))
+
+
+def _pow2_up(x: int) -> int:
+    return 1 << (max(1, x) - 1).bit_length()
+
+
+def split_from_lengths(lengths, kv_heads: int, device, *, min_chunk: int = MIN_CHUNK,
+                       small_chunk: int = SMALL_CHUNK, waves: int = WAVES) -> tuple[int, int]:
+    """(splits, chunk) for `paged_decode` from the requests' real lengths: the longest request is
+    cut into `splits` pieces and every other request into ceil(length / chunk) pieces (at most
+    `splits`), so the work blocks, kv_heads x the pieces of every request, come to about `waves`
+    per SM and long requests are cut finer than short ones (a long-tailed batch is not bound by its
+    longest request). splits is `auto_splits`'s power of two with batch x kv_heads replaced by
+    kv_heads x total / longest (for equal lengths the same thing); chunk is `min_chunk` unless the
+    batch is too small to fill the GPU at that size, then the tokens per block the SMs want
+    (rounded up to a power of two, at least `small_chunk`). For equal lengths of 4K tokens and
+    more, both are auto_splits's choice with min_chunk (the H200 sweep's).
+
+    >>> split_from_lengths([32768], 8, "cpu", min_chunk=1024, small_chunk=16)     # 4 SMs here
+    (1, 1024)
+    >>> split_from_lengths([1000, 50, 50, 50], 1, "cpu", min_chunk=1024, small_chunk=16)  # 4 + 3 blocks
+    (4, 256)
+    """
+    L = [int(x) for x in lengths]
+    if not L or min(L) < 0:
+        raise ValueError(f"lengths must be a non-empty list of token counts >= 0; got {lengths!r}")
+    kv_heads = as_int("kv_heads", kv_heads, 1)
+    total, longest = max(1, sum(L)), max(1, max(L))
+    blocks = waves * sms(device)
+    want = _pow2_up(-(-blocks * longest // (kv_heads * total)))
+    chunk = min(min_chunk, max(small_chunk, _pow2_up(-(-kv_heads * total // blocks))))
+    return max(1, min(want, -(-longest // chunk))), chunk
 
 
 # -- paged_decode's tiles and prefetch: gpubench/sweeps/paged.py's grid, then the prefetch run on the
