@@ -291,3 +291,25 @@ def test_bench_dry_run(tmp_path, capsys):
     assert all(r["max_err"] < 0.05 for r in res["rows"])
     table = capsys.readouterr().out.split("pred_us")[-1]           # the table printed last
     assert table.count("sched balanced") == 2 and table.count("paged auto") == 2
+
+
+def test_long_merges_direct_writes_and_more_outputs_than_merge_programs():
+    """Outputs of 1 item (written by kernel 1 itself) beside outputs of up to 19 items (merged
+    MERGE_S at a time), and more merged outputs than the persistent merge has programs."""
+    from attnlab.kernels.scheduled import MERGE_S, _routes
+    lens, ps, hkv, g, d, ctas = [300, 100, 1, 100, 57], 3, 2, 2, 16, 3
+    rng = np.random.default_rng(21)
+    k, v, table = _pools(lens, ps, hkv, d, rng)
+    q = rng.standard_normal((len(lens), hkv * g, d))
+    ro, rl = _reference(q, k, v, *table, ps)
+    t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
+    i32 = [torch.tensor(np.array(a), **I32) for a in table]
+    plan = schedule.plan_fixed_split([(1, n) for n in lens], chunk=16, kv_heads=hkv, num_ctas=ctas, group=g)
+    ws = schedule.fixed_size_workspace(plan, ctas, int(np.bincount(plan.cta).max()), plan.num_outputs)
+    direct, multi = _routes(ws)
+    per = np.diff(ws.merge_indptr)
+    assert per.max() > 2 * MERGE_S and multi.size > ctas and direct.sum() == hkv      # the 1-token request
+    runs = [scheduled_decode(t(q), t(k), t(v), *i32, ws, page_size=ps, return_lse=True) for _ in range(2)]
+    o, lse = (x.double().cpu().numpy() for x in runs[0])
+    assert np.abs(o - ro).max() < 1e-5 and np.abs(lse - rl).max() < 1e-5
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])   # bitwise

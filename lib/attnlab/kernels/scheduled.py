@@ -5,8 +5,9 @@ the batch's lengths change.
 `plan_balanced`) and packs the decision into fixed shapes (`fixed_size_workspace`). Here the GPU
 reads that workspace.
 
-Kernel 1 does the plan's work items, each CTA its own in order, into fixed partial-state slots;
-kernel 2 merges each output's slots in the plan's fixed order (bitwise reproducible). Both, and the
+Kernel 1 does the plan's work items, each CTA its own in order, into fixed partial-state slots,
+or, for an output of one item, straight into the output; kernel 2, persistent, merges only the
+outputs of two or more items, each in the plan's fixed order (bitwise reproducible). Both, and the
 item layout they read, are in `kernels.scheduled_kernels`.
 
 `ScheduledDecoder` owns every buffer the two launches read or write (q, the page table, the
@@ -17,8 +18,7 @@ interpreter) `capture` and `replay` raise RuntimeError saying why; `run` is the 
 `scheduled_decode` is the one-call form for tests and one-off use.
 
 Under TRITON_INTERPRET=1 the dot products run in float32 and a bf16 output is rounded by torch,
-as in `kernels.paged`. What it leaves out on purpose: prefill items (l_qo > 1), FlashInfer's
-direct write of single-item outputs (every partial goes through the buffers here), the HND layout
+as in `kernels.paged`. What it leaves out on purpose: prefill items (l_qo > 1), the HND layout
 (pass a permuted view), fp8 KV.
 
 The decoder's launch choices (block_n) come from `kernels.tuning.auto_block_n`.
@@ -38,7 +38,20 @@ from attnlab.kernels.common import DTYPES, LOG2E, check_paged
 from attnlab.kernels.scheduled_kernels import check_fit, merge_items_kernel, scheduled_kernel
 from attnlab.kernels.tuning import auto_block_n
 
-__all__ = ["ScheduledDecoder", "scheduled_decode"]
+__all__ = ["ScheduledDecoder", "scheduled_decode", "MERGE_S"]
+
+#: Partial states the merge loads at once (their loads in flight together).
+MERGE_S = 8
+
+
+def _routes(ws: Workspace):
+    """(direct, multi) of a workspace: direct[slot] = 1 where the slot is its output's only item
+    (kernel 1 writes the answer itself), multi the outputs of two or more items (kernel 2 merges
+    only those)."""
+    per = np.diff(ws.merge_indptr)
+    direct = np.zeros(ws.max_ctas * ws.max_items, np.int32)
+    direct[ws.merge_slots[ws.merge_indptr[:-1][per == 1]]] = 1
+    return direct, np.flatnonzero(per > 1).astype(np.int32)
 
 
 class ScheduledDecoder:
@@ -95,6 +108,9 @@ class ScheduledDecoder:
         self.merge_indptr = torch.zeros(self.max_outputs + 1, **i32)
         self.merge_slots = torch.full((slots,), -1, **i32)
         self.merge_out = torch.zeros((self.max_outputs, 4), **i32)
+        self.direct = torch.zeros(slots, **i32)                  # 1: the slot is its output's only item
+        self.multi = torch.zeros(self.max_outputs, **i32)        # the outputs of two or more items
+        self.num_multi = torch.zeros(1, **i32)
         self.o_partial = torch.zeros((slots * self.group, d), **f32)   # slot s, packed row r: s*group + r
         self.lse_partial = torch.zeros(slots * self.group, **f32)
         self.out = torch.zeros((B, hq, d), dtype=dtype, device=dev)
@@ -146,9 +162,12 @@ class ScheduledDecoder:
         self.kv_indptr[:B + 1].copy_(kv_indptr)
         self.kv_indices[:kv_indices.numel()].copy_(kv_indices)
         self.kv_last_page_len[:B].copy_(kv_last_page_len)
+        direct, multi = _routes(ws)
         for dst, a in ((self.items, ws.items), (self.count, ws.count), (self.merge_indptr, ws.merge_indptr),
-                       (self.merge_slots, ws.merge_slots), (self.merge_out, ws.merge_out)):
-            dst.copy_(torch.tensor(a), non_blocking=True)
+                       (self.merge_slots, ws.merge_slots), (self.merge_out, ws.merge_out),
+                       (self.direct, direct), (self.multi[:multi.size], multi),
+                       (self.num_multi, np.array([multi.size], np.int32))):
+            dst.copy_(torch.tensor(np.ascontiguousarray(a)), non_blocking=True)
         self.batch, self.workspace = B, ws
 
     def _check_pools(self, k_pool, v_pool):
@@ -168,18 +187,20 @@ class ScheduledDecoder:
         block_d = max(16, triton.next_power_of_2(self.head_dim))
         block_g = max(16, triton.next_power_of_2(self.group))
         q = self.q
+        dst = self._dst
         scheduled_kernel[(self.max_ctas,)](
-            q, k_pool, v_pool, self.o_partial, self.lse_partial, self.kv_indptr, self.kv_indices,
-            self.items, self.count, self.scale * LOG2E, *q.stride(), *k_pool.stride(), *v_pool.stride(),
+            q, k_pool, v_pool, self.o_partial, self.lse_partial, dst, self.lse_out, self.kv_indptr,
+            self.kv_indices, self.items, self.count, self.direct, self.scale * LOG2E, *q.stride(),
+            *k_pool.stride(), *v_pool.stride(), dst.stride(0), dst.stride(1), self.lse_out.stride(0),
             self.max_items, self.group, self.head_dim,
             PAGE_SIZE=self.page_size, BLOCK_G=block_g, BLOCK_N=self.block_n, BLOCK_D=block_d,
             D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
             UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=self.prefetch, **self._kw)
-        dst = self._dst
-        merge_items_kernel[(self.max_outputs,)](
+        merge_items_kernel[(min(self.max_outputs, self.max_ctas),)](
             self.o_partial, self.lse_partial, dst, self.lse_out, self.merge_indptr, self.merge_slots,
-            self.merge_out, dst.stride(0), dst.stride(1), self.lse_out.stride(0), self.group, self.head_dim,
-            BLOCK_G=block_g, BLOCK_D=block_d, **({} if interp else {"num_warps": 4}))
+            self.merge_out, self.multi, self.num_multi, dst.stride(0), dst.stride(1), self.lse_out.stride(0),
+            self.group, self.head_dim, BLOCK_G=triton.next_power_of_2(self.group), BLOCK_D=block_d,
+            MERGE_S=MERGE_S, **({} if interp else {"num_warps": 4}))
         if dst is not self.out:
             self.out.copy_(dst)
 

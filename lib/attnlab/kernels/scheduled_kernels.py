@@ -7,13 +7,15 @@ decode (l_qo = 1) the packed query rows q_start:q_end of KV head h are query hea
 their partial state (o, lse) over KV positions kv_start:kv_end of the request, read from the
 paged pool (NHD, `kernels.paged`'s addressing and gather loop `paged_span`: token pos is in page
 kv_indices[kv_indptr[request] + pos // page_size], slot pos % page_size), goes to the fixed slot
-c * max_items + j of the partial-state buffers.
-Kernel 2, `merge_items_kernel`, grid = max_outputs programs (fixed): output g folds the partial
-states in slots merge_slots[merge_indptr[g]:merge_indptr[g + 1]] with ⊕, one after another in
-that order (kv_start ascending: `Plan.merge`), and writes its query heads' o and lse. Padding
-outputs have an empty range and write nothing. The order is fixed, so the result is bitwise
-reproducible; an output of one item is that item's state unchanged (o x 1 / 1), so the
-per-request plan gives the same bits as `paged_decode(splits=1)` with the same block size.
+c * max_items + j of the partial-state buffers, or, when the item is its output's only one
+(direct[slot] = 1: FlashInfer's direct write), straight to the output (o, lse) with no merge.
+Kernel 2, `merge_items_kernel`, a fixed grid of persistent programs over the num_multi outputs
+of two or more items (their indices in `multi`): output g folds the partial states in slots
+merge_slots[merge_indptr[g]:merge_indptr[g + 1]] with ⊕ and writes its query heads' o and lse.
+It takes MERGE_S slots at a time (their loads in flight together, the running maximum updated
+once per group), always in the same order (kv_start ascending: `Plan.merge`), so the result is
+bitwise reproducible. An output of one item is that item's state unchanged, so the per-request
+plan gives the same bits as `paged_decode(splits=1)` with the same block size.
 
 `check_fit` refuses, on the host, a workspace whose items this batch cannot serve (the kernels
 trust their items: a request or KV head past the batch would read out of bounds).
@@ -32,8 +34,8 @@ __all__ = ["scheduled_kernel", "merge_items_kernel", "check_fit"]
 
 
 @triton.jit
-def scheduled_kernel(Q, K, V, OP, LP, INDPTR, INDICES, ITEMS, COUNT, qk_scale,
-                      s_qb, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd,
+def scheduled_kernel(Q, K, V, OP, LP, O, LSE, INDPTR, INDICES, ITEMS, COUNT, DIRECT, qk_scale,
+                      s_qb, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd, s_ob, s_oh, s_lb,
                       MAX_ITEMS, GROUP, HEAD_DIM,
                       PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_D: tl.constexpr, D_CONTIG: tl.constexpr, UPCAST: tl.constexpr,
@@ -70,49 +72,59 @@ def scheduled_kernel(Q, K, V, OP, LP, INDPTR, INDICES, ITEMS, COUNT, qk_scale,
                                    end, qk_scale, s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE, BLOCK_N,
                                    UPCAST, IEEE, PREFETCH)
         o, lse = finish(acc, m_i, l_i)
-        row = slot.to(tl.int64) * GROUP + offs_g      # the slot's partial state, one row per packed row
-        tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
-        tl.store(LP + row, lse, mask=g_ok)
+        if tl.load(DIRECT + slot) != 0:               # its output's only item: the answer itself
+            tl.store(O + b * s_ob + heads[:, None] * s_oh + offs_d[None, :], o.to(O.dtype.element_ty),
+                     mask=g_ok[:, None] & d_ok[None, :])
+            tl.store(LSE + b * s_lb + heads, lse, mask=g_ok)
+        else:
+            row = slot.to(tl.int64) * GROUP + offs_g  # the slot's partial state, one row per packed row
+            tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
+            tl.store(LP + row, lse, mask=g_ok)
 
 
 @triton.jit
-def merge_items_kernel(OP, LP, O, LSE, M_INDPTR, M_SLOTS, M_OUT, s_ob, s_oh, s_lb,
-                        GROUP, HEAD_DIM, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
-    g = tl.program_id(0)
-    a = tl.load(M_INDPTR + g)
-    e = tl.load(M_INDPTR + g + 1)
-    out = M_OUT + g * 4                               # (request, kv_head, q_start, q_end)
-    b = tl.load(out).to(tl.int64)
-    hk = tl.load(out + 1)
-    q0 = tl.load(out + 2)
-    q1 = tl.load(out + 3)
+def merge_items_kernel(OP, LP, O, LSE, M_INDPTR, M_SLOTS, M_OUT, MULTI, NUM_MULTI, s_ob, s_oh, s_lb,
+                        GROUP, HEAD_DIM, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                        MERGE_S: tl.constexpr):
+    offs_s = tl.arange(0, MERGE_S)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
-    n_rows = tl.where(a < e, q1 - q0, 0)              # a padding output (empty range) writes nothing
-    g_ok = offs_g < n_rows
     d_ok = offs_d < HEAD_DIM
-    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-    w_sum = tl.zeros([BLOCK_G], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-    for i in range(a, e):                             # ⊕ in the plan's order: kv_start ascending
-        row = tl.load(M_SLOTS + i).to(tl.int64) * GROUP + offs_g
-        lse_i = tl.load(LP + row, mask=g_ok, other=float("-inf"))
-        o_i = tl.load(OP + row[:, None] * HEAD_DIM + offs_d[None, :], mask=g_ok[:, None] & d_ok[None, :],
-                      other=0.0)
-        m_new = tl.maximum(m, lse_i)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m - m_safe)                    # 0 for the first state
-        w = tl.exp(lse_i - m_safe)
-        acc = acc * alpha[:, None] + o_i * w[:, None]
-        w_sum = w_sum * alpha + w
-        m = m_new
-    safe = tl.where(w_sum > 0, w_sum, 1.0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    o = acc / safe[:, None]
-    heads = hk * GROUP + q0 + offs_g
-    tl.store(O + b * s_ob + heads[:, None] * s_oh + offs_d[None, :], o.to(O.dtype.element_ty),
-             mask=g_ok[:, None] & d_ok[None, :])
-    tl.store(LSE + b * s_lb + heads, tl.where(w_sum > 0, m_safe + tl.log(safe), float("-inf")), mask=g_ok)
+    for t in range(tl.program_id(0), tl.load(NUM_MULTI), tl.num_programs(0)):   # persistent
+        g = tl.load(MULTI + t)
+        a = tl.load(M_INDPTR + g)
+        e = tl.load(M_INDPTR + g + 1)
+        out = M_OUT + g * 4                           # (request, kv_head, q_start, q_end)
+        b = tl.load(out).to(tl.int64)
+        hk = tl.load(out + 1)
+        q0 = tl.load(out + 2)
+        q1 = tl.load(out + 3)
+        g_ok = offs_g < q1 - q0
+        m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+        w_sum = tl.zeros([BLOCK_G], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+        for i in range(a, e, MERGE_S):                # ⊕ in the plan's order, MERGE_S slots at a time
+            s_ok = i + offs_s < e
+            slot = tl.load(M_SLOTS + i + offs_s, mask=s_ok, other=0).to(tl.int64)
+            rows = slot[:, None] * GROUP + offs_g[None, :]                          # (S, G)
+            ok = s_ok[:, None] & g_ok[None, :]
+            lse_i = tl.load(LP + rows, mask=ok, other=float("-inf"))
+            o_i = tl.load(OP + rows[:, :, None] * HEAD_DIM + offs_d[None, None, :],
+                          mask=ok[:, :, None] & d_ok[None, None, :], other=0.0)    # (S, G, D)
+            m_new = tl.maximum(m, tl.max(lse_i, 0))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m - m_safe)                # 0 for the first group
+            w = tl.exp(lse_i - m_safe[None, :])
+            acc = acc * alpha[:, None] + tl.sum(o_i * w[:, :, None], 0)
+            w_sum = w_sum * alpha + tl.sum(w, 0)
+            m = m_new
+        safe = tl.where(w_sum > 0, w_sum, 1.0)
+        m_safe = tl.where(m == float("-inf"), 0.0, m)
+        o = acc / safe[:, None]
+        heads = hk * GROUP + q0 + offs_g
+        tl.store(O + b * s_ob + heads[:, None] * s_oh + offs_d[None, :], o.to(O.dtype.element_ty),
+                 mask=g_ok[:, None] & d_ok[None, :])
+        tl.store(LSE + b * s_lb + heads, tl.where(w_sum > 0, m_safe + tl.log(safe), float("-inf")), mask=g_ok)
 
 
 def check_fit(ws: Workspace, batch: int, kv_heads: int, group: int, lengths) -> None:
