@@ -1,0 +1,151 @@
+"""An FA3-style FlashAttention forward (prefill) for the H200 (Hopper, sm_90), written in Triton's
+Gluon, where the kernel states its layouts, shared memory, barriers and warp roles itself.
+
+    flash_attention_gluon(q, k, v, causal=False, scale=None)   -> (o, lse)
+
+The same function and contract as `kernels.hopper.flash_attention_hopper(..., return_lse=True)`:
+o = softmax(scale q k^T) v, q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d), GQA (query head h reads KV
+head h // (Hq / Hkv)), causal bottom-right aligned (query i sees keys j <= i + N_k - N_q), a row
+that sees no key gives o = 0 and lse = -inf (never NaN); o in q's dtype, lse float32 (B, Hq, N_q),
+natural log. What the kernel does, and which FlashAttention-3 idea each part is, is in
+`kernels.gluon_fa3_kernel`; `steps` switches those parts (GLUON_STEPS):
+
+    warp_specialize   1-warp TMA producer partition + 8 computing warps (off: they load themselves)
+    intra_overlap     tile j's softmax under tile j-1's PV wgmma (off: QK^T, softmax, PV in turn)
+    lpt_order         causal only: the longest query blocks first
+    tma_store         O through shared memory and a TMA store (inactive when N_q % 128 != 0)
+
+TMA loads, wgmma, the stage ring with mbarriers, exp2 softmax and the causal tile skipping are
+always on. The record of what ran is written into `report` (a dict) when given.
+
+Restrictions: float16 or bfloat16 only, d in {64, 128}, and q, k, v contiguous (B, H, N, d)
+tensors (no hidden copies: anything else is refused by name); any N_q, N_k >= 1 (a last partial
+tile is masked; with N_q % 128 != 0 O is stored from registers). It needs an sm_90 GPU.
+
+Gluon kernels do not run under Triton's interpreter (TRITON_INTERPRET=1): there this module
+imports and refuses calls; it is checked on the GPU against a float32 reference and timed beside
+cuDNN and FlashAttention-2 by the harness, build/gluon/gpu_check.py.
+"""
+from __future__ import annotations
+
+import torch
+
+from attnlab.kernels import interpreting
+from attnlab.kernels.common import LOG2E, check_qkv
+
+__all__ = ["flash_attention_gluon", "GLUON_STEPS", "DEFAULT_STEPS", "config_for"]
+
+GLUON_STEPS = ("warp_specialize", "intra_overlap", "lpt_order", "tma_store")
+#: the fastest correct set measured on the H200 (Triton 3.6): intra_overlap cost 5-15 % there
+DEFAULT_STEPS = ("warp_specialize", "lpt_order", "tma_store")
+BLOCK_M = 128
+BLOCK_N = 128
+_SHARED_LIMIT = 232448                    # bytes of shared memory one H100 / H200 CTA may use
+
+
+def config_for(d: int, steps) -> dict:
+    """Block sizes, stages, warps and the register cap of a launch with these steps."""
+    ws = "warp_specialize" in steps
+    overlap = "intra_overlap" in steps
+    stages = 2
+    if not ws and overlap:               # the loads sit in the computing warps: one more stage ahead
+        per = 2 * BLOCK_N * d * 2
+        if BLOCK_M * d * 2 + 3 * per + 1024 <= _SHARED_LIMIT:
+            stages = 3
+    return {"block_m": BLOCK_M, "block_n": BLOCK_N, "stages": stages, "num_warps": 8,
+            "maxnreg": 168 if ws else None}    # 168 x 384 threads: 24 for the producer, 240 for the rest
+
+
+def _parse_steps(steps) -> frozenset:
+    if steps is None:
+        return frozenset(DEFAULT_STEPS)
+    if isinstance(steps, str) or not all(isinstance(s, str) for s in steps):
+        raise TypeError(f"steps must be None or a tuple / set of names from {GLUON_STEPS}, got {steps!r}")
+    bad = sorted(set(steps) - set(GLUON_STEPS))
+    if bad:
+        raise ValueError(f"unknown steps {bad}; valid: {', '.join(GLUON_STEPS)}")
+    return frozenset(steps)
+
+
+def _check(q, k, v, causal, scale, report):
+    check_qkv(q, k, v)
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q, k, v must be float16 or bfloat16 for the Gluon kernel, got {q.dtype}")
+    d = q.shape[3]
+    if d not in (64, 128):
+        raise ValueError(f"head dim d={d} is not supported by the Gluon kernel; valid: 64, 128")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    if scale is None:
+        scale = d ** -0.5
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (scale > 0 and scale < float("inf")):
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    if report is not None and not isinstance(report, dict):
+        raise TypeError(f"report must be a dict to fill or None, got {type(report).__name__}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}: the Gluon kernel needs CUDA tensors on an sm_90 GPU "
+                             "(Gluon kernels do not run under Triton's interpreter)")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put q, k, v on one device")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (B, H, N, d), got strides {tuple(t.stride())}; "
+                             "call .contiguous() first")
+    if interpreting():
+        raise RuntimeError("TRITON_INTERPRET=1: Gluon kernels do not run under Triton's interpreter")
+    cap = torch.cuda.get_device_capability(q.device)
+    if cap != (9, 0):
+        raise RuntimeError(f"the Gluon kernel is written for sm_90 (Hopper: H100 / H200); {q.device} is "
+                           f"sm_{cap[0]}{cap[1]}")
+    return float(scale)
+
+
+def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None = None,
+                          report: dict | None = None, steps=None):
+    """Attention of contiguous q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d), fp16 / bf16, d in {64, 128},
+    on an sm_90 GPU. Returns (o, lse): o in q's dtype and shape, lse float32 (B, Hq, N_q), natural
+    log. scale defaults to 1/sqrt(d). steps: None (DEFAULT_STEPS) or names from GLUON_STEPS.
+    report, a dict, is filled with {"kernel", "steps", "inactive", "config"}."""
+    requested = _parse_steps(steps)
+    scale = _check(q, k, v, causal, scale, report)
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from attnlab.kernels.gluon_fa3_kernel import fa3_fwd_kernel
+
+    B, H, n_q, d = q.shape
+    hkv, n_k = k.shape[1], k.shape[2]
+    cfg = config_for(d, requested)
+    bm, bn = cfg["block_m"], cfg["block_n"]
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    el = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+
+    def desc(t, rows):                   # a 2-D view (B * H * N, d): tiles of `rows` rows
+        flat = t.view(-1, d)
+        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, d],
+                                gl.NVMMASharedLayout.get_default_for([rows, d], el))
+
+    lpt = causal and "lpt_order" in requested
+    tma_store = "tma_store" in requested and n_q % bm == 0
+    num_m = _cdiv(n_q, bm)
+    grid = (B * H, num_m) if lpt else (num_m, B * H)
+    kw = {"num_warps": cfg["num_warps"]}
+    if cfg["maxnreg"]:
+        kw["maxnreg"] = cfg["maxnreg"]
+    fa3_fwd_kernel[grid](desc(q, bm), desc(k, bn), desc(v, bn), desc(o, bm), o, lse, scale * LOG2E,
+                         n_q, n_k, H, H // hkv, num_m,
+                         BLOCK_M=bm, BLOCK_N=bn, HEAD_D=d, STAGES=cfg["stages"], CAUSAL=causal, LPT=lpt,
+                         WS="warp_specialize" in requested, OVERLAP="intra_overlap" in requested,
+                         TMA_STORE=tma_store, **kw)
+    if report is not None:
+        inactive = {"lpt_order": "lpt_order" in requested and not lpt,
+                    "tma_store": "tma_store" in requested and not tma_store}
+        report.clear()
+        report.update({"kernel": "gluon_fa3", "steps": tuple(s for s in GLUON_STEPS if s in requested),
+                       "inactive": tuple(s for s in GLUON_STEPS if inactive.get(s)), "config": cfg})
+    return o, lse
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)

@@ -1,0 +1,80 @@
+"""`flash_attention_gluon` without a GPU: what it refuses, and that it imports.
+
+Gluon kernels do not run under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1
+when no GPU is present), so the numbers are checked on an H200 by build/gluon/gpu_check.py; here
+only the argument checks, which run before any launch, and the import.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.kernels import gluon_fa3
+from attnlab.kernels.gluon_fa3 import DEFAULT_STEPS, GLUON_STEPS, config_for, flash_attention_gluon
+
+
+def _qkv(b=1, hq=4, hk=2, nq=64, nk=64, d=64, dtype=torch.bfloat16):
+    return (torch.zeros(b, hq, nq, d, dtype=dtype), torch.zeros(b, hk, nk, d, dtype=dtype),
+            torch.zeros(b, hk, nk, d, dtype=dtype))
+
+
+def test_module_imports_and_names_its_steps():
+    assert set(DEFAULT_STEPS) <= set(GLUON_STEPS)
+    assert "interpreter" in gluon_fa3.__doc__ and "gpu_check" in gluon_fa3.__doc__
+    from attnlab.kernels.gluon_fa3_kernel import fa3_fwd_kernel   # defining the kernel does not break here
+    assert callable(getattr(fa3_fwd_kernel, "__getitem__", None))
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_config_fits_shared_memory(d):
+    for steps in (GLUON_STEPS, DEFAULT_STEPS, ()):
+        cfg = config_for(d, frozenset(steps))
+        smem = cfg["block_m"] * d * 2 + cfg["stages"] * 2 * cfg["block_n"] * d * 2
+        assert smem <= 232448 and cfg["num_warps"] == 8
+
+
+def test_wrong_dtype_is_refused():
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        flash_attention_gluon(*_qkv(dtype=torch.float32))
+    q, k, v = _qkv()
+    with pytest.raises(TypeError, match="share one dtype"):
+        flash_attention_gluon(q, k.half(), v)
+
+
+def test_shape_mismatch_is_refused():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="same shape"):
+        flash_attention_gluon(q, k, v[:, :, :32])
+    with pytest.raises(ValueError, match="multiple of KV heads"):
+        flash_attention_gluon(*_qkv(hq=3, hk=2))
+    with pytest.raises(ValueError, match=r"\(batch, heads, N, d\)"):
+        flash_attention_gluon(q[0], k, v)
+
+
+@pytest.mark.parametrize("d", [32, 96, 256])
+def test_unsupported_head_dim_is_refused(d):
+    with pytest.raises(ValueError, match=rf"d={d}.*valid: 64, 128"):
+        flash_attention_gluon(*_qkv(d=d))
+
+
+def test_other_arguments_are_refused_by_name():
+    with pytest.raises(TypeError, match="causal"):
+        flash_attention_gluon(*_qkv(), causal=1)
+    with pytest.raises(ValueError, match="scale"):
+        flash_attention_gluon(*_qkv(), scale=-1.0)
+    with pytest.raises(TypeError, match="report"):
+        flash_attention_gluon(*_qkv(), report=[])
+    with pytest.raises(ValueError, match="unknown steps"):
+        flash_attention_gluon(*_qkv(), steps=("warp_specialise",))
+
+
+def test_cpu_tensors_are_refused_naming_the_parameter():
+    with pytest.raises((ValueError, RuntimeError), match=r"q is on cpu|sm_90"):
+        flash_attention_gluon(*_qkv())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_non_contiguous_is_refused():
+    q, k, v = (t.cuda() for t in _qkv())
+    with pytest.raises(ValueError, match="k must be contiguous"):
+        flash_attention_gluon(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
