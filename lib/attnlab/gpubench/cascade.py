@@ -24,14 +24,13 @@ JSON is rewritten after every row.
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 import traceback
 from types import SimpleNamespace
 
 from attnlab.core.decode import cascade_intensity
-from attnlab.gpubench.core import checked_time, header, try_peer
+from attnlab.gpubench.core import checked_time, header, reference, try_peer
 from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import flashinfer_version, write_json
 from attnlab.gpubench.paged import SHAPE
@@ -76,22 +75,18 @@ def _setup(torch, n, prefix, unique, shape, ps, seed):
 
 
 def _reference(torch, q, kv_p, kv_u):
-    """float32 attention of the (rounded) inputs over prefix + own tokens, concatenated, a few
-    requests at a time; and over the own tokens alone."""
-    n, hq, d = q.shape
-    hkv = kv_p.shape[2]
-    refs = [torch.empty(n, hq, d, dtype=torch.float32, device=q.device) for _ in "ab"]
-    step = max(1, (1 << 26) // (hkv * (kv_p.shape[1] + kv_u.shape[2]) * d))
+    """gpubench.core.reference over prefix + own tokens, concatenated (the prefix repeated for a few
+    requests at a time), and over the own tokens alone."""
+    n = q.shape[0]
+    own = kv_u.transpose(2, 3)                                           # (2, n, hkv, u, d)
+    full = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    step = max(1, (1 << 26) // (kv_p.shape[2] * (kv_p.shape[1] + kv_u.shape[2]) * q.shape[2]))
     for i in range(0, n, step):
-        qf = q[i:i + step].float().view(-1, hkv, hq // hkv, d)
-        b = qf.shape[0]
-        own = kv_u[:, i:i + step].float()                                  # (2, b, u, hkv, d)
-        for ref, kv in ((refs[0], torch.cat([kv_p.float()[:, None].expand(2, b, -1, -1, -1), own], 2)),
-                        (refs[1], own)):
-            k, v = kv[0].transpose(1, 2), kv[1].transpose(1, 2)           # (b, hkv, N, d)
-            s = torch.einsum("bhgd,bhnd->bhgn", qf, k) / math.sqrt(d)
-            ref[i:i + step] = torch.einsum("bhgn,bhnd->bhgd", torch.softmax(s, -1), v).reshape(-1, hq, d)
-    return refs
+        b = min(step, n - i)
+        pre = kv_p.transpose(1, 2)[:, None].expand(2, b, -1, -1, -1)     # (2, b, hkv, prefix, d)
+        kv = torch.cat([pre, own[:, i:i + b]], 3)
+        full[i:i + b] = reference(torch, q[i:i + b], kv[0], kv[1])
+    return full, reference(torch, q, own[0], own[1])
 
 
 def _ours(torch, c, add, splits):

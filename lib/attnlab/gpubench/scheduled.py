@@ -21,7 +21,6 @@ tried on its own (a failure drops it, with a short traceback); the JSON is rewri
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 import traceback
@@ -31,7 +30,7 @@ import numpy as np
 
 from attnlab.machine.schedule import fixed_size_workspace, plan_balanced, plan_fixed_split, plan_per_request
 from attnlab.machine.workload import RECORDED_BATCHES, lengths, recorded_lengths
-from attnlab.gpubench.core import header, replay_time, time_per_call, try_peer
+from attnlab.gpubench.core import header, reference, replay_time, time_per_call, try_peer
 from attnlab.gpubench.cli import flashinfer_version, write_json
 from attnlab.gpubench.paged import SHAPE, flashinfer_decode
 
@@ -77,7 +76,7 @@ def _batch(torch, batch, lens, pool_pages, shape, dev, gen):
 
 
 def _reference(torch, b, k_pool, v_pool):
-    """float32 attention of each request over its K/V gathered through the page table."""
+    """gpubench.core.reference of each request over its K/V gathered through the page table."""
     B, hq, d = b.q.shape
     hkv = k_pool.shape[2]
     ref = torch.empty(B, hq, d, dtype=torch.float32, device=b.q.device)
@@ -85,11 +84,8 @@ def _reference(torch, b, k_pool, v_pool):
     for i in range(B):
         pages = b.indices[indptr[i]:indptr[i + 1]].long()
         n = int(b.lens[i, 1])
-        k = k_pool[pages].reshape(-1, hkv, d)[:n].float().transpose(0, 1)      # (hkv, n, d)
-        v = v_pool[pages].reshape(-1, hkv, d)[:n].float().transpose(0, 1)
-        qi = b.q[i].float().view(hkv, hq // hkv, d)
-        p = torch.softmax(qi @ k.transpose(1, 2) / math.sqrt(d), -1)
-        ref[i] = (p @ v).reshape(hq, d)
+        k, v = (p[pages].reshape(-1, hkv, d)[:n].transpose(0, 1)[None] for p in (k_pool, v_pool))
+        ref[i] = reference(torch, b.q[i:i + 1], k, v)[0]
     return ref
 
 
