@@ -8,10 +8,7 @@ import pytest
 
 from attnlab.core.attention import block_sizes, causal_mask, flash_attention, standard_attention
 
-try:
-    from tests import reference as ref
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs import reference as ref
+from refs import reference as ref
 
 ORDERS = ("fa1", "fa2")
 F64_TOL = 1e-12

@@ -17,10 +17,7 @@ from attnlab.core.decode import (cascade_attention, cascade_intensity, intensity
                             split_kv_attention)
 from attnlab.machine.hardware import SPLITS, best_split, decode_time, ridge_point, sm_share_time
 
-try:
-    from tests import reference as ref
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs import reference as ref
+from refs import reference as ref
 
 F64_TOL = 1e-12
 BF16 = 2  # bytes per element

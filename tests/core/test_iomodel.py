@@ -11,10 +11,7 @@ from attnlab.core.attention import flash_attention, standard_attention
 from attnlab.core.hbm import HBM, Event
 from attnlab.core.iomodel import flash_io, io_ratio, io_table, lower_bound, standard_io
 
-try:
-    from tests import reference as ref
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs import reference as ref
+from refs import reference as ref
 
 ORDERS = ("fa1", "fa2")
 

@@ -15,10 +15,7 @@ import pytest
 
 from attnlab.core.softmax import attention_state, merge, merge_states
 
-try:
-    from tests import reference as ref
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs import reference as ref
+from refs import reference as ref
 
 
 def _qkv(rng, n_q, n_k, d, d_v=None, dtype=np.float64):

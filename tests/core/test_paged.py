@@ -27,10 +27,7 @@ from attnlab.core.paged import (BSRLayout, PagedKVCache, bsr_attention, composab
                            to_bsr)
 from attnlab.core.softmax import attention_state
 
-try:
-    from tests.reference import state_ref
-except ImportError:                  # run from inside tests/
-    from refs.reference import state_ref
+from refs.reference import state_ref
 
 F64_TOL = 1e-12
 F32_TOL = 2e-6

@@ -21,10 +21,7 @@ from attnlab.core.hbm import HBM
 from attnlab.core.variants import (Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
                               soft_cap, tile_io, tile_mask, variant_attention)
 
-try:
-    from tests.reference import state_ref
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs.reference import state_ref
+from refs.reference import state_ref
 
 TOL = 1e-12
 NQ, NK, D, DV = 37, 101, 16, 12            # odd sizes, N_q != N_k: bottom-right alignment matters

@@ -13,10 +13,7 @@ import torch
 from attnlab.kernels import hopper
 from attnlab.kernels.hopper import DEFAULT_STEPS, HOPPER_STEPS, flash_attention_hopper, steps_run
 
-try:
-    from tests.reference import attention as ref_attention
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs.reference import attention as ref_attention
+from refs.reference import attention as ref_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

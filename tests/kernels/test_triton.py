@@ -15,12 +15,8 @@ import torch
 
 from attnlab.kernels.fa2 import flash_attention_triton
 
-try:
-    from tests.kernel_rule import assert_within_rule
-    from tests.reference import attention as ref_attention
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs.kernel_rule import assert_within_rule
-    from refs.reference import attention as ref_attention
+from refs.kernel_rule import assert_within_rule
+from refs.reference import attention as ref_attention
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 

@@ -12,7 +12,6 @@ bf16 / fp16 outputs are held to the rule of tests/refs/kernel_rule.py; fp32 to 1
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -23,10 +22,8 @@ pytest.importorskip("triton")
 from attnlab.core.decode import cascade_attention  # noqa: E402
 from attnlab.kernels.cascade import cascade_decode  # noqa: E402
 
-try:
-    from tests.kernel_rule import assert_within_rule  # noqa: E402
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs.kernel_rule import assert_within_rule  # noqa: E402
+from refs.kernel_rule import assert_within_rule  # noqa: E402
+from refs.reference import decode_attention  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 
@@ -56,16 +53,8 @@ def _unique_pools(lens, page_size, kv_heads, d, rng, spare=3):
 
 def _reference(q, pk, pv, own):
     """float64 from the definition: request i attends over concat(prefix, its own tokens)."""
-    n, hq, d = q.shape
-    g = hq // pk.shape[1]
-    o, lse = np.zeros((n, hq, d)), np.zeros((n, hq))
-    for i, (ki, vi) in enumerate(own):
-        k, v = np.concatenate([pk, ki]), np.concatenate([pv, vi])
-        for h in range(hq):
-            s = k[:, h // g] @ q[i, h] / math.sqrt(d)
-            w = np.exp(s - s.max())
-            o[i, h], lse[i, h] = w @ v[:, h // g] / w.sum(), s.max() + math.log(w.sum())
-    return o, lse
+    return decode_attention(q, [np.concatenate([pk, ki]) for ki, _ in own],
+                            [np.concatenate([pv, vi]) for _, vi in own])
 
 
 def _gathered(c):

@@ -18,10 +18,7 @@ from attnlab.kernels import hopper
 from attnlab.kernels.hopper import (DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, flash_attention_hopper,
                                        launch_config, tma_ok)
 
-try:
-    from tests.reference import attention as ref_attention
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs.reference import attention as ref_attention
+from refs.reference import attention as ref_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CASES = [  # (batch, q heads, kv heads, n_q, n_k, d, causal)

@@ -21,15 +21,9 @@ pytest.importorskip("triton")
 from attnlab.kernels.decode import workspace  # noqa: E402
 from attnlab.kernels.paged import auto_splits, paged_decode  # noqa: E402
 from attnlab.core.paged import PagedKVCache, bsr_attention, to_bsr  # noqa: E402
-try:
-    from tests.paged_reference import attention as _reference, pools as _pools  # noqa: E402
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs.paged_reference import attention as _reference, pools as _pools  # noqa: E402
+from refs.paged_reference import attention as _reference, pools as _pools  # noqa: E402
 
-try:
-    from tests.kernel_rule import assert_within_rule  # noqa: E402
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs.kernel_rule import assert_within_rule  # noqa: E402
+from refs.kernel_rule import assert_within_rule  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 

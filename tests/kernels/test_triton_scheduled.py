@@ -18,10 +18,7 @@ pytest.importorskip("triton")
 from attnlab.machine import schedule  # noqa: E402
 from attnlab.kernels.paged import paged_decode  # noqa: E402
 from attnlab.kernels.scheduled import ScheduledDecoder, scheduled_decode  # noqa: E402
-try:
-    from tests.paged_reference import attention as _reference, pools as _pools  # noqa: E402
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs.paged_reference import attention as _reference, pools as _pools  # noqa: E402
+from refs.paged_reference import attention as _reference, pools as _pools  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NAN = float("nan")

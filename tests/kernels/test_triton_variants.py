@@ -17,10 +17,7 @@ import torch
 from attnlab.kernels.variants import blocks, kv_block_range, variant_prefill
 from attnlab.core.variants import causal as causal_v, sliding_window, soft_cap, variant_attention
 
-try:
-    from tests.kernel_rule import assert_within_rule, visible_mask
-except ImportError:  # tests/ on sys.path (rootdir-less run)
-    from refs.kernel_rule import assert_within_rule, visible_mask
+from refs.kernel_rule import assert_within_rule, visible_mask
 
 pytestmark = pytest.mark.usefixtures("poisoned_alloc")
 

@@ -4,9 +4,9 @@ up), and the float64 reference attention from the definition, gathering each req
 the table. Independent of the code under test."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
+
+from refs.reference import decode_attention
 
 NAN = float("nan")
 
@@ -35,20 +35,12 @@ def pools(lens, page_size, kv_heads, d, rng, spare=4, num_pages=None):
 
 def attention(q, k_pool, v_pool, indptr, indices, last, page_size):
     """float64, from the definition: request i's tokens are its pages in table order, the last page
-    cut to last[i]; each query head h attends over KV head h // g with a plain softmax."""
-    n_req, hq, d = q.shape
-    g = hq // k_pool.shape[2]
-    o, lse = np.zeros((n_req, hq, d)), np.zeros((n_req, hq))
-    for i in range(n_req):
+    cut to last[i] (`refs.reference.decode_attention` over them)."""
+    keys, values = [], []
+    for i in range(q.shape[0]):
         pages = indices[indptr[i]:indptr[i + 1]]
         n = page_size * (len(pages) - 1) + last[i]
         slots = [(p, s) for p in pages for s in range(page_size)][:n]
-        k = np.stack([k_pool[p, s] for p, s in slots])
-        v = np.stack([v_pool[p, s] for p, s in slots])
-        for h in range(hq):
-            logits = k[:, h // g] @ q[i, h] / math.sqrt(d)
-            m = logits.max()
-            w = np.exp(logits - m)
-            o[i, h] = w @ v[:, h // g] / w.sum()
-            lse[i, h] = m + math.log(w.sum())
-    return o, lse
+        keys.append(np.stack([k_pool[p, s] for p, s in slots]))
+        values.append(np.stack([v_pool[p, s] for p, s in slots]))
+    return decode_attention(q, keys, values)

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 __all__ = [
-    "visible", "ref_mask", "attention_head", "attention",
+    "visible", "ref_mask", "attention_head", "attention", "decode_attention",
     "standard_io_ref", "flash_io_ref", "paper_blocks",
 ]
 
@@ -66,6 +66,20 @@ def attention_head(q, k, v, *, causal=False, scale=None):
         p = e / tot
         o[i] = p @ v[cols]
         lse[i] = mx + math.log(tot)
+    return o, lse
+
+
+def decode_attention(q, keys, values):
+    """Decode, float64: q (n_req, hq, d), one query per head; keys[i], values[i] request i's
+    tokens (n_i, hkv, d) in order. Query head h reads KV head h // (hq / hkv). Returns (o, lse)."""
+    n_req, hq, d = q.shape
+    o, lse = np.zeros((n_req, hq, d)), np.zeros((n_req, hq))
+    for i, (k, v) in enumerate(zip(keys, values)):
+        k, v = np.asarray(k, np.float64), np.asarray(v, np.float64)
+        g = hq // k.shape[1]
+        for h in range(hq):
+            oh, lh = attention_head(q[i, h][None], k[:, h // g], v[:, h // g])
+            o[i, h], lse[i, h] = oh[0], lh[0]
     return o, lse
 
 
