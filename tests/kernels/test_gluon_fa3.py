@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from attnlab.kernels import gluon_fa3
-from attnlab.kernels.gluon_fa3 import DEFAULT_STEPS, GLUON_STEPS, config_for, flash_attention_gluon
+from attnlab.kernels.gluon_fa3 import (DEFAULT_STEPS, GLUON_STEPS, config_for, default_steps,
+                                       flash_attention_gluon)
 
 
 def _qkv(b=1, hq=4, hk=2, nq=64, nk=64, d=64, dtype=torch.bfloat16):
@@ -19,7 +20,10 @@ def _qkv(b=1, hq=4, hk=2, nq=64, nk=64, d=64, dtype=torch.bfloat16):
 
 
 def test_module_imports_and_names_its_steps():
-    assert set(DEFAULT_STEPS) <= set(GLUON_STEPS)
+    for d in (64, 128):
+        for causal in (False, True):
+            assert set(default_steps(d, causal)) <= set(GLUON_STEPS)
+    assert set(DEFAULT_STEPS) == {(d, c) for d in (64, 128) for c in (False, True)}
     assert "interpreter" in gluon_fa3.__doc__ and "gpu_check" in gluon_fa3.__doc__
     from attnlab.kernels.gluon_fa3_kernel import fa3_fwd_kernel   # defining the kernel does not break here
     assert callable(getattr(fa3_fwd_kernel, "__getitem__", None))
@@ -27,10 +31,15 @@ def test_module_imports_and_names_its_steps():
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_config_fits_shared_memory(d):
-    for steps in (GLUON_STEPS, DEFAULT_STEPS, ()):
-        cfg = config_for(d, frozenset(steps))
-        smem = cfg["block_m"] * d * 2 + cfg["stages"] * 2 * cfg["block_n"] * d * 2
-        assert smem <= 232448 and cfg["num_warps"] == 8
+    for steps in (GLUON_STEPS, default_steps(d, False), default_steps(d, True), ("intra_overlap",), ()):
+        for stages in (None, 2, 3):
+            cfg = config_for(d, frozenset(steps), stages)
+            smem = cfg["block_m"] * d * 2 + cfg["stages"] * 2 * cfg["block_n"] * d * 2
+            assert smem <= 232448 and cfg["num_warps"] == (4 if cfg["split"] else 8)
+    with pytest.raises(ValueError, match="num_stages"):
+        config_for(d, frozenset(), 1)
+    with pytest.raises(ValueError, match="num_stages"):
+        config_for(d, frozenset(), 4 if d == 128 else 7)
 
 
 def test_wrong_dtype_is_refused():

@@ -11,12 +11,18 @@ natural log. What the kernel does, and which FlashAttention-3 idea each part is,
 `kernels.gluon_fa3_kernel`; `steps` switches those parts (GLUON_STEPS):
 
     warp_specialize   1-warp TMA producer partition + 8 computing warps (off: they load themselves)
+    split_warpgroups  with warp_specialize: two 4-warp consumer partitions of 64 rows each, which
+                      run independently (off: one 8-warp consumer, its warpgroups in lockstep)
+    pingpong          with split_warpgroups: the consumers take turns at the tensor cores (mbarrier
+                      hand-off), one's softmax under the other's GEMMs
     intra_overlap     tile j's softmax under tile j-1's PV wgmma (off: QK^T, softmax, PV in turn)
     lpt_order         causal only: the longest query blocks first
     tma_store         O through shared memory and a TMA store (inactive when N_q % 128 != 0)
 
 TMA loads, wgmma, the stage ring with mbarriers, exp2 softmax and the causal tile skipping are
-always on. The record of what ran is written into `report` (a dict) when given.
+always on. steps=None runs `default_steps(d, causal)`, the fastest set measured per case on the
+H200 (DEFAULT_STEPS); num_stages sets the K/V ring's depth (2 by default, as much as shared memory
+holds at most). The record of what ran is written into `report` (a dict) when given.
 
 Restrictions: float16 or bfloat16 only, d in {64, 128}, and q, k, v contiguous (B, H, N, d)
 tensors (no hidden copies: anything else is refused by name); any N_q, N_k >= 1 (a last partial
@@ -33,32 +39,45 @@ import torch
 from attnlab.kernels import interpreting
 from attnlab.kernels.common import LOG2E, check_qkv
 
-__all__ = ["flash_attention_gluon", "GLUON_STEPS", "DEFAULT_STEPS", "config_for"]
+__all__ = ["flash_attention_gluon", "GLUON_STEPS", "DEFAULT_STEPS", "default_steps", "config_for"]
 
-GLUON_STEPS = ("warp_specialize", "intra_overlap", "lpt_order", "tma_store")
-#: the fastest correct set measured on the H200 (Triton 3.6): intra_overlap cost 5-15 % there
-DEFAULT_STEPS = ("warp_specialize", "lpt_order", "tma_store")
+GLUON_STEPS = ("warp_specialize", "split_warpgroups", "pingpong", "intra_overlap", "lpt_order", "tma_store")
+_SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
+#: steps=None: the fastest correct set per (d, causal) measured on the H200 with Triton 3.6
+#: (build/gluon/gpu_check.py); intra_overlap cost 5-15 % in every case there, so no default has it
+DEFAULT_STEPS = {(128, False): _SPLIT + ("pingpong",), (128, True): _SPLIT,
+                 (64, False): ("lpt_order", "tma_store"), (64, True): _SPLIT + ("pingpong",)}
 BLOCK_M = 128
 BLOCK_N = 128
 _SHARED_LIMIT = 232448                    # bytes of shared memory one H100 / H200 CTA may use
 
 
-def config_for(d: int, steps) -> dict:
-    """Block sizes, stages, warps and the register cap of a launch with these steps."""
+def default_steps(d: int, causal: bool) -> tuple:
+    """What steps=None runs for head dim d (64 or 128) and this causal flag."""
+    return DEFAULT_STEPS[(d, bool(causal))]
+
+
+def _max_stages(d: int) -> int:
+    return (_SHARED_LIMIT - 1024 - BLOCK_M * d * 2) // (2 * BLOCK_N * d * 2)
+
+
+def config_for(d: int, steps, num_stages: int | None = None) -> dict:
+    """Block sizes, K/V stages, warps and the register cap of a launch with these steps. Stages
+    default to 2 (3 when the computing warps load and overlap); at most what shared memory holds."""
     ws = "warp_specialize" in steps
+    split = ws and "split_warpgroups" in steps
     overlap = "intra_overlap" in steps
-    stages = 2
-    if not ws and overlap:               # the loads sit in the computing warps: one more stage ahead
-        per = 2 * BLOCK_N * d * 2
-        if BLOCK_M * d * 2 + 3 * per + 1024 <= _SHARED_LIMIT:
-            stages = 3
-    return {"block_m": BLOCK_M, "block_n": BLOCK_N, "stages": stages, "num_warps": 8,
-            "maxnreg": 168 if ws else None}    # 168 x 384 threads: 24 for the producer, 240 for the rest
+    stages = num_stages or (3 if not ws and overlap and _max_stages(d) >= 3 else 2)
+    if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= _max_stages(d):
+        raise ValueError(f"num_stages must be an int in [2, {_max_stages(d)}] for d={d}, got {num_stages!r}")
+    return {"block_m": BLOCK_M, "block_n": BLOCK_N, "stages": stages, "num_warps": 4 if split else 8,
+            "split": split,    # 168 x 384 threads: 24 for the producer, 240 for each computing thread
+            "maxnreg": 168 if ws else None}
 
 
-def _parse_steps(steps) -> frozenset:
+def _parse_steps(steps) -> frozenset | None:
     if steps is None:
-        return frozenset(DEFAULT_STEPS)
+        return None
     if isinstance(steps, str) or not all(isinstance(s, str) for s in steps):
         raise TypeError(f"steps must be None or a tuple / set of names from {GLUON_STEPS}, got {steps!r}")
     bad = sorted(set(steps) - set(GLUON_STEPS))
@@ -101,13 +120,16 @@ def _check(q, k, v, causal, scale, report):
 
 
 def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None = None,
-                          report: dict | None = None, steps=None):
+                          report: dict | None = None, steps=None, num_stages: int | None = None):
     """Attention of contiguous q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d), fp16 / bf16, d in {64, 128},
     on an sm_90 GPU. Returns (o, lse): o in q's dtype and shape, lse float32 (B, Hq, N_q), natural
-    log. scale defaults to 1/sqrt(d). steps: None (DEFAULT_STEPS) or names from GLUON_STEPS.
-    report, a dict, is filled with {"kernel", "steps", "inactive", "config"}."""
+    log. scale defaults to 1/sqrt(d). steps: None (default_steps(d, causal)) or names from
+    GLUON_STEPS; num_stages: K/V stages (config_for). report, a dict, is filled with {"kernel",
+    "steps", "inactive", "config"}."""
     requested = _parse_steps(steps)
     scale = _check(q, k, v, causal, scale, report)
+    if requested is None:
+        requested = frozenset(default_steps(q.shape[3], causal))
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -115,8 +137,9 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
 
     B, H, n_q, d = q.shape
     hkv, n_k = k.shape[1], k.shape[2]
-    cfg = config_for(d, requested)
+    cfg = config_for(d, requested, num_stages)
     bm, bn = cfg["block_m"], cfg["block_n"]
+    qm = bm // 2 if cfg["split"] else bm          # the rows of one consumer: Q and O tiles
     o = torch.empty_like(q)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     el = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
@@ -133,13 +156,16 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
     kw = {"num_warps": cfg["num_warps"]}
     if cfg["maxnreg"]:
         kw["maxnreg"] = cfg["maxnreg"]
-    fa3_fwd_kernel[grid](desc(q, bm), desc(k, bn), desc(v, bn), desc(o, bm), o, lse, scale * LOG2E,
+    fa3_fwd_kernel[grid](desc(q, qm), desc(k, bn), desc(v, bn), desc(o, qm), o, lse, scale * LOG2E,
                          n_q, n_k, H, H // hkv, num_m,
                          BLOCK_M=bm, BLOCK_N=bn, HEAD_D=d, STAGES=cfg["stages"], CAUSAL=causal, LPT=lpt,
                          WS="warp_specialize" in requested, OVERLAP="intra_overlap" in requested,
-                         TMA_STORE=tma_store, **kw)
+                         TMA_STORE=tma_store, SPLIT=cfg["split"], PINGPONG=cfg["split"] and "pingpong" in requested,
+                         **kw)
     if report is not None:
         inactive = {"lpt_order": "lpt_order" in requested and not lpt,
+                    "split_warpgroups": "split_warpgroups" in requested and not cfg["split"],
+                    "pingpong": "pingpong" in requested and not cfg["split"],
                     "tma_store": "tma_store" in requested and not tma_store}
         report.clear()
         report.update({"kernel": "gluon_fa3", "steps": tuple(s for s in GLUON_STEPS if s in requested),

@@ -1,35 +1,20 @@
-"""The Gluon kernel behind `kernels.gluon_fa3` (torch-free: it imports only Triton, so it can be
-compiled for sm_90 on a machine without a GPU or torch).
+"""The Gluon kernel behind `kernels.gluon_fa3` (torch-free, so it compiles for sm_90 without a GPU).
+A program owns BLOCK_M = 128 query rows of one (batch, head). Compile-time switches, FA3's ideas:
 
-One program owns BLOCK_M = 128 query rows of one (batch, head) and walks the key tiles of its KV
-head. Compile-time switches, each one of FlashAttention-3's ideas:
+    WS        a 1-warp producer partition (24 registers) issues every TMA load: Q once, K and V
+              into a ring of STAGES shared-memory stages with ready / empty mbarriers; the
+              computing warps get 240 registers (off: they load, ahead of use, themselves)
+    SPLIT     two 4-warp consumer partitions of 64 rows each, independent (off: one 8-warp
+              consumer, its warpgroups kept in step by the per-tile sync)
+    PINGPONG  the two consumers take turns issuing their GEMMs (an mbarrier pair hands over)
+    OVERLAP   QK^T(j) and PV(j-1) issued together as async wgmma, softmax(j) under PV(j-1)
+    CAUSAL    masks only the tiles that need it, never loads those above the diagonal; LPT:
+              the longest query blocks launch first. TMA_STORE: O leaves by a TMA store.
 
-    WS        warp specialisation: a 1-warp producer partition (24 registers) issues every TMA load
-              (Q once, then K and V tiles into a ring of STAGES shared-memory stages guarded by
-              ready / empty mbarriers); the 8-warp default partition (two warpgroups, 64 rows
-              each, the registers the producer gave up) only computes. Off: the computing warps
-              issue the loads themselves, STAGES - 1 tiles ahead (software pipelining).
-    OVERLAP   intra-warpgroup overlap: tile j's QK^T and tile j-1's PV are issued together as
-              asynchronous wgmma, and tile j's softmax runs on the CUDA cores while PV(j-1) is
-              still on the tensor cores; O is rescaled after PV(j-1) retires.
-    CAUSAL    causal masking on the tiles that need it only (the diagonal ones and a last
-              partial tile); tiles above the diagonal are never loaded.
-    LPT       longest-processing-time-first order of the query blocks (causal: the last block,
-              which sees the most keys, is launched first, across all heads).
-    TMA_STORE O leaves through shared memory (Q's buffer, dead by then) and a TMA store; off
-              (N_q not a multiple of BLOCK_M): a masked store from registers.
-
-Softmax is online, in registers, in the log2 domain (exp2, with scale * log2(e) folded into one
-multiply-add per logit); QK^T and PV are `warpgroup_mma` (Q and K, V from shared memory, P from
-registers, converted from the accumulator layout without a shared-memory round trip).
-
-Left out: FA3's explicit ping-pong of two consumer warpgroups (named-barrier ordering of one
-warpgroup's softmax under the other's GEMMs; here the two warpgroups of the default partition run
-in lockstep and the warp scheduler overlaps whatever it can), FP8, persistent scheduling, the
-backward pass, varlen / paged KV.
+Softmax: online, in registers, log2 domain (exp2, scale * log2(e) folded into one multiply-add);
+P feeds the PV wgmma from registers (accumulator layout converted, no shared-memory round trip).
+Left out: FP8, persistent scheduling, the backward pass, varlen / paged KV.
 """
-from __future__ import annotations
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
@@ -41,10 +26,12 @@ LN2 = gl.constexpr(0.6931471805599453)
 
 
 @gluon.jit
-def _coords(n_q, n_k, H, GROUP, num_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-            LPT: gl.constexpr):
-    """This program's query block m, its (batch, head) bh, the first rows of its Q and KV head in
-    the flattened (rows, d) views, how many key tiles it visits and how many of those need no mask."""
+def _coords(dims, ROW_OFF: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+            CAUSAL: gl.constexpr, LPT: gl.constexpr):
+    """This program's query block m, its (batch, head) bh, the first rows of its Q block and KV
+    head in the flattened (rows, d) views, how many key tiles the block visits and how many of
+    those need no mask for the rows from ROW_OFF on (a consumer's share of the block)."""
+    n_q, n_k, H, GROUP, num_m = dims
     if LPT:
         bh = gl.program_id(0)
         m = num_m - 1 - gl.program_id(1)
@@ -57,7 +44,7 @@ def _coords(n_q, n_k, H, GROUP, num_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.conste
     if CAUSAL:
         off = n_k - n_q                                          # bottom-right: row i sees keys <= i + off
         hi = gl.maximum(gl.minimum(n_k, (m + 1) * BLOCK_M + off), 0)
-        n_full = gl.minimum(gl.maximum(m * BLOCK_M + off + 1, 0) // BLOCK_N, n_k // BLOCK_N)
+        n_full = gl.minimum(gl.maximum(m * BLOCK_M + ROW_OFF + off + 1, 0) // BLOCK_N, n_k // BLOCK_N)
     else:
         hi = n_k
         n_full = n_k // BLOCK_N
@@ -67,16 +54,15 @@ def _coords(n_q, n_k, H, GROUP, num_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.conste
 
 
 @gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, row0, col0, n_k, off, MASK: gl.constexpr, CAUSAL: gl.constexpr,
-             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+def _softmax(s, m_i, l_i, qk_scale, row0, col0, n_k, off, MASK: gl.constexpr, CAUSAL: gl.constexpr):
     """One online-softmax step on raw logits s: masked entries -inf (MASK only), running max m_i
     in log2 units; returns p = 2^(s*qk_scale - m), the rescale factor alpha, the new m and l.
     A row that has seen no key keeps m = -inf, l = 0 and gives p = 0 (no NaN)."""
     if MASK:
-        cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        cols = col0 + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
         ok = gl.expand_dims(cols < n_k, 0)
         if CAUSAL:
-            rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            rows = row0 + gl.arange(0, s.shape[0], layout=gl.SliceLayout(1, s.type.layout))
             ok = ok & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + off, 1))
         s = gl.where(ok, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
@@ -91,35 +77,116 @@ def _softmax(s, m_i, l_i, qk_scale, row0, col0, n_k, off, MASK: gl.constexpr, CA
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, row, k_buf, v_buf, k_bar, v_bar, pred):
-    mbarrier.expect(k_bar, k_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(k_desc, [row, 0], k_bar, k_buf, pred=pred)
-    mbarrier.expect(v_bar, v_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(v_desc, [row, 0], v_bar, v_buf, pred=pred)
+def _load_kv(descs, bufs, bars, row, st, pred):
+    """TMA loads of the K and V tile at `row` into stage st, each signalling its ready barrier."""
+    mbarrier.expect(bars[0].index(st), descs[1].block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(descs[1], [row, 0], bars[0].index(st), bufs[1].index(st), pred=pred)
+    mbarrier.expect(bars[1].index(st), descs[2].block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(descs[2], [row, 0], bars[1].index(st), bufs[2].index(st), pred=pred)
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, k_ready, v_ready, empty, q_bar,
-              n_q, n_k, H, GROUP, num_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+def _producer(descs, bufs, bars, dims, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CAUSAL: gl.constexpr, LPT: gl.constexpr):
     """The 1-warp producer partition: Q once, then each K / V tile into the next free stage."""
-    m, bh, q_row, kv_row, n_tiles, n_full = _coords(n_q, n_k, H, GROUP, num_m, BLOCK_M, BLOCK_N, CAUSAL, LPT)
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem)
+    m, bh, q_row, kv_row, n_tiles, n_full = _coords(dims, 0, BLOCK_M, BLOCK_N, CAUSAL, LPT)
+    NQ: gl.constexpr = bufs[0].shape[0]
+    mbarrier.expect(bars[3], NQ * descs[0].block_type.nbytes)
+    for i in gl.static_range(NQ):
+        tma.async_copy_global_to_shared(descs[0], [q_row + i * (BLOCK_M // NQ), 0], bars[3], bufs[0].index(i))
     for j in range(n_tiles):
-        st = j % STAGES
-        mbarrier.wait(empty.index(st), ((j // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
-        _load_kv(k_desc, v_desc, kv_row + j * BLOCK_N, k_bufs.index(st), v_bufs.index(st),
-                 k_ready.index(st), v_ready.index(st), True)
+        mbarrier.wait(bars[2].index(j % STAGES), ((j // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
+        _load_kv(descs, bufs, bars, kv_row + j * BLOCK_N, j % STAGES, True)
 
 
 @gluon.jit
-def _consumer(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, q_smem, k_bufs, v_bufs, k_ready, v_ready, empty,
-              q_bar, qk_scale, n_q, n_k, H, GROUP, num_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def _pingpong(turn, j, WG: gl.constexpr, PINGPONG: gl.constexpr, HAND_OVER: gl.constexpr):
+    """Ping-pong: wait for this consumer's turn to issue tile j's wgmma (consumer 0 goes first), or
+    (HAND_OVER) pass the tensor cores to the other one, whose softmax ran under these GEMMs."""
+    if PINGPONG:
+        if HAND_OVER:
+            mbarrier.arrive(turn.index(1 - WG), count=1)
+        else:
+            mbarrier.wait(turn.index(WG), (j & 1) ^ (1 - WG))
+
+
+@gluon.jit
+def _plain_loop(lo, hi, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, qk_scale, row0, kv_row, n_k, off, n_tiles,
+                MASK: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr, WG: gl.constexpr,
+                PINGPONG: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, p_layout: gl.constexpr):
+    """Key tiles lo..hi-1 one after the other: QK^T, softmax, rescale, PV."""
+    q_smem, k_bufs, v_bufs = bufs
+    k_ready, v_ready, empty, q_bar, turn = bars
+    for j in range(lo, hi):
+        st = j % STAGES
+        ph = (j // STAGES) & 1
+        if not WS:                                               # stage of tile j-1 is free: refill it
+            nt = j + STAGES - 1
+            gl.thread_barrier()
+            _load_kv(descs, bufs, bars, kv_row + nt * BLOCK_N, nt % STAGES, nt < n_tiles)
+        mbarrier.wait(k_ready.index(st), ph)
+        _pingpong(turn, j, WG, PINGPONG, False)
+        s = warpgroup_mma(q_tile, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
+        _pingpong(turn, 0, WG, PINGPONG, True)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, j * BLOCK_N, n_k, off, MASK, CAUSAL)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+        p16 = gl.convert_layout(p.to(q_tile.dtype), p_layout)
+        mbarrier.wait(v_ready.index(st), ph)
+        acc = warpgroup_mma(p16, v_bufs.index(st), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        if WS:
+            mbarrier.arrive(empty.index(st), count=1)
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _overlap_loop(lo, hi, p16, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, qk_scale, row0, kv_row, n_k, off,
+                  n_tiles, MASK: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr, WG: gl.constexpr,
+                  PINGPONG: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, p_layout: gl.constexpr):
+    """Tiles lo..hi-1 (lo >= 1), QK^T(j) with PV(j-1), softmax(j) under PV(j-1); p16: P(j-1) -> P(hi-1)."""
+    q_smem, k_bufs, v_bufs = bufs
+    k_ready, v_ready, empty, q_bar, turn = bars
+    for j in range(lo, hi):
+        st = j % STAGES
+        pst = (j - 1) % STAGES
+        if not WS:                                               # stage of tile j-2 (or a fresh one) is free
+            nt = j + STAGES - 2
+            gl.thread_barrier()
+            _load_kv(descs, bufs, bars, kv_row + nt * BLOCK_N, nt % STAGES, nt < n_tiles)
+        mbarrier.wait(k_ready.index(st), (j // STAGES) & 1)
+        mbarrier.wait(v_ready.index(pst), ((j - 1) // STAGES) & 1)
+        _pingpong(turn, j, WG, PINGPONG, False)
+        s = warpgroup_mma(q_tile, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
+        acc = warpgroup_mma(p16, v_bufs.index(pst), acc, is_async=True)
+        _pingpong(turn, 0, WG, PINGPONG, True)
+        s = warpgroup_mma_wait(1, deps=(s,))                    # QK^T(j) done, PV(j-1) may still run
+        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, j * BLOCK_N, n_k, off, MASK, CAUSAL)
+        acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+        if WS:
+            mbarrier.arrive(empty.index(pst), count=1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+        p16 = gl.convert_layout(p.to(q_tile.dtype), p_layout)
+    return p16, m_i, l_i, acc
+
+
+@gluon.jit
+def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, LPT: gl.constexpr,
-              WS: gl.constexpr, OVERLAP: gl.constexpr, TMA_STORE: gl.constexpr, num_warps: gl.constexpr):
-    """The computing warps (two warpgroups of 64 rows): QK^T, softmax, PV, and the epilogue."""
-    m, bh, q_row, kv_row, n_tiles, n_full = _coords(n_q, n_k, H, GROUP, num_m, BLOCK_M, BLOCK_N, CAUSAL, LPT)
+              WS: gl.constexpr, OVERLAP: gl.constexpr, TMA_STORE: gl.constexpr, PINGPONG: gl.constexpr,
+              WG: gl.constexpr, num_warps: gl.constexpr):
+    """Computing warps: QK^T, softmax, PV and the epilogue for BM = BLOCK_M / NQ rows of the block
+    (NQ = 1: all 8 warps, two warpgroups in lockstep; NQ = 2: consumer WG, one warpgroup)."""
+    q_desc, k_desc, v_desc, o_desc = descs
+    q_smem, k_bufs, v_bufs = bufs
+    k_ready, v_ready, empty, q_bar, turn = bars
+    n_q, n_k = dims[0], dims[1]
+    NQ: gl.constexpr = q_smem.shape[0]
+    BM: gl.constexpr = BLOCK_M // NQ
+    ROW_OFF: gl.constexpr = WG * BM
+    m, bh, q_row, kv_row, n_tiles, n_full = _coords(dims, ROW_OFF, BLOCK_M, BLOCK_N, CAUSAL, LPT)
+    q_row = q_row + ROW_OFF
+    q_tile = q_smem.index(WG)
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -128,102 +195,59 @@ def _consumer(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, q_smem, k_bufs, v_
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     off = n_k - n_q
-    row0 = m * BLOCK_M
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
-    s0 = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    row0 = m * BLOCK_M + ROW_OFF
+    m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BM, HEAD_D], gl.float32, o_layout)
+    s0 = gl.zeros([BM, BLOCK_N], gl.float32, s_layout)
 
     if not WS:                                                   # the computing warps load, STAGES-1 ahead
         mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem)
+        tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_tile)
         for t in gl.static_range(STAGES - 1):
-            _load_kv(k_desc, v_desc, kv_row + t * BLOCK_N, k_bufs.index(t), v_bufs.index(t),
-                     k_ready.index(t), v_ready.index(t), t < n_tiles)
+            _load_kv(descs, bufs, bars, kv_row + t * BLOCK_N, t, t < n_tiles)
     mbarrier.wait(q_bar, 0)
 
+    loop_args = (s0, q_tile, descs, bufs, bars, qk_scale, row0, kv_row, n_k, off, n_tiles)
     if OVERLAP:
-        if n_tiles > 0:
+        if n_tiles > 0:                                          # tile 0: QK^T and softmax, no PV yet
             mbarrier.wait(k_ready.index(0), 0)
-            s = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s0, use_acc=False, is_async=True)
+            _pingpong(turn, 0, WG, PINGPONG, False)
+            s = warpgroup_mma(q_tile, k_bufs.index(0).permute((1, 0)), s0, use_acc=False, is_async=True)
+            _pingpong(turn, 0, WG, PINGPONG, True)
             s = warpgroup_mma_wait(0, deps=(s,))
-            if n_full > 0:
-                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, 0, n_k, off, False, CAUSAL,
-                                              BLOCK_M, BLOCK_N, s_layout)
-            else:
-                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, 0, n_k, off, True, CAUSAL,
-                                              BLOCK_M, BLOCK_N, s_layout)
+            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, 0, n_k, off, True, CAUSAL)
             p16 = gl.convert_layout(p.to(dtype), p_layout)
-            for j in range(1, n_tiles):
-                st = j % STAGES
-                pst = (j - 1) % STAGES
-                if not WS:                                       # stage of tile j-2 (or a fresh one) is free
-                    nt = j + STAGES - 2
-                    gl.thread_barrier()
-                    _load_kv(k_desc, v_desc, kv_row + nt * BLOCK_N, k_bufs.index(nt % STAGES),
-                             v_bufs.index(nt % STAGES), k_ready.index(nt % STAGES), v_ready.index(nt % STAGES),
-                             nt < n_tiles)
-                mbarrier.wait(k_ready.index(st), (j // STAGES) & 1)
-                s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
-                mbarrier.wait(v_ready.index(pst), ((j - 1) // STAGES) & 1)
-                acc = warpgroup_mma(p16, v_bufs.index(pst), acc, is_async=True)
-                s = warpgroup_mma_wait(1, deps=(s,))            # QK^T(j) done, PV(j-1) may still run
-                if j >= n_full:
-                    p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, j * BLOCK_N, n_k, off, True, CAUSAL,
-                                                  BLOCK_M, BLOCK_N, s_layout)
-                else:
-                    p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, j * BLOCK_N, n_k, off, False, CAUSAL,
-                                                  BLOCK_M, BLOCK_N, s_layout)
-                acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
-                if WS:
-                    mbarrier.arrive(empty.index(pst), count=1)
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
-                p16 = gl.convert_layout(p.to(dtype), p_layout)
-            lst = (n_tiles - 1) % STAGES
+            mid = gl.maximum(n_full, 1)
+            p16, m_i, l_i, acc = _overlap_loop(1, mid, p16, m_i, l_i, acc, *loop_args, False, CAUSAL, WS, WG,
+                                               PINGPONG, STAGES, BLOCK_N, p_layout)
+            p16, m_i, l_i, acc = _overlap_loop(mid, n_tiles, p16, m_i, l_i, acc, *loop_args, True, CAUSAL, WS, WG,
+                                               PINGPONG, STAGES, BLOCK_N, p_layout)
+            lst = (n_tiles - 1) % STAGES                          # the last PV
             mbarrier.wait(v_ready.index(lst), ((n_tiles - 1) // STAGES) & 1)
             acc = warpgroup_mma(p16, v_bufs.index(lst), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
             if WS:
                 mbarrier.arrive(empty.index(lst), count=1)
-    else:
-        for j in range(n_tiles):
-            st = j % STAGES
-            ph = (j // STAGES) & 1
-            if not WS:                                           # stage of tile j-1 is free: refill it
-                nt = j + STAGES - 1
-                gl.thread_barrier()
-                _load_kv(k_desc, v_desc, kv_row + nt * BLOCK_N, k_bufs.index(nt % STAGES), v_bufs.index(nt % STAGES),
-                         k_ready.index(nt % STAGES), v_ready.index(nt % STAGES), nt < n_tiles)
-            mbarrier.wait(k_ready.index(st), ph)
-            s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s,))
-            if j >= n_full:
-                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, j * BLOCK_N, n_k, off, True, CAUSAL,
-                                              BLOCK_M, BLOCK_N, s_layout)
-            else:
-                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, j * BLOCK_N, n_k, off, False, CAUSAL,
-                                              BLOCK_M, BLOCK_N, s_layout)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
-            p16 = gl.convert_layout(p.to(dtype), p_layout)
-            mbarrier.wait(v_ready.index(st), ph)
-            acc = warpgroup_mma(p16, v_bufs.index(st), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
-            if WS:
-                mbarrier.arrive(empty.index(st), count=1)
+    else:                                                        # unmasked tiles, then the masked ones
+        m_i, l_i, acc = _plain_loop(0, n_full, m_i, l_i, acc, *loop_args, False, CAUSAL, WS, WG, PINGPONG, STAGES,
+                                    BLOCK_N, p_layout)
+        m_i, l_i, acc = _plain_loop(n_full, n_tiles, m_i, l_i, acc, *loop_args, True, CAUSAL, WS, WG, PINGPONG,
+                                    STAGES, BLOCK_N, p_layout)
 
     # epilogue: o = acc / l (0 for a row that saw no key), lse in natural log (-inf there)
     l_o = gl.convert_layout(l_i, o_rows)
     o = acc / gl.expand_dims(gl.where(l_o > 0, l_o, 1.0), 1)
     lse = gl.where(l_i > 0, (m_i + gl.log2(gl.where(l_i > 0, l_i, 1.0))) * LN2, float("-inf"))
-    rows_s = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    rows_s = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
     gl.store(lse_ptr + bh.to(gl.int64) * n_q + rows_s, lse, mask=rows_s < n_q)
     if TMA_STORE:
-        q_smem.store(o.to(dtype))                                # Q is dead: its buffer stages O
+        q_tile.store(o.to(dtype))                                # Q is dead: its buffer stages O
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [q_row, 0], q_smem)
+        tma.async_copy_shared_to_global(o_desc, [q_row, 0], q_tile)
         tma.store_wait(0)
     else:
-        rows = row0 + gl.arange(0, BLOCK_M, layout=o_rows)
+        rows = row0 + gl.arange(0, BM, layout=o_rows)
         cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
         ptrs = o_ptr + (bh.to(gl.int64) * n_q + gl.expand_dims(rows, 1)) * HEAD_D + gl.expand_dims(cols, 0)
         gl.store(ptrs, o.to(dtype), mask=gl.expand_dims(rows < n_q, 1))
@@ -233,30 +257,43 @@ def _consumer(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, q_smem, k_bufs, v_
 def fa3_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, n_q, n_k, H, GROUP, num_m,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
                    CAUSAL: gl.constexpr, LPT: gl.constexpr, WS: gl.constexpr, OVERLAP: gl.constexpr,
-                   TMA_STORE: gl.constexpr, num_warps: gl.constexpr):
-    """Shared memory (Q, STAGES K and V stages, their barriers), then the partitions."""
+                   TMA_STORE: gl.constexpr, SPLIT: gl.constexpr, PINGPONG: gl.constexpr, num_warps: gl.constexpr):
+    """Shared memory (Q, STAGES K and V stages, their barriers), then the partitions. SPLIT (with
+    WS): two 4-warp consumer partitions of BLOCK_M / 2 rows each, which run independently."""
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], q_desc.layout)
+    NQ: gl.constexpr = 2 if SPLIT else 1
+    q_smem = gl.allocate_shared_memory(dtype, [NQ, BLOCK_M // NQ, HEAD_D], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(empty.index(i), count=NQ)                  # every consumer releases every stage
     mbarrier.init(q_bar, count=1)
+    descs = (q_desc, k_desc, v_desc, o_desc)
+    bufs = (q_smem, k_bufs, v_bufs)
+    bars = (k_ready, v_ready, empty, q_bar, turn)
+    dims = (n_q, n_k, H, GROUP, num_m)
     if WS:
-        gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, q_smem, k_bufs, v_bufs, k_ready, v_ready,
-                         empty, q_bar, qk_scale, n_q, n_k, H, GROUP, num_m, BLOCK_M, BLOCK_N, HEAD_D, STAGES,
-                         CAUSAL, LPT, WS, OVERLAP, TMA_STORE, num_warps)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, k_ready, v_ready, empty, q_bar,
-                         n_q, n_k, H, GROUP, num_m, BLOCK_M, BLOCK_N, STAGES, CAUSAL, LPT)),
-        ], [1], [24])
+        if SPLIT:
+            gl.warp_specialize([(_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M, BLOCK_N,
+                                             HEAD_D, STAGES, CAUSAL, LPT, WS, OVERLAP, TMA_STORE, PINGPONG, 0, 4)),
+                                (_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M, BLOCK_N,
+                                             HEAD_D, STAGES, CAUSAL, LPT, WS, OVERLAP, TMA_STORE, PINGPONG, 1, 4)),
+                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, LPT))],
+                               [4, 1], [240, 24])
+        else:
+            gl.warp_specialize([(_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M, BLOCK_N,
+                                             HEAD_D, STAGES, CAUSAL, LPT, WS, OVERLAP, TMA_STORE, False, 0, num_warps)),
+                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, LPT))],
+                               [1], [24])
     else:
-        _consumer(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, q_smem, k_bufs, v_bufs, k_ready, v_ready,
-                  empty, q_bar, qk_scale, n_q, n_k, H, GROUP, num_m, BLOCK_M, BLOCK_N, HEAD_D, STAGES,
-                  CAUSAL, LPT, WS, OVERLAP, TMA_STORE, num_warps)
+        _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M, BLOCK_N, HEAD_D, STAGES, CAUSAL, LPT,
+                  WS, OVERLAP, TMA_STORE, False, 0, num_warps)
