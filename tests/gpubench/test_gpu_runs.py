@@ -190,3 +190,13 @@ def test_the_harness_runs_a_section_end_to_end_on_the_cpu(tmp_path):
     again = bench.run(("decode",), dry=True, out=str(out), merge=True)            # --merge keeps sections
     assert set(again["sections"]) == {"decode", "paged"} and len(again["rows"]) == len(res["rows"])
     assert again["commits_by_section"]["paged"] == "0" * 40
+
+
+def test_prefill_verdicts_apply_the_kernel_rule_per_case():
+    from attnlab.gpubench.prefill import _verdicts
+    case = {"batch": 1, "N": 4096, "causal": False}
+    rows = [{**case, "impl": "sdpa-flash", "max_err": 4e-3}, {**case, "impl": "sdpa-cudnn", "max_err": 2e-3},
+            {**case, "impl": "ours-gluon", "max_err": 5e-3}, {**case, "impl": "ours-hopper", "max_err": 5.1e-3},
+            {**case, "causal": True, "impl": "ours-fa2", "max_err": 1e-3}]
+    _verdicts(rows)
+    assert [r.get("within_rule") for r in rows] == [None, None, True, False, None]   # 2 x 2e-3 + 1e-3

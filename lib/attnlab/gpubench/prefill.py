@@ -7,6 +7,8 @@ A Llama-3-8B-shaped layer (32 query heads, 8 KV heads, d = 128, bf16), causal an
 batch x N. Implementations, all on the same inputs in the same run:
 - ours-fa2: `kernels.fa2.flash_attention_triton`, notebook 03's readable FlashAttention-2 kernel;
 - ours-hopper: `kernels.hopper.flash_attention_hopper`, the same algorithm with Hopper's tricks;
+- ours-gluon: `kernels.gluon_fa3.flash_attention_gluon`, FA3's structure written in Gluon (sm_90
+  only: Gluon kernels do not run under the interpreter, so this row is the kernel's GPU check);
 - sdpa-flash, sdpa-cudnn: torch SDPA with that backend forced (enable_gqa; K/V repeated outside the
   timing where a backend refuses GQA, marked kv_repeated);
 - flex: `torch.compile(flex_attention)`, causal as a BlockMask built once outside the timing;
@@ -14,7 +16,9 @@ batch x N. Implementations, all on the same inputs in the same run:
   (batch 1 only: it is a single-request API), NHD copies made outside the timing;
 - standard: Algorithm 0 in eager torch (S and P go to HBM), non-causal and N <= 8192 only.
 Each output is checked against a float32 reference (max_err), then timed by CUDA-graph replay
-(`time_per_call`; events where a capture fails). flops = 4 d per visible (query, key) pair;
+(`time_per_call`, which poisons the output with NaN before the replay; events where a capture
+fails). Each of our rows gets a verdict, within_rule: max_err <= 2 x the smaller SDPA backend's
+max_err on the same inputs + 1e-3 (the kernel tests' rule). flops = 4 d per visible (query, key) pair;
 bytes = the model's HBM traffic: Q, K, V read and O written once for the fused kernels,
 `iomodel.standard_io` for Algorithm 0; model_us = max(flops / peak, bytes / bandwidth) with the
 matmul and copy ceilings measured in the same run (the run's schema adds ratio_to_best). Each row is tried on its own (a failure drops it, with
@@ -32,7 +36,7 @@ from attnlab.gpubench.variants import pairs
 
 __all__ = ["run", "table", "main"]
 
-CASES = [(1, 4096), (1, 8192), (1, 16384), (4, 4096)]
+CASES = [(1, 4096), (1, 8192), (1, 16384), (2, 8192), (4, 4096)]
 PEERS = ("ours", "sdpa", "flex", "standard", "flashinfer")
 #: Rows that are this course's kernels; every other impl is a peer.
 DRY = dict(cases=[(1, 40), (2, 33)], shape=dict(heads=4, kv_heads=2, head_dim=32))
@@ -47,6 +51,10 @@ def _ours(torch, c, add):
         print(f"  ours-hopper: {e}", flush=True)
         return
     add("ours-hopper", lambda: flash_attention_hopper(c.q, c.k, c.v, causal=c.causal))
+    if not c.q.is_cuda or torch.cuda.get_device_capability(c.q.device) != (9, 0):
+        return                                            # Gluon's kernel is sm_90 only, no interpreter
+    from attnlab.kernels.gluon_fa3 import flash_attention_gluon
+    add("ours-gluon", lambda: flash_attention_gluon(c.q, c.k, c.v, causal=c.causal)[0])
 
 
 def _sdpa(torch, c, add):
@@ -163,8 +171,19 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
             del c.q, c.k, c.v
             if cuda:
                 torch.cuda.empty_cache()
+    _verdicts(res["rows"])
     save()
     return res
+
+
+def _verdicts(rows) -> None:
+    """within_rule on each of our rows: max_err <= 2 x the best SDPA backend's max_err on the same
+    case + 1e-3 (None where no SDPA row ran)."""
+    for r in rows:
+        if r["impl"].startswith("ours"):
+            sdpa = [x["max_err"] for x in rows if x["impl"].startswith("sdpa")
+                    and (x["batch"], x["N"], x["causal"]) == (r["batch"], r["N"], r["causal"])]
+            r["within_rule"] = r["max_err"] <= 2 * min(sdpa) + 1e-3 if sdpa else None
 
 
 def table(res: dict) -> str:

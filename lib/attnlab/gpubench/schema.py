@@ -32,7 +32,7 @@ SCHEMA = 2
 COLUMNS = ("section", "what", "impl", "shape", "ours", "time_us", "flop", "bytes", "tflops", "tbps",
            "ratio_to_best", "error", "commit", "extra")
 #: impl names that are this course's kernels, by section; every other impl is a peer
-OURS = {"prefill": ("ours-fa2", "ours-hopper"), "decode": ("ours",), "paged": ("paged", "contiguous"),
+OURS = {"prefill": ("ours-fa2", "ours-hopper", "ours-gluon"), "decode": ("ours",), "paged": ("paged", "contiguous"),
         "cascade": ("cascade", "paged", "paged-unique"), "variants": ("ours", "ours-hopper"),
         "scheduled": ("per-request", "fixed", "balanced", "paged")}
 #: the keys of a section's row that make its case, and those that name its launch
