@@ -38,10 +38,21 @@ from attnlab.kernels.common import DTYPES, LOG2E, check_paged
 from attnlab.kernels.scheduled_kernels import check_fit, merge_items_kernel, scheduled_kernel
 from attnlab.kernels.tuning import auto_block_n
 
-__all__ = ["ScheduledDecoder", "scheduled_decode", "MERGE_S"]
+__all__ = ["ScheduledDecoder", "scheduled_decode", "merge_slots"]
 
-#: Partial states the merge loads at once (their loads in flight together).
-MERGE_S = 8
+#: Elements of partial state (slots x packed rows x head dim) the merge loads at once, in flight
+#: together: 64 fp32 registers a thread for its 8 warps (32 slots at group 4, d = 128).
+MERGE_ELEMENTS = 16384
+MERGE_WARPS = 8
+
+
+def merge_slots(block_g: int, block_d: int) -> int:
+    """The merge's slots per step for these tiles: a power of two, 1 to 64.
+
+    >>> merge_slots(4, 128), merge_slots(8, 128), merge_slots(64, 256)
+    (32, 16, 1)
+    """
+    return max(1, min(64, MERGE_ELEMENTS // (block_g * block_d)))
 
 
 def _routes(ws: Workspace):
@@ -122,6 +133,8 @@ class ScheduledDecoder:
         self._pool_shape = torch.empty(1, dtype=dtype, device=dev).expand(
             self.max_pages, self.page_size, self.kv_heads, d)       # for _check: shapes, no memory
         self.block_n = block_n or auto_block_n(self.max_ctas, dev)
+        self.merge_s = 8 if self.interp else merge_slots(triton.next_power_of_2(self.group),
+                                                         max(16, triton.next_power_of_2(self.head_dim)))
         self._kw = {} if self.interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}
         self.batch, self.workspace, self.graph, self._pools = 0, None, None, None
 
@@ -188,6 +201,7 @@ class ScheduledDecoder:
         block_g = max(16, triton.next_power_of_2(self.group))
         q = self.q
         dst = self._dst
+        merge_g = triton.next_power_of_2(self.group)
         scheduled_kernel[(self.max_ctas,)](
             q, k_pool, v_pool, self.o_partial, self.lse_partial, dst, self.lse_out, self.kv_indptr,
             self.kv_indices, self.items, self.count, self.direct, self.scale * LOG2E, *q.stride(),
@@ -199,8 +213,8 @@ class ScheduledDecoder:
         merge_items_kernel[(min(self.max_outputs, self.max_ctas),)](
             self.o_partial, self.lse_partial, dst, self.lse_out, self.merge_indptr, self.merge_slots,
             self.merge_out, self.multi, self.num_multi, dst.stride(0), dst.stride(1), self.lse_out.stride(0),
-            self.group, self.head_dim, BLOCK_G=triton.next_power_of_2(self.group), BLOCK_D=block_d,
-            MERGE_S=MERGE_S, **({} if interp else {"num_warps": 4}))
+            self.group, self.head_dim, BLOCK_G=merge_g, BLOCK_D=block_d, MERGE_S=self.merge_s,
+            **({} if interp else {"num_warps": MERGE_WARPS}))
         if dst is not self.out:
             self.out.copy_(dst)
 
