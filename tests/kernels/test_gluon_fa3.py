@@ -87,3 +87,9 @@ def test_non_contiguous_is_refused():
     q, k, v = (t.cuda() for t in _qkv())
     with pytest.raises(ValueError, match="k must be contiguous"):
         flash_attention_gluon(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
+
+
+def test_block_n_is_checked():
+    assert config_for(64, frozenset(), None, 256)["block_n"] == 256
+    with pytest.raises(ValueError, match="block_n"):
+        config_for(128, frozenset(), None, 96)

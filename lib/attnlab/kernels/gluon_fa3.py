@@ -22,7 +22,8 @@ natural log. What the kernel does, and which FlashAttention-3 idea each part is,
 TMA loads, wgmma, the stage ring with mbarriers, exp2 softmax and the causal tile skipping are
 always on. steps=None runs `default_steps(d, causal)`, the fastest set measured per case on the
 H200 (DEFAULT_STEPS); num_stages sets the K/V ring's depth (2 by default, as much as shared memory
-holds at most). The record of what ran is written into `report` (a dict) when given.
+holds at most) and block_n the keys per tile (128 by default). The record of what ran is written
+into `report` (a dict) when given.
 
 Restrictions: float16 or bfloat16 only, d in {64, 128}, and q, k, v contiguous (B, H, N, d)
 tensors (no hidden copies: anything else is refused by name); any N_q, N_k >= 1 (a last partial
@@ -44,7 +45,8 @@ __all__ = ["flash_attention_gluon", "GLUON_STEPS", "DEFAULT_STEPS", "default_ste
 GLUON_STEPS = ("warp_specialize", "split_warpgroups", "pingpong", "intra_overlap", "lpt_order", "tma_store")
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 #: steps=None: the fastest correct set per (d, causal) measured on the H200 with Triton 3.6
-#: (build/gluon/gpu_check.py); intra_overlap cost 5-15 % in every case there, so no default has it
+#: (build/gluon/gpu_check.py); intra_overlap cost 0-15 % in every case there, 3 stages and
+#: block_n=256 bought nothing, so no default has them
 DEFAULT_STEPS = {(128, False): _SPLIT + ("pingpong",), (128, True): _SPLIT,
                  (64, False): ("lpt_order", "tma_store"), (64, True): _SPLIT + ("pingpong",)}
 BLOCK_M = 128
@@ -57,20 +59,25 @@ def default_steps(d: int, causal: bool) -> tuple:
     return DEFAULT_STEPS[(d, bool(causal))]
 
 
-def _max_stages(d: int) -> int:
-    return (_SHARED_LIMIT - 1024 - BLOCK_M * d * 2) // (2 * BLOCK_N * d * 2)
+def _max_stages(d: int, bn: int) -> int:
+    return (_SHARED_LIMIT - 1024 - BLOCK_M * d * 2) // (2 * bn * d * 2)
 
 
-def config_for(d: int, steps, num_stages: int | None = None) -> dict:
-    """Block sizes, K/V stages, warps and the register cap of a launch with these steps. Stages
-    default to 2 (3 when the computing warps load and overlap); at most what shared memory holds."""
+def config_for(d: int, steps, num_stages: int | None = None, block_n: int | None = None) -> dict:
+    """Block sizes, K/V stages, warps and the register cap of a launch with these steps. block_n
+    (keys per tile): 64, 128 (default) or 256; stages default to 2 (3 when the computing warps load
+    and overlap), at most what shared memory holds."""
     ws = "warp_specialize" in steps
     split = ws and "split_warpgroups" in steps
     overlap = "intra_overlap" in steps
-    stages = num_stages or (3 if not ws and overlap and _max_stages(d) >= 3 else 2)
-    if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= _max_stages(d):
-        raise ValueError(f"num_stages must be an int in [2, {_max_stages(d)}] for d={d}, got {num_stages!r}")
-    return {"block_m": BLOCK_M, "block_n": BLOCK_N, "stages": stages, "num_warps": 4 if split else 8,
+    bn = BLOCK_N if block_n is None else block_n
+    if isinstance(bn, bool) or bn not in (64, 128, 256) or _max_stages(d, bn) < 2:
+        raise ValueError(f"block_n must be 64, 128 or 256 (two stages in shared memory), got {block_n!r}")
+    most = _max_stages(d, bn)
+    stages = num_stages or (3 if not ws and overlap and most >= 3 else 2)
+    if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= most:
+        raise ValueError(f"num_stages must be an int in [2, {most}] for d={d}, block_n={bn}, got {num_stages!r}")
+    return {"block_m": BLOCK_M, "block_n": bn, "stages": stages, "num_warps": 4 if split else 8,
             "split": split,    # 168 x 384 threads: 24 for the producer, 240 for each computing thread
             "maxnreg": 168 if ws else None}
 
@@ -120,11 +127,12 @@ def _check(q, k, v, causal, scale, report):
 
 
 def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None = None,
-                          report: dict | None = None, steps=None, num_stages: int | None = None):
+                          report: dict | None = None, steps=None, num_stages: int | None = None,
+                          block_n: int | None = None):
     """Attention of contiguous q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d), fp16 / bf16, d in {64, 128},
     on an sm_90 GPU. Returns (o, lse): o in q's dtype and shape, lse float32 (B, Hq, N_q), natural
     log. scale defaults to 1/sqrt(d). steps: None (default_steps(d, causal)) or names from
-    GLUON_STEPS; num_stages: K/V stages (config_for). report, a dict, is filled with {"kernel",
+    GLUON_STEPS; num_stages, block_n: the K/V ring (config_for). report, a dict, is filled with {"kernel",
     "steps", "inactive", "config"}."""
     requested = _parse_steps(steps)
     scale = _check(q, k, v, causal, scale, report)
@@ -137,7 +145,7 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
 
     B, H, n_q, d = q.shape
     hkv, n_k = k.shape[1], k.shape[2]
-    cfg = config_for(d, requested, num_stages)
+    cfg = config_for(d, requested, num_stages, block_n)
     bm, bn = cfg["block_m"], cfg["block_n"]
     qm = bm // 2 if cfg["split"] else bm          # the rows of one consumer: Q and O tiles
     o = torch.empty_like(q)
