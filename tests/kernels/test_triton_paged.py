@@ -265,7 +265,7 @@ def test_bad_input(change, kw, err, match):
 def test_auto_splits_from_real_lengths_on_a_ragged_batch():
     """splits=None reads the lengths once: the long request is cut finer than the short ones, the
     answer is the reference's, the read is remembered per table and an in-place write forgets it."""
-    from attnlab.kernels.paged import choose_splits, request_lengths
+    from attnlab.kernels.paged import choose_splits, longest_first, request_lengths
     lens = [200, 5, 17, 1]
     ps, hkv, g, d = 3, 1, 2, 16
     rng = np.random.default_rng(11)
@@ -278,6 +278,7 @@ def test_auto_splits_from_real_lengths_on_a_ragged_batch():
     indptr, indices, last = (torch.tensor(a, dtype=torch.int32, device=DEVICE) for a in table)
     got = request_lengths(indptr, last, ps)
     assert got.tolist() == lens and request_lengths(indptr, last, ps) is got      # remembered
+    assert longest_first(indptr, last, ps).tolist() == [0, 2, 1, 3]   # the launch order the answer above used
     if DEVICE == "cpu":                                   # 4 pretend SMs x 2 waves = 8 blocks
         auto = choose_splits(len(lens), hkv, indptr, indices, last, ps, DEVICE, block_n=16)
         assert auto["rule"] == "lengths" and auto["min_chunk"] == 16

@@ -1,8 +1,8 @@
 """What every benchmark section shares: the run's header (`header`), the ceilings measured once
 per process (`ceilings`: copy bandwidth and bf16 matmul rate), the float32 reference
-(`reference`), one timer (`time_per_call`, CUDA events around a batch of calls, the median over
-repetitions; `replay_time` for a step that is already a graph replay) and `checked_time` (time a
-call only after its output matched the reference)."""
+(`reference`), one timer for every row (`time_per_call`: a batch of calls in one CUDA graph, the
+median over replays), `eager_time` (the host's launch included) and `checked_time` (time a call
+only after its output matched the reference)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -10,7 +10,7 @@ import math
 import os
 import subprocess
 
-__all__ = ["header", "ceilings", "reference", "time_per_call", "replay_time", "eager_time", "checked_time", "flashinfer_last",
+__all__ = ["header", "ceilings", "reference", "time_per_call", "eager_time", "checked_time", "flashinfer_last",
            "try_peer", "table"]
 
 _CEILINGS: dict = {}
@@ -153,19 +153,6 @@ def _events(torch, step, calls: int, reps: int) -> float:
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) * 1e3 / calls)
     return sorted(times)[len(times) // 2]
-
-
-def replay_time(step, reps: int = 10, calls: int = 20):
-    """(us per call, how) of `step`, itself one call (a graph replay): CUDA events around `calls`
-    calls, the median of `reps`; on a CPU, wall clock of two."""
-    import time
-
-    import torch
-    if not torch.cuda.is_available():
-        t0 = time.perf_counter()
-        step(), step()
-        return (time.perf_counter() - t0) / 2 * 1e6, "wall (eager run)"
-    return _events(torch, lambda: [step() for _ in range(calls)], calls, reps), "graph replay"
 
 
 def time_per_call(fn, expect, calls: int = 20, reps: int = 10):

@@ -19,7 +19,9 @@ The kernel reads the lengths from the page table itself, so any `splits` gives t
 only the speed depends on it. With `splits=None` the host reads the requests' lengths once
 (`request_lengths`: kv_indptr and kv_last_page_len, 2 x batch + 1 integers; a synchronising copy
 when they are on the GPU) and `kernels.tuning.split_from_lengths` cuts long requests finer than
-short ones. The read is remembered per page table (the two tensors' storage and torch's version
+short ones. The blocks of the longest requests are launched first (`longest_first`, the
+requests sorted once with the read), so a long request does not start last and finish alone.
+The read is remembered per page table (the two tensors' storage and torch's version
 counter, which an in-place write bumps), so a later call on the same table, e.g. inside a CUDA
 graph capture, reads nothing; a capture that finds nothing remembered falls back to the rule from
 shapes alone (`auto_splits` with the longest request the pool can hold, page_size x (pages -
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -55,28 +58,39 @@ from attnlab.kernels.tuning import (INTERPRETER_SMS, MIN_CHUNK, WAVES, auto_bloc
                                     split_from_lengths)
 
 __all__ = ["paged_decode", "paged_span", "auto_splits", "auto_block_n", "auto_launch", "choose_splits",
-           "request_lengths", "MIN_CHUNK", "WAVES", "INTERPRETER_SMS"]
+           "request_lengths", "longest_first", "MIN_CHUNK", "WAVES", "INTERPRETER_SMS"]
 
 _LENGTHS: dict = {}          # page table (storage, version) -> its lengths; a few recent tables
+
+
+def _read(kv_indptr, kv_last_page_len, page_size: int):
+    key = (kv_indptr.device, kv_indptr.data_ptr(), kv_indptr._version, kv_indptr.numel(),
+           kv_last_page_len.data_ptr(), kv_last_page_len._version, page_size)
+    if key in _LENGTHS:
+        return _LENGTHS[key]
+    if kv_indptr.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None, None
+    indptr = kv_indptr.to("cpu", torch.int64).numpy()
+    lengths = (indptr[1:] - indptr[:-1] - 1) * page_size + kv_last_page_len.to("cpu", torch.int64).numpy()
+    lengths = lengths.clip(0)                         # a request of no pages has no tokens
+    order = torch.from_numpy(np.argsort(-lengths, kind="stable").astype(np.int32)).to(kv_indptr.device)
+    if len(_LENGTHS) >= 64:
+        _LENGTHS.pop(next(iter(_LENGTHS)))
+    _LENGTHS[key] = lengths, order
+    return lengths, order
 
 
 def request_lengths(kv_indptr, kv_last_page_len, page_size: int):
     """The requests' token counts (an int64 numpy array) read from the page table, remembered per
     table (storage and version of both tensors); None while a CUDA graph is being captured and
     this table was not read before (a capture cannot wait for a copy to the host)."""
-    key = (kv_indptr.device, kv_indptr.data_ptr(), kv_indptr._version, kv_indptr.numel(),
-           kv_last_page_len.data_ptr(), kv_last_page_len._version, page_size)
-    if key in _LENGTHS:
-        return _LENGTHS[key]
-    if kv_indptr.is_cuda and torch.cuda.is_current_stream_capturing():
-        return None
-    indptr = kv_indptr.to("cpu", torch.int64).numpy()
-    lengths = (indptr[1:] - indptr[:-1] - 1) * page_size + kv_last_page_len.to("cpu", torch.int64).numpy()
-    lengths = lengths.clip(0)                         # a request of no pages has no tokens
-    if len(_LENGTHS) >= 64:
-        _LENGTHS.pop(next(iter(_LENGTHS)))
-    _LENGTHS[key] = lengths
-    return lengths
+    return _read(kv_indptr, kv_last_page_len, page_size)[0]
+
+
+def longest_first(kv_indptr, kv_last_page_len, page_size: int):
+    """The requests longest first (stable: ties in batch order), an int32 tensor on the table's
+    device, remembered with `request_lengths`; None where that is None."""
+    return _read(kv_indptr, kv_last_page_len, page_size)[1]
 
 
 def choose_splits(batch: int, kv_heads: int, kv_indptr, kv_indices, kv_last_page_len, page_size: int,
@@ -132,15 +146,18 @@ def paged_span(q, m_i, l_i, acc, k_head, v_head, pages, start, end, qk_scale,
 
 
 @triton.jit
-def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, qk_scale,
+def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, ORDER, qk_scale,
                         s_qb, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd,
                         SPLITS, MIN_CHUNK, KV_HEADS, GROUP, HEAD_DIM,
                         PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_D: tl.constexpr, D_CONTIG: tl.constexpr, UPCAST: tl.constexpr,
-                        IEEE: tl.constexpr, PREFETCH: tl.constexpr):
+                        IEEE: tl.constexpr, PREFETCH: tl.constexpr, ORDERED: tl.constexpr):
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
-    b = (pid_bh // KV_HEADS).to(tl.int64)
+    b = pid_bh // KV_HEADS
+    if ORDERED:                                       # the longest requests' blocks start first
+        b = tl.load(ORDER + b)
+    b = b.to(tl.int64)
     hk = pid_bh % KV_HEADS
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
@@ -235,13 +252,14 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     # write fp32 and torch rounds
     dst = torch.empty(out.shape, dtype=torch.float32, device=q.device) if interp and q.dtype == torch.bfloat16 else out
     fp32 = q.dtype == torch.float32
+    order = longest_first(kv_indptr, kv_last_page_len, page_size) if B > 1 else None
     _paged_split_kernel[(B * hkv, splits)](
         q, k_pool, v_pool, dst if one else ws["op"], ws["lp"], kv_indptr, kv_indices,
-        kv_last_page_len, scale * LOG2E, *q.stride(), *k_pool.stride(), *v_pool.stride(),
+        kv_last_page_len, kv_indptr if order is None else order, scale * LOG2E, *q.stride(), *k_pool.stride(), *v_pool.stride(),
         splits, min_chunk, hkv, hq // hkv, d,
         PAGE_SIZE=page_size, BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=block_n,
         BLOCK_D=block_d, D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
-        UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=prefetch, **kw)
+        UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=prefetch, ORDERED=order is not None, **kw)
     if not one:
         merge_splits_kernel[(B * hq,)](ws["op"], ws["lp"], dst, lse, splits, d,
                                  BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d,

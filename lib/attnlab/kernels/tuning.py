@@ -28,6 +28,8 @@ MIN_CHUNK = 1024
 #: ... unless the whole batch is too small to give every SM its blocks at that size: then chunks
 #: shrink towards this many tokens (two 64-key tiles), so a short batch still fills the GPU.
 SMALL_CHUNK = 128
+#: Chunks from `split_from_lengths` are whole tiles of this many keys.
+TILE = 64
 #: Work blocks per SM that `auto_splits` aims for: two blocks in flight per SM hide the gathers'
 #: latency better than one (the H200 sweep in data/measurements: 32 splits at batch 1 beat 16).
 WAVES = 2
@@ -97,14 +99,14 @@ def split_from_lengths(lengths, kv_heads: int, device, *, min_chunk: int = MIN_C
     per SM and long requests are cut finer than short ones (a long-tailed batch is not bound by its
     longest request). splits is `auto_splits`'s power of two with batch x kv_heads replaced by
     kv_heads x total / longest (for equal lengths the same thing); chunk is `min_chunk` unless the
-    batch is too small to fill the GPU at that size, then the tokens per block the SMs want
-    (rounded up to a power of two, at least `small_chunk`). For equal lengths of 4K tokens and
+    batch is too small to fill the GPU at that size, then one block's share of the batch's tokens
+    (rounded up to whole 64-token tiles, at least `small_chunk`). For equal lengths of 4K tokens and
     more, both are auto_splits's choice with min_chunk (the H200 sweep's).
 
     >>> split_from_lengths([32768], 8, "cpu", min_chunk=1024, small_chunk=16)     # 4 SMs here
     (1, 1024)
-    >>> split_from_lengths([1000, 50, 50, 50], 1, "cpu", min_chunk=1024, small_chunk=16)  # 4 + 3 blocks
-    (4, 256)
+    >>> split_from_lengths([1000, 50, 50, 50], 1, "cpu", min_chunk=1024, small_chunk=16)  # 6 + 3 blocks
+    (6, 192)
     """
     L = [int(x) for x in lengths]
     if not L or min(L) < 0:
@@ -113,7 +115,8 @@ def split_from_lengths(lengths, kv_heads: int, device, *, min_chunk: int = MIN_C
     total, longest = max(1, sum(L)), max(1, max(L))
     blocks = waves * sms(device)
     want = _pow2_up(-(-blocks * longest // (kv_heads * total)))
-    chunk = min(min_chunk, max(small_chunk, _pow2_up(-(-kv_heads * total // blocks))))
+    share = -(-kv_heads * total // blocks)            # one block's share of the batch's tokens
+    chunk = min(min_chunk, max(small_chunk, -(-share // TILE) * TILE))
     return max(1, min(want, -(-longest // chunk))), chunk
 
 
