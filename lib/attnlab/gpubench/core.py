@@ -10,7 +10,7 @@ import math
 import os
 import subprocess
 
-__all__ = ["header", "ceilings", "reference", "time_per_call", "eager_time", "checked_time", "flashinfer_last",
+__all__ = ["header", "ceilings", "reference", "compiled_flex", "time_per_call", "eager_time", "checked_time", "flashinfer_last",
            "try_peer", "table"]
 
 _CEILINGS: dict = {}
@@ -100,6 +100,19 @@ def reference(torch, q, k, v, causal=False, soft_cap=None, window=0):
                 p = torch.nan_to_num(torch.softmax(s.masked_fill(~vis, float("-inf")), -1))
                 ref[b, h * g:(h + 1) * g, i:i + rows] = p @ vf
     return ref
+
+
+def compiled_flex(torch):
+    """`torch.compile(flex_attention, dynamic=False)` on CUDA (the eager function elsewhere), with
+    dynamo's recompile limit raised to 64 first: every shape and mask of a run compiles once, and
+    past the default limit of 8 dynamo would fall back, silently, to the unfused implementation
+    (which materialises the scores: a wrong timing, and at 16K tokens an out-of-memory error)."""
+    from torch.nn.attention.flex_attention import flex_attention
+    import torch._dynamo.config as dc
+    for name in ("cache_size_limit", "recompile_limit"):
+        if hasattr(dc, name):
+            setattr(dc, name, max(getattr(dc, name), 64))
+    return torch.compile(flex_attention, dynamic=False) if torch.cuda.is_available() else flex_attention
 
 
 def flashinfer_last(peers) -> list[list[str]]:

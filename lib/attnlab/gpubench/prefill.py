@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sys
 
-from attnlab.gpubench.core import ceilings, checked_time, flashinfer_last, header, reference, try_peer
+from attnlab.gpubench.core import ceilings, checked_time, compiled_flex, flashinfer_last, header, reference, try_peer
 from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import flashinfer_version, write_json
 from attnlab.gpubench.paged import SHAPE
@@ -78,9 +78,9 @@ def _sdpa(torch, c, add):
 
 
 def _flex(torch, c, add):
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask
     if c.flex is None:                                    # one compiled function for the whole run
-        c.flex = torch.compile(flex_attention, dynamic=False) if c.q.is_cuda else flex_attention
+        c.flex = compiled_flex(torch)
     n_q, n_k = c.q.shape[2], c.k.shape[2]
 
     def causal_mask(b, h, q_idx, kv_idx):                 # bottom-right aligned, as ours

@@ -29,7 +29,7 @@ import traceback
 import numpy as np
 
 from attnlab.machine.models import get_model
-from attnlab.gpubench.core import checked_time, header, reference, try_peer
+from attnlab.gpubench.core import checked_time, compiled_flex, header, reference, try_peer
 from attnlab.gpubench.core import table as core_table
 from attnlab.gpubench.cli import write_json
 
@@ -97,16 +97,9 @@ def _sdpa(torch, c, add):
 
 
 def _flex(torch, c, add):
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask
     if c.flex is None:                                    # one compiled function for the whole run
-        try:
-            import torch._dynamo.config as dc
-            for name in ("cache_size_limit", "recompile_limit"):
-                if hasattr(dc, name):
-                    setattr(dc, name, max(getattr(dc, name), 16))
-        except Exception:                                 # noqa: BLE001 - only a safety margin
-            pass
-        c.flex = torch.compile(flex_attention, dynamic=False) if c.q.is_cuda else flex_attention
+        c.flex = compiled_flex(torch)
     kw = _kwargs(c.variant, c.window)
     w = kw.get("window", 0)
 
