@@ -67,16 +67,17 @@ def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) ->
 
 
 def provenance(res: dict, name: str | None = None) -> str:
-    """Device, date, versions, commit and ceilings of section `name` (or the run's); refuses an unknown name."""
-    if name is not None:
-        section(res, name)
+    """Device, date, versions, commit and ceilings of section `name` (or the run's), and the run
+    file's notes on that section; refuses an unknown name."""
+    sec = {} if name is None else section(res, name)
     by, commits = res.get("ceilings_by_section", {}), res.get("commits_by_section", {})
     c = by[name] if name in by else res["ceilings"]
     commit = commits.get(name) or res.get("commit") or "unknown"
-    return (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
-            f"FlashInfer {res.get('flashinfer')}; kernels at commit {str(commit)[:7]}; "
+    notes = "".join(f"\nnote: {n[len(name) + 2:]}" for n in res.get("notes", []) if name and n.startswith(f"{name}: "))
+    return (f"{res['device']} ({res['sms']} SMs), {sec.get('date', res['date'])}: torch {res['torch']}, "
+            f"Triton {res['triton']}, FlashInfer {res.get('flashinfer')}; kernels at commit {str(commit)[:7]}; "
             f"measured ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul "
-            f"{c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s [{res.get('file', '')}]")
+            f"{c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s [{res.get('file', '')}]{notes}")
 
 
 def section(res: dict, name: str) -> dict:
