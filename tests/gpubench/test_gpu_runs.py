@@ -201,3 +201,23 @@ def test_prefill_verdicts_apply_the_kernel_rule_per_case():
             {**case, "causal": True, "impl": "ours-fa2", "max_err": 1e-3}]
     _verdicts(rows)
     assert [r.get("within_rule") for r in rows] == [None, None, True, False, None]   # 2 x 2e-3 + 1e-3
+
+
+def test_gluon_steps_summary_comes_from_the_recorded_file(tmp_path, monkeypatch):
+    import json
+
+    from attnlab.explore.measured import reader
+    name = "h200-2026-12-02-gluon-steps.json"
+    res = json.loads((reader.measurements_dir() / name).read_text())
+    lines = _cells(runs.gluon_steps_summary(name), r"\d+ x \d+K,")
+    assert len(lines) == len({(r["batch"], r["N"], r["head_dim"], r["causal"]) for r in res["rows"]})
+    for cells in lines:
+        b, n, d, causal = int(cells[0]), int(cells[2][:-2]) * 1024, int(cells[3]), cells[4] == "causal"
+        at = {r["impl"]: r["tflops"] for r in res["rows"] if (r["batch"], r["N"], r["head_dim"], r["causal"]) == (b, n, d, causal)}
+        assert cells[5:-1] == [f"{at[k]:.0f}" for k in (*res["steps"], "hopper", "cudnn")]
+        assert cells[-1] == f"{max(at[s] for s in res['steps']) / at['cudnn']:.2f}"
+    res["rows"][0]["checked"] = False                       # a step that failed its check has no time to show
+    (tmp_path / name).write_text(json.dumps(res))
+    monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
+    with pytest.raises(ValueError, match="failed its check"):
+        runs.gluon_steps_summary(name)

@@ -10,7 +10,7 @@ from attnlab.explore import style
 from attnlab.explore.measured import reader
 from attnlab.explore.measured.reader import provenance, section
 
-__all__ = ["PREFILL_IMPLS", "prefill_summary", "prefill_figure", "hopper_steps_summary"]
+__all__ = ["PREFILL_IMPLS", "prefill_summary", "prefill_figure", "hopper_steps_summary", "gluon_steps_summary"]
 
 PREFILL_IMPLS = ("ours-fa2", "ours-hopper", "ours-gluon", "sdpa-flash", "sdpa-cudnn", "flex", "flashinfer-fa2",
                  "flashinfer-fa3")
@@ -111,3 +111,27 @@ def hopper_steps_summary(name: str = "h200-2026-12-01-hopper-steps.json") -> str
             "(big_tiles then ran 2 stages: the 'best launch' row is 128 x 128 tiles, 3 stages)\n")
     return head + style.table(rows, {"case": "N", "step": "step", "tflops": "TFLOP/s", "gain": "x previous",
                                      "vs": "/ best library"}, {"tflops": ".0f", "gain": ".2f", "vs": ".2f"})
+
+
+def gluon_steps_summary(name: str = "h200-2026-12-02-gluon-steps.json") -> str:
+    """The recorded step run of the Gluon kernel (`kernels.gluon_fa3`): TFLOP/s of each FA3 step,
+    each on top of the one before, per case, beside the Triton Hopper kernel and cuDNN, and the
+    best step over cuDNN (above 1: faster than cuDNN)."""
+    with open(reader.measurements_dir() / name) as f:
+        res = json.load(f)
+    cases = sorted({(r["batch"], r["N"], r["head_dim"], r["causal"]) for r in res["rows"]},
+                   key=lambda c: (c[2], c[3], c[0], c[1]))
+    cols = {"case": "B x N, d", "mask": "mask", **{s: res["step_labels"][s] for s in res["steps"]},
+            "hopper": "Triton Hopper", "cudnn": "cuDNN", "best": "best step / cuDNN"}
+    rows = []
+    for b, n, d, causal in cases:
+        at = {r["impl"]: r for r in res["rows"] if (r["batch"], r["N"], r["head_dim"], r["causal"]) == (b, n, d, causal)}
+        if not all(at[s]["checked"] for s in res["steps"] if s in at):
+            raise ValueError(f"{name}: a step of case {(b, n, d, causal)} failed its check; it has no time to show")
+        row = {"case": f"{b} x {n // 1024}K, {d}", "mask": "causal" if causal else "none"}
+        row.update({k: at[k]["tflops"] if k in at else float("nan") for k in (*res["steps"], "hopper", "cudnn")})
+        row["best"] = max(at[s]["tflops"] for s in res["steps"] if s in at) / at["cudnn"]["tflops"]
+        rows.append(row)
+    head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}; kernels "
+            f"at commit {res['commit'][:7]}; {res['method']}\n")
+    return head + style.table(rows, cols, {**{k: ".0f" for k in (*res["steps"], "hopper", "cudnn")}, "best": ".2f"})
