@@ -31,7 +31,8 @@ tile is masked; with N_q % 128 != 0 O is stored from registers). It needs an sm_
 
 Gluon kernels do not run under Triton's interpreter (TRITON_INTERPRET=1): there this module
 imports and refuses calls; it is checked on the GPU against a float32 reference and timed beside
-cuDNN and FlashAttention-2 by the harness, build/gluon/gpu_check.py.
+cuDNN and FlashAttention-2 by `python -m attnlab.gpubench.sweeps.gluon`, and in every harness run as
+the prefill section's ours-gluon rows (with a within_rule verdict).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ __all__ = ["flash_attention_gluon", "GLUON_STEPS", "DEFAULT_STEPS", "default_ste
 GLUON_STEPS = ("warp_specialize", "split_warpgroups", "pingpong", "intra_overlap", "lpt_order", "tma_store")
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 #: steps=None: the fastest correct set per (d, causal) measured on the H200 with Triton 3.6
-#: (build/gluon/gpu_check.py); intra_overlap cost 0-15 % in every case there, 3 stages and
+#: (python -m attnlab.gpubench.sweeps.gluon); intra_overlap cost 0-15 % in every case there, 3 stages and
 #: block_n=256 bought nothing, so no default has them
 DEFAULT_STEPS = {(128, False): _SPLIT + ("pingpong",), (128, True): _SPLIT,
                  (64, False): ("lpt_order", "tma_store"), (64, True): _SPLIT + ("pingpong",)}
@@ -109,14 +110,15 @@ def _check(q, k, v, causal, scale, report):
     if report is not None and not isinstance(report, dict):
         raise TypeError(f"report must be a dict to fill or None, got {type(report).__name__}")
     for name, t in (("q", q), ("k", k), ("v", v)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (B, H, N, d), got strides {tuple(t.stride())}; "
+                             "call .contiguous() first")
+    for name, t in (("q", q), ("k", k), ("v", v)):
         if t.device.type != "cuda":
             raise ValueError(f"{name} is on {t.device}: the Gluon kernel needs CUDA tensors on an sm_90 GPU "
                              "(Gluon kernels do not run under Triton's interpreter)")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put q, k, v on one device")
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (B, H, N, d), got strides {tuple(t.stride())}; "
-                             "call .contiguous() first")
     if interpreting():
         raise RuntimeError("TRITON_INTERPRET=1: Gluon kernels do not run under Triton's interpreter")
     cap = torch.cuda.get_device_capability(q.device)

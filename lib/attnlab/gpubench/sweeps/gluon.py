@@ -1,0 +1,252 @@
+"""`kernels.gluon_fa3` on an sm_90 GPU: every step set checked, then timed (Gluon kernels do not
+run under Triton's interpreter, so this is where their numbers come from).
+
+    python -m attnlab.gpubench.sweeps.gluon smoke     small odd shapes, GQA, N_q != N_k, N = 1,
+                                                      every step set against a float32 reference
+    python -m attnlab.gpubench.sweeps.gluon full      the step table: per shape and mask, each step
+                                                      set NaN-poisoned, checked (error within 2 x
+                                                      SDPA bf16's + 1e-3, lse, -inf rows), timed
+                                                      beside kernels.hopper and SDPA cuDNN / flash
+    ... smoke final / full final                      the defaults (steps=None) and stage counts
+    python -m attnlab.gpubench.sweeps.gluon record RUN.json OUT.json DATE COMMIT
+                                                      a `full` run as data/measurements/'s steps file
+
+Results go to $OUT/gluon_check.json (or gluon_smoke.json), $OUT defaulting to the current folder.
+Timing is triton.testing.do_bench (median, eager: the host's launch and descriptor creation are
+included); flop = 4 B H N^2 d, halved when causal. `h200-2026-12-02-gluon-steps.json` is the
+`full` run at commit d86b56a, recorded with `record`.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+__all__ = ["STEP_SETS", "smoke", "full", "record", "main"]
+
+_SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
+STEP_SETS = {"split": _SPLIT,
+             "split_pp": _SPLIT + ("pingpong",),
+             "split_ov": _SPLIT + ("intra_overlap",),
+             "split_pp_ov": _SPLIT + ("pingpong", "intra_overlap"),
+             "ws": ("warp_specialize", "lpt_order", "tma_store"),
+             "no_ws": ("lpt_order", "tma_store")}
+# name -> (steps, num_stages, head dims it is timed at); "final" mode: the defaults and stage counts
+# name -> (steps, num_stages, block_n, head dims it is timed at)
+FINAL = {"default": (None, None, None, (64, 128)),
+         "split_s3": (_SPLIT, 3, None, (128,)), "split_pp_s3": (_SPLIT + ("pingpong",), 3, None, (128,)),
+         "split_pp_s4": (_SPLIT + ("pingpong",), 4, None, (64,)), "no_ws_s4": (("lpt_order", "tma_store"), 4, None, (64,)),
+         "split_pp_n256": (_SPLIT + ("pingpong",), None, 256, (64,)), "no_ws_n256": (("lpt_order", "tma_store"), None, 256, (64,))}
+VARIANTS = {name: (st, None, None, (64, 128)) for name, st in STEP_SETS.items()}
+RESULTS: dict = {"cases": []}
+
+
+def dump(name="gluon_check.json"):
+    with open(os.path.join(os.environ.get("OUT", "."), name), "w") as f:
+        json.dump(RESULTS, f, indent=1)
+
+
+def reference(q, k, v, causal, scale):
+    """float32 o and lse, a few heads at a time (bottom-right causal)."""
+    B, H, nq, d = q.shape
+    g = H // k.shape[1]
+    o = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
+    chunk = max(1, (1 << 30) // (nq * k.shape[2] * 4))
+    for b in range(B):
+        for h0 in range(0, H, chunk):
+            hs = range(h0, min(H, h0 + chunk))
+            qq = q[b, hs].float()
+            kk = k[b, [h // g for h in hs]].float()
+            vv = v[b, [h // g for h in hs]].float()
+            s = torch.matmul(qq, kk.transpose(-1, -2)) * scale
+            if causal:
+                i = torch.arange(nq, device=q.device)[:, None]
+                j = torch.arange(k.shape[2], device=q.device)[None, :]
+                s = s.masked_fill(j > i + k.shape[2] - nq, float("-inf"))
+            l = torch.logsumexp(s, -1)
+            p = torch.exp(s - torch.where(torch.isinf(l), 0.0, l)[..., None])
+            o[b, hs] = torch.matmul(p, vv)
+            lse[b, hs] = l
+            del s, p
+    return o, lse
+
+
+def errors(o, lse, ro, rl):
+    nan = bool(torch.isnan(o).any() or torch.isnan(lse).any())
+    inf_ok = bool(torch.equal(torch.isinf(lse), torch.isinf(rl)))
+    fin = torch.isfinite(rl)
+    e_o = (o.float() - ro).abs().max().item()
+    e_l = (lse[fin] - rl[fin]).abs().max().item() if fin.any() else 0.0
+    return {"nan": nan, "inf_rows_ok": inf_ok, "err_o": e_o, "err_lse": e_l}
+
+
+def inputs(B, H, hkv, nq, nk, d, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    mk = lambda h, n: torch.randn((B, h, n, d), generator=g, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    return mk(H, nq), mk(hkv, nk), mk(hkv, nk)
+
+
+def smoke():
+    cases = [(1, 4, 4, 256, 256, 128, False), (1, 4, 4, 256, 256, 128, True), (2, 8, 2, 300, 500, 128, True),
+             (1, 4, 2, 1000, 777, 64, False), (2, 4, 4, 300, 200, 64, True), (1, 2, 1, 1, 1, 128, True),
+             (1, 4, 4, 384, 384, 64, True)]
+    for (B, H, hkv, nq, nk, d, causal), (name, (st, ns, bn, dims)) in itertools.product(cases, VARIANTS.items()):
+        if d not in dims:
+            continue
+        q, k, v = inputs(B, H, hkv, nq, nk, d)
+        ro, rl = reference(q, k, v, causal, d ** -0.5)
+        print(f"smoke {(B, H, hkv, nq, nk, d)} causal={causal} {name} ...", end=" ", flush=True)
+        try:
+            o, lse = flash_attention_gluon(q, k, v, causal=causal, steps=st, num_stages=ns, block_n=bn)
+            torch.cuda.synchronize()
+            e = errors(o, lse, ro, rl)
+            ok = not e["nan"] and e["inf_rows_ok"] and e["err_o"] < 2e-2 and e["err_lse"] < 1e-2
+            print("OK" if ok else "BAD", e, flush=True)
+        except Exception as ex:  # noqa: BLE001
+            print("FAIL", type(ex).__name__, str(ex)[:400], flush=True)
+            ok, e = False, {"error": f"{type(ex).__name__}: {str(ex)[:400]}"}
+        RESULTS["cases"].append({"smoke": [B, H, hkv, nq, nk, d], "causal": causal, "steps": name, "ok": ok, **e})
+    dump("gluon_smoke.json")
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def full(only=None):
+    """Every VARIANTS entry at each shape: poisoned outputs checked, then timed beside the peers."""
+    shapes = [(1, 32, 4096, 128), (2, 32, 4096, 128), (4, 32, 4096, 128), (1, 32, 8192, 128),
+              (1, 32, 16384, 128), (4, 32, 4096, 64)]
+    rows = []
+    for (B, H, N, d), causal in itertools.product(shapes, (False, True)):
+        q, k, v = inputs(B, H, H, N, N, d)
+        scale = d ** -0.5
+        ro, rl = reference(q, k, v, causal, scale)
+        ref_sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        tol = 2 * (ref_sdpa.float() - ro).abs().max().item() + 1e-3
+        del ref_sdpa
+        flop = 4 * B * H * N * N * d / (2 if causal else 1)
+        rec = {"shape": [B, H, N, d], "causal": causal, "tol_o": tol, "tflops": {}, "check": {}}
+        for name, (st, ns, bn, dims) in VARIANTS.items():
+            if (only and name not in only) or d not in dims:
+                continue
+            try:
+                o, lse = flash_attention_gluon(q, k, v, causal=causal, steps=st, num_stages=ns, block_n=bn)
+                o.fill_(float("nan"))
+                lse.fill_(float("nan"))          # poisoned: the call below must write every element
+                o2, lse2 = flash_attention_gluon(q, k, v, causal=causal, steps=st, num_stages=ns, block_n=bn)
+                torch.cuda.synchronize()
+                e = errors(o2, lse2, ro, rl)
+                e["ok"] = (not e["nan"]) and e["inf_rows_ok"] and e["err_o"] <= tol and e["err_lse"] <= 1e-2
+                rec["check"][name] = e
+                del o, lse, o2, lse2
+                ms = bench(lambda: flash_attention_gluon(q, k, v, causal=causal, steps=st, num_stages=ns, block_n=bn))
+                rec["tflops"]["gluon_" + name] = flop / ms * 1e-9
+            except Exception as ex:  # noqa: BLE001
+                rec["check"][name] = {"error": f"{type(ex).__name__}: {str(ex)[:300]}"}
+                traceback.print_exc()
+        try:
+            ms = bench(lambda: flash_attention_hopper(q, k, v, causal=causal))
+            rec["tflops"]["hopper"] = flop / ms * 1e-9
+        except Exception as ex:  # noqa: BLE001
+            rec["hopper_error"] = f"{type(ex).__name__}: {str(ex)[:300]}"
+        for bname, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+            try:
+                with sdpa_kernel(be):
+                    ms = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                rec["tflops"][bname] = flop / ms * 1e-9
+            except Exception as ex:  # noqa: BLE001
+                rec[bname + "_error"] = f"{type(ex).__name__}: {str(ex)[:300]}"
+        print(json.dumps(rec), flush=True)
+        RESULTS["cases"].append(rec)
+        rows.append(rec)
+        dump()
+        del q, k, v, ro, rl
+        torch.cuda.empty_cache()
+    names = sorted({n for r in rows for n in r["tflops"] if n.startswith("gluon_")})
+    print("\nshape (B,H,N,d)      causal  " + " ".join(f"{n[6:]:>10}" for n in names)
+          + "     hopper      cudnn sdpa_flash  best/cudnn  default/cudnn  correct")
+    for r in rows:
+        t = r["tflops"]
+        best = max((t[n] for n in names if n in t and r["check"].get(n[6:], {}).get("ok")), default=float("nan"))
+        cu = t.get("cudnn", float("nan"))
+        ok = all(c.get("ok") for c in r["check"].values())
+        print(f"{str(tuple(r['shape'])):20} {str(r['causal']):6} " + " ".join(f"{t.get(n, math.nan):10.1f}" for n in names)
+              + f" {t.get('hopper', math.nan):10.1f} {cu:10.1f} {t.get('sdpa_flash', math.nan):10.1f}"
+              + f" {best / cu:11.3f} {t.get('gluon_default', math.nan) / cu:14.3f}  {ok}")
+
+
+
+def _torch():
+    global torch, F, triton, SDPBackend, sdpa_kernel, flash_attention_gluon, flash_attention_hopper
+    import torch
+    import torch.nn.functional as F
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from attnlab.kernels.gluon_fa3 import flash_attention_gluon
+    from attnlab.kernels.hopper import flash_attention_hopper
+    RESULTS.update(device=torch.cuda.get_device_name(), triton=triton.__version__, torch=torch.__version__)
+
+
+#: the cumulative FA3 steps of the recorded table, as `record` labels them
+RECORD_STEPS = {"no_ws": ("TMA+wgmma", "TMA loads into a ring of mbarrier-guarded stages, wgmma, 8 warps that load and compute"),
+                "ws": ("+producer warp", "a 1-warp TMA producer partition (warp specialisation), one 8-warp consumer"),
+                "split": ("+2 consumers", "two independent 4-warp consumer partitions of 64 rows each"),
+                "split_pp": ("+ping-pong", "ping-pong: the two consumers take turns issuing their GEMMs"),
+                "split_pp_ov": ("+overlap", "intra-warpgroup overlap: QK^T(j) issued with PV(j-1), softmax(j) under PV(j-1)")}
+
+
+def record(run: dict, *, date: str, commit: str, sms: int = 132) -> dict:
+    """A `full` run's result as the recorded steps file (`explore.measured.gluon_steps_summary`
+    reads it): one row per (case, implementation), the check's verdict beside each time."""
+    rows = []
+    for c in run["cases"]:
+        B, H, N, d = c["shape"]
+        for k, v in c["tflops"].items():
+            name = k.replace("gluon_", "")
+            chk = c["check"].get(name, {}) if k.startswith("gluon_") else {}
+            rows.append({"batch": B, "heads": H, "N": N, "head_dim": d, "causal": c["causal"], "impl": name,
+                         "tflops": v, "checked": chk.get("ok"), "max_err": chk.get("err_o")})
+    return {"device": run["device"], "sms": sms, "torch": run["torch"], "triton": run["triton"], "date": date,
+            "commit": commit,
+            "method": "build-time check of kernels.gluon_fa3 (each step's output NaN-poisoned, then checked against "
+                      "a float32 reference within 2 x SDPA bf16's error + 1e-3), timed by triton.testing.do_bench "
+                      "(median, eager: the host's launch and descriptor creation included), flop = 4 B H N^2 d, "
+                      "halved when causal; 32 query heads, 32 KV heads (no GQA), bf16",
+            "steps": list(RECORD_STEPS), "step_labels": {k: v[0] for k, v in RECORD_STEPS.items()},
+            "step_meaning": {k: v[1] for k, v in RECORD_STEPS.items()},
+            "peers": {"hopper": "kernels.hopper (Triton)", "cudnn": "SDPA cuDNN", "sdpa_flash": "SDPA flash (FA2)"},
+            "rows": rows}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    mode = argv[0] if argv else "full"
+    if mode == "record":
+        if len(argv) != 5:
+            raise SystemExit("usage: ... record RUN.json OUT.json DATE COMMIT")
+        with open(argv[1]) as f:
+            rec = record(json.load(f), date=argv[3], commit=argv[4])
+        with open(argv[2], "w") as f:
+            json.dump(rec, f, indent=1)
+        return 0
+    if mode not in ("smoke", "full"):
+        raise SystemExit(f"mode must be smoke, full or record; got {mode!r}")
+    _torch()
+    if "final" in argv[1:]:
+        VARIANTS.clear()
+        VARIANTS.update(FINAL)
+    t0 = time.time()
+    smoke() if mode == "smoke" else full()
+    print(f"{mode} done in {time.time() - t0:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
