@@ -125,18 +125,23 @@ def test_prefetched_page_ids_give_the_same_bits(page_size):
         assert np.abs(o1 - ro).max() < 1e-5 and np.abs(l1 - rl).max() < 1e-5, plan.name
 
 
-@pytest.mark.parametrize("kind", PLANS)
-def test_functional_form_is_deterministic(kind):
-    lens, ps, hkv, g, d = [40, 1, 16, 23], 3, 2, 4, 24
-    rng = np.random.default_rng(3)
+def _f32_case(lens, ps, hkv, g, d, seed):
+    """float32 q, k_pool, v_pool on DEVICE, the int32 page table, and the float64 reference (o, lse)."""
+    rng = np.random.default_rng(seed)
     k, v, table = _pools(lens, ps, hkv, d, rng)
     q = rng.standard_normal((len(lens), hkv * g, d))
     ro, rl = _reference(q, k, v, *table, ps)
-    t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
-    i32 = [torch.tensor(np.array(a), **I32) for a in table]
+    tensors = [torch.tensor(x, dtype=torch.float32, device=DEVICE) for x in (q, k, v)]
+    return tensors, [torch.tensor(np.array(a), **I32) for a in table], ro, rl
+
+
+@pytest.mark.parametrize("kind", PLANS)
+def test_functional_form_is_deterministic(kind):
+    lens, ps, hkv, g, d = [40, 1, 16, 23], 3, 2, 4, 24
+    (q, k, v), i32, ro, rl = _f32_case(lens, ps, hkv, g, d, seed=3)
     plan = _plan(kind, lens, hkv, g, 3)
     ws = schedule.fixed_size_workspace(plan, 5, 40, 20)            # larger than needed: padding
-    runs = [scheduled_decode(t(q), t(k), t(v), *i32, p, page_size=ps, return_lse=True) for p in (plan, plan, ws)]
+    runs = [scheduled_decode(q, k, v, *i32, p, page_size=ps, return_lse=True) for p in (plan, plan, ws)]
     for o, lse in runs:
         assert np.abs(o.double().cpu().numpy() - ro).max() < 1e-5
         assert np.abs(lse.double().cpu().numpy() - rl).max() < 1e-5
@@ -295,18 +300,13 @@ def test_long_merges_direct_writes_and_more_outputs_than_merge_programs():
     MERGE_S at a time), and more merged outputs than the persistent merge has programs."""
     from attnlab.kernels.scheduled import _routes
     lens, ps, hkv, g, d, ctas = [300, 100, 1, 100, 57], 3, 2, 2, 16, 3
-    rng = np.random.default_rng(21)
-    k, v, table = _pools(lens, ps, hkv, d, rng)
-    q = rng.standard_normal((len(lens), hkv * g, d))
-    ro, rl = _reference(q, k, v, *table, ps)
-    t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
-    i32 = [torch.tensor(np.array(a), **I32) for a in table]
+    (q, k, v), i32, ro, rl = _f32_case(lens, ps, hkv, g, d, seed=21)
     plan = schedule.plan_fixed_split([(1, n) for n in lens], chunk=16, kv_heads=hkv, num_ctas=ctas, group=g)
     ws = schedule.fixed_size_workspace(plan, ctas, int(np.bincount(plan.cta).max()), plan.num_outputs)
     direct, multi = _routes(ws)
     per = np.diff(ws.merge_indptr)
     assert per.max() > 2 * 8 and multi.size > ctas           # the interpreter's merge takes 8 at a time and direct.sum() == hkv      # the 1-token request
-    runs = [scheduled_decode(t(q), t(k), t(v), *i32, ws, page_size=ps, return_lse=True) for _ in range(2)]
+    runs = [scheduled_decode(q, k, v, *i32, ws, page_size=ps, return_lse=True) for _ in range(2)]
     o, lse = (x.double().cpu().numpy() for x in runs[0])
     assert np.abs(o - ro).max() < 1e-5 and np.abs(lse - rl).max() < 1e-5
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])   # bitwise
