@@ -185,12 +185,12 @@ def test_lowprec_bad_input():
 
 def test_fastest_per_case_on_a_small_run():
     run = {"rows": [
-        {"section": "prefill", "case": "N 4096", "impl": "sdpa-cudnn", "us": 10.0},
-        {"section": "prefill", "case": "N 4096", "impl": "flashinfer-fa3", "us": 12.0},
-        {"section": "prefill", "case": "N 4096", "impl": "ours-hopper", "us": 5.0},      # ours: left out
-        {"section": "paged", "case": "b 1", "impl": "flashinfer-tc ps16", "us": 9.0},
-        {"section": "paged", "case": "b 1", "impl": "flashinfer-tc ps1", "us": 8.0},     # fastest page size
-        {"section": "paged", "case": "b 1", "impl": "sdpa-flash", "us": 8.8}]}
+        {"section": "prefill", "what": "N 4096", "impl": "sdpa-cudnn", "time_us": 10.0},
+        {"section": "prefill", "what": "N 4096", "impl": "flashinfer-fa3", "time_us": 12.0},
+        {"section": "prefill", "what": "N 4096", "impl": "ours-hopper", "time_us": 5.0},      # ours: left out
+        {"section": "paged", "what": "b 1", "impl": "flashinfer-tc ps16", "time_us": 9.0},
+        {"section": "paged", "what": "b 1", "impl": "flashinfer-tc ps1", "time_us": 8.0},     # fastest page size
+        {"section": "paged", "what": "b 1", "impl": "sdpa-flash", "time_us": 8.8}]}
     rows = fastest_per_case(run)
     assert [(r["phase"], r["impl"], r["us"], r["peers"]) for r in rows] == [
         ("prefill", "sdpa-cudnn", 10.0, 2), ("decode", "flashinfer-tc", 8.0, 2)]

@@ -3,8 +3,7 @@ which are in the one schema of attnlab.gpubench.schema; a file in no schema (rec
 is refused: `python -m attnlab.gpubench.convert FILE` rewrites it once.
 
 `newest_run()` loads the newest file; `live_run()` makes a new run when a CUDA GPU is here; both
-give the file's dict with its schema rows under "rows" (each also under the two names the
-notebook-06 table reads, "case" = what and "us" = time_us), and each section under "sections" as
+give the file's dict with its schema rows under "rows", and each section under "sections" as
 `section(run, name)` gives it: its settings with its rows back in the section's own keys
 (gpubench.schema.own_row), which the formatters print.
 """
@@ -36,7 +35,7 @@ def _view(res: dict, file: str) -> dict:
         raise ValueError(f"{file} is not a run file in schema {SCHEMA}; "
                          "`python -m attnlab.gpubench.convert` rewrites an older one")
     rows = res.get("rows", [])
-    return {**res, "rows": [{**r, "case": r["what"], "us": r["time_us"]} for r in rows], "file": file,
+    return {**res, "rows": list(rows), "file": file,
             "sections": {name: section(res, name) for name in res.get("sections", {})}}
 
 

@@ -51,13 +51,13 @@ def fastest_per_case(run: dict) -> list[dict]:
     order = []
     for r in run["rows"]:
         peer = _peer(r["impl"])
-        if peer is None or r["section"] not in PHASES or r.get("us") is None:
+        if peer is None or r["section"] not in PHASES or r.get("time_us") is None:
             continue
-        key = (r["section"], r["case"])
+        key = (r["section"], r["what"])
         if key not in best:
             best[key] = {}
             order.append(key)
-        best[key][peer] = min(r["us"], best[key].get(peer, float("inf")))
+        best[key][peer] = min(r["time_us"], best[key].get(peer, float("inf")))
     rows = []
     phases = list(PHASES)
     for key in sorted(order, key=lambda k: phases.index(k[0])):          # stable: run order within a phase
