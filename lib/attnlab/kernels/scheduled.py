@@ -114,14 +114,20 @@ class ScheduledDecoder:
         self.kv_indptr = torch.zeros(B + 1, **i32)
         self.kv_indices = torch.zeros(self.max_pages, **i32)
         self.kv_last_page_len = torch.ones(B, **i32)
-        self.items = torch.zeros((self.max_ctas, self.max_items, 6), **i32)
-        self.count = torch.zeros(self.max_ctas, **i32)           # no items until a load
-        self.merge_indptr = torch.zeros(self.max_outputs + 1, **i32)
-        self.merge_slots = torch.full((slots,), -1, **i32)
-        self.merge_out = torch.zeros((self.max_outputs, 4), **i32)
-        self.direct = torch.zeros(slots, **i32)                  # 1: the slot is its output's only item
-        self.multi = torch.zeros(self.max_outputs, **i32)        # the outputs of two or more items
-        self.num_multi = torch.zeros(1, **i32)
+        # the plan's arrays, views of one int32 buffer that `load` fills with one copy
+        shapes = {"items": (self.max_ctas, self.max_items, 6), "count": (self.max_ctas,),
+                  "merge_indptr": (self.max_outputs + 1,), "merge_slots": (slots,),
+                  "merge_out": (self.max_outputs, 4),
+                  "direct": (slots,),                    # 1: the slot is its output's only item
+                  "multi": (self.max_outputs,),          # the outputs of two or more items
+                  "num_multi": (1,)}
+        sizes = {k: int(np.prod(v)) for k, v in shapes.items()}
+        self._plan_buf = torch.zeros(sum(sizes.values()), **i32)     # no items until a load
+        self._plan_at, at = {}, 0
+        for k, shape in shapes.items():
+            self._plan_at[k] = slice(at, at + sizes[k])
+            setattr(self, k, self._plan_buf[at:at + sizes[k]].view(shape))
+            at += sizes[k]
         self.o_partial = torch.zeros((slots * self.group, d), **f32)   # slot s, packed row r: s*group + r
         self.lse_partial = torch.zeros(slots * self.group, **f32)
         self.out = torch.zeros((B, hq, d), dtype=dtype, device=dev)
@@ -176,11 +182,13 @@ class ScheduledDecoder:
         self.kv_indices[:kv_indices.numel()].copy_(kv_indices)
         self.kv_last_page_len[:B].copy_(kv_last_page_len)
         direct, multi = _routes(ws)
-        for dst, a in ((self.items, ws.items), (self.count, ws.count), (self.merge_indptr, ws.merge_indptr),
-                       (self.merge_slots, ws.merge_slots), (self.merge_out, ws.merge_out),
-                       (self.direct, direct), (self.multi[:multi.size], multi),
-                       (self.num_multi, np.array([multi.size], np.int32))):
-            dst.copy_(torch.tensor(np.ascontiguousarray(a)), non_blocking=True)
+        host = np.zeros(self._plan_buf.numel(), np.int32)
+        for k, a in (("items", ws.items), ("count", ws.count), ("merge_indptr", ws.merge_indptr),
+                     ("merge_slots", ws.merge_slots), ("merge_out", ws.merge_out), ("direct", direct),
+                     ("multi", multi), ("num_multi", [multi.size])):
+            at = self._plan_at[k]
+            host[at.start:at.start + np.size(a)] = np.ravel(a)
+        self._plan_buf.copy_(torch.from_numpy(host))             # one copy to the device
         self.batch, self.workspace = B, ws
 
     def _check_pools(self, k_pool, v_pool):
