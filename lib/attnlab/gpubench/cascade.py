@@ -31,11 +31,10 @@ from types import SimpleNamespace
 
 from attnlab.core.decode import cascade_intensity
 from attnlab.gpubench.core import checked_time, header, reference, try_peer
-from attnlab.gpubench.core import table as core_table
-from attnlab.gpubench.cli import flashinfer_version, write_json
+from attnlab.gpubench.cli import flashinfer_version, section_main, write_json
 from attnlab.gpubench.paged import SHAPE
 
-__all__ = ["run", "table", "main"]
+__all__ = ["run", "main"]
 
 CASES = [(8, 4096, 256), (64, 4096, 256)]            # (requests, prefix, unique tokens each)
 PREFIX_SPLITS = (4, 16, 32)
@@ -207,17 +206,10 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
     return res
 
 
-def table(res: dict) -> str:
-    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
-    return core_table(res, "cascade")
-
-
 def main(argv=None) -> int:
-    from attnlab.gpubench.cli import parse
-    args, cases, peers = parse(argv, __doc__, "n x prefix x unique list, e.g. 8x4096x256,64x4096x256",
-                               CASES, DRY["cases"], ("--peers", PEERS))
-    print(table(run(cases, peers, dry=args.dry, out=args.out)))
-    return 0
+    return section_main("cascade", argv, __doc__, "n x prefix x unique list, e.g. 8x4096x256,64x4096x256",
+                        CASES, DRY["cases"], lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out),
+                        ("--peers", PEERS))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import argparse
 import json
 import os
 
-__all__ = ["parse", "flashinfer_version", "write_json"]
+__all__ = ["parse", "section_main", "flashinfer_version", "write_json"]
 
 
 def parse(argv, doc: str, cases_help: str, default_cases, dry_cases, subset=None, extra=()):
@@ -32,6 +32,16 @@ def parse(argv, doc: str, cases_help: str, default_cases, dry_cases, subset=None
         if set(chosen) - set(subset[1]):
             ap.error(f"{subset[0]} takes {','.join(subset[1])}; got {given}")
     return args, cases, chosen
+
+
+def section_main(section: str, argv, doc: str, cases_help: str, default_cases, dry_cases, run, subset=None,
+                 extra=()) -> int:
+    """A section module's `main`: parse the command line, `run(args, cases, chosen subset)`, print
+    the section's rows in the run schema (gpubench.core.table); exit status 0."""
+    from attnlab.gpubench.core import table
+    args, cases, chosen = parse(argv, doc, cases_help, default_cases, dry_cases, subset, extra)
+    print(table(run(args, cases, chosen), section))
+    return 0
 
 
 def flashinfer_version() -> tuple[bool, str]:

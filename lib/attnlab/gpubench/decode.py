@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 import sys
 
-from attnlab.gpubench.core import table as core_table
 from attnlab.machine.models import get_model
+from attnlab.gpubench.cli import section_main
 
 __all__ = ["run", "main"]
 
@@ -86,16 +86,9 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = F
     return res
 
 
-def table(res: dict) -> str:
-    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
-    return core_table(res, "decode")
-
-
 def main(argv=None) -> int:
-    from attnlab.gpubench.cli import parse
-    args, _, _ = parse(argv, __doc__, "unused: the cases are CASES", CASES, DRY["cases"])
-    print(table(run(dry=args.dry, out=args.out)))
-    return 0
+    return section_main("decode", argv, __doc__, "unused: the cases are CASES", CASES, DRY["cases"],
+                        lambda a, cases, _: run(dry=a.dry, out=a.out))
 
 
 if __name__ == "__main__":

@@ -26,10 +26,9 @@ from types import SimpleNamespace
 
 from attnlab.machine.models import get_model
 from attnlab.gpubench.core import checked_time, flashinfer_last, header, reference, try_peer
-from attnlab.gpubench.core import table as core_table
-from attnlab.gpubench.cli import flashinfer_version, write_json
+from attnlab.gpubench.cli import flashinfer_version, section_main, write_json
 
-__all__ = ["run", "table", "main"]
+__all__ = ["run", "main"]
 
 _SHAPE = get_model("Llama-3-8B")
 SHAPE = dict(heads=_SHAPE.q_heads, kv_heads=_SHAPE.kv_heads, head_dim=_SHAPE.head_dim)
@@ -170,18 +169,12 @@ def run(cases=CASES, page_sizes=PAGE_SIZES, peers=PEERS, *, dry: bool = False, o
     return res
 
 
-def table(res: dict) -> str:
-    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
-    return core_table(res, "paged")
-
-
 def main(argv=None) -> int:
-    from attnlab.gpubench.cli import parse
-    args, cases, peers = parse(argv, __doc__, "batch x context list, e.g. 1x32768,16x8192", CASES, DRY["cases"],
-                               ("--peers", PEERS), extra=[("--page-sizes", "e.g. 16,1")])
-    page_sizes = tuple(int(x) for x in args.page_sizes.split(",")) if args.page_sizes else PAGE_SIZES
-    print(table(run(cases, page_sizes, peers, dry=args.dry, out=args.out)))
-    return 0
+    def go(a, cases, peers):
+        sizes = tuple(int(x) for x in a.page_sizes.split(",")) if a.page_sizes else PAGE_SIZES
+        return run(cases, sizes, peers, dry=a.dry, out=a.out)
+    return section_main("paged", argv, __doc__, "batch x context list, e.g. 1x32768,16x8192", CASES, DRY["cases"],
+                        go, ("--peers", PEERS), extra=[("--page-sizes", "e.g. 16,1")])
 
 
 if __name__ == "__main__":

@@ -29,12 +29,11 @@ from __future__ import annotations
 import sys
 
 from attnlab.gpubench.core import ceilings, checked_time, compiled_flex, flashinfer_last, header, reference, try_peer
-from attnlab.gpubench.core import table as core_table
-from attnlab.gpubench.cli import flashinfer_version, write_json
+from attnlab.gpubench.cli import flashinfer_version, section_main, write_json
 from attnlab.gpubench.paged import SHAPE
 from attnlab.gpubench.variants import pairs
 
-__all__ = ["run", "table", "main"]
+__all__ = ["run", "main"]
 
 CASES = [(1, 4096), (1, 8192), (1, 16384), (2, 8192), (4, 4096)]
 PEERS = ("ours", "sdpa", "flex", "standard", "flashinfer")
@@ -186,17 +185,9 @@ def _verdicts(rows) -> None:
             r["within_rule"] = r["max_err"] <= 2 * min(sdpa) + 1e-3 if sdpa else None
 
 
-def table(res: dict) -> str:
-    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
-    return core_table(res, "prefill")
-
-
 def main(argv=None) -> int:
-    from attnlab.gpubench.cli import parse
-    args, cases, peers = parse(argv, __doc__, "batch x N list, e.g. 1x8192,4x4096", CASES, DRY["cases"],
-                               ("--peers", PEERS))
-    print(table(run(cases, peers, dry=args.dry, out=args.out)))
-    return 0
+    return section_main("prefill", argv, __doc__, "batch x N list, e.g. 1x8192,4x4096", CASES, DRY["cases"],
+                        lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out), ("--peers", PEERS))
 
 
 if __name__ == "__main__":

@@ -30,10 +30,9 @@ import numpy as np
 
 from attnlab.machine.models import get_model
 from attnlab.gpubench.core import checked_time, compiled_flex, header, reference, try_peer
-from attnlab.gpubench.core import table as core_table
-from attnlab.gpubench.cli import write_json
+from attnlab.gpubench.cli import section_main, write_json
 
-__all__ = ["run", "table", "main", "pairs"]
+__all__ = ["run", "main", "pairs"]
 
 _SHAPE = get_model("Llama-3-8B")
 SHAPE = dict(heads=_SHAPE.q_heads, kv_heads=_SHAPE.kv_heads, head_dim=_SHAPE.head_dim)
@@ -177,17 +176,10 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
     return res
 
 
-def table(res: dict) -> str:
-    """This section's rows in the run schema's columns, as text (gpubench.core.table)."""
-    return core_table(res, "variants")
-
-
 def main(argv=None) -> int:
-    from attnlab.gpubench.cli import parse
-    args, cases, variants = parse(argv, __doc__, "batch x N list, e.g. 4x4096,1x16384", CASES, DRY["cases"],
-                                  ("--variants", VARIANTS))
-    print(table(run(cases, variants, dry=args.dry, out=args.out)))
-    return 0
+    return section_main("variants", argv, __doc__, "batch x N list, e.g. 4x4096,1x16384", CASES, DRY["cases"],
+                        lambda a, cases, variants: run(cases, variants, dry=a.dry, out=a.out),
+                        ("--variants", VARIANTS))
 
 
 if __name__ == "__main__":
