@@ -286,6 +286,12 @@ def test_auto_splits_from_real_lengths_on_a_ragged_batch():
         assert auto_splits(len(lens), hkv, ps * (indices.numel() - len(lens) + 1), DEVICE, min_chunk=16) == 2
     last[1] = 1                                           # in place: the version moves, lengths are read again
     assert request_lengths(indptr, last, ps).tolist() == [200, 4, 17, 1]
+    from attnlab.kernels import paged
+    sorted_table = [torch.tensor(a, dtype=torch.int32, device=DEVICE) for a in ([0, 2, 4], [0, 1, 2, 3], [3, 3])]
+    assert longest_first(sorted_table[0], sorted_table[2], ps) is None          # in order already: no gather
+    seen = len(paged._LENGTHS)
+    _run(t(q), t(k), t(v), table, ps, 2, block_n=16)      # explicit splits: nothing read from the table
+    assert len(paged._LENGTHS) == seen
 
 
 @pytest.mark.parametrize("seed", range(6))

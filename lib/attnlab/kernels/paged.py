@@ -19,8 +19,9 @@ The kernel reads the lengths from the page table itself, so any `splits` gives t
 only the speed depends on it. With `splits=None` the host reads the requests' lengths once
 (`request_lengths`: kv_indptr and kv_last_page_len, 2 x batch + 1 integers; a synchronising copy
 when they are on the GPU) and `kernels.tuning.split_from_lengths` cuts long requests finer than
-short ones. The blocks of the longest requests are launched first (`longest_first`, the
+short ones, and the blocks of the longest requests are launched first (`longest_first`, the
 requests sorted once with the read), so a long request does not start last and finish alone.
+With an explicit `splits` nothing is read and the blocks go in batch order.
 The read is remembered per page table (the two tensors' storage and torch's version
 counter, which an in-place write bumps), so a later call on the same table, e.g. inside a CUDA
 graph capture, reads nothing; a capture that finds nothing remembered falls back to the rule from
@@ -73,7 +74,8 @@ def _read(kv_indptr, kv_last_page_len, page_size: int):
     indptr = kv_indptr.to("cpu", torch.int64).numpy()
     lengths = (indptr[1:] - indptr[:-1] - 1) * page_size + kv_last_page_len.to("cpu", torch.int64).numpy()
     lengths = lengths.clip(0)                         # a request of no pages has no tokens
-    order = torch.from_numpy(np.argsort(-lengths, kind="stable").astype(np.int32)).to(kv_indptr.device)
+    order = np.argsort(-lengths, kind="stable").astype(np.int32)
+    order = None if (np.diff(lengths) <= 0).all() else torch.from_numpy(order).to(kv_indptr.device)
     if len(_LENGTHS) >= 64:
         _LENGTHS.pop(next(iter(_LENGTHS)))
     _LENGTHS[key] = lengths, order
@@ -89,7 +91,8 @@ def request_lengths(kv_indptr, kv_last_page_len, page_size: int):
 
 def longest_first(kv_indptr, kv_last_page_len, page_size: int):
     """The requests longest first (stable: ties in batch order), an int32 tensor on the table's
-    device, remembered with `request_lengths`; None where that is None."""
+    device, remembered with `request_lengths`; None where that is None or where the batch is in
+    that order already (equal lengths, say)."""
     return _read(kv_indptr, kv_last_page_len, page_size)[1]
 
 
@@ -219,9 +222,12 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     return_lse = as_bool("return_lse", return_lse)
     scale = 1.0 / math.sqrt(d) if scale is None else as_float("scale", scale, 0.0, 1e4, lo_open=True)
     longest = page_size * (kv_indices.numel() - B + 1)        # no request of this table is longer
+    order = None                                       # explicit splits: launch order as batched
     if splits is None:
         auto = choose_splits(B, hkv, kv_indptr, kv_indices, kv_last_page_len, page_size, q.device, block_n=block_n)
         splits, min_chunk = auto["splits"], auto["min_chunk"]
+        if auto["rule"] == "lengths":                  # the read that chose the split also sorted
+            order = longest_first(kv_indptr, kv_last_page_len, page_size)
     elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= longest:
         raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= {longest} (the "
                          f"longest request {kv_indices.numel()} pages can hold), or None")
@@ -252,7 +258,6 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     # write fp32 and torch rounds
     dst = torch.empty(out.shape, dtype=torch.float32, device=q.device) if interp and q.dtype == torch.bfloat16 else out
     fp32 = q.dtype == torch.float32
-    order = longest_first(kv_indptr, kv_last_page_len, page_size) if B > 1 else None
     _paged_split_kernel[(B * hkv, splits)](
         q, k_pool, v_pool, dst if one else ws["op"], ws["lp"], kv_indptr, kv_indices,
         kv_last_page_len, kv_indptr if order is None else order, scale * LOG2E, *q.stride(), *k_pool.stride(), *v_pool.stride(),

@@ -70,6 +70,11 @@ def default_descriptors(causal: bool) -> str:
     return "host" if causal else "device"
 
 
+def _pow2_up(x: int) -> int:
+    """The least power of two >= x (1 for x <= 1)."""
+    return 1 << (max(1, x) - 1).bit_length()
+
+
 # -- paged_decode: set by gpubench/sweeps/paged.py, whose H200 run is
 #    data/measurements/h200-2026-12-01-paged-sweep.json (splits x block_n x warps x stages) ---------
 def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK,
@@ -83,12 +88,8 @@ def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: i
     >>> auto_splits(1, 1, 1000, "cpu", min_chunk=16), auto_splits(1, 1, 20, "cpu", min_chunk=16)
     (8, 2)
     """
-    want = 1 << (-(-waves * sms(device) // (batch * kv_heads)) - 1).bit_length()   # a power of two
+    want = _pow2_up(-(-waves * sms(device) // (batch * kv_heads)))
     return max(1, min(want, -(-longest // min_chunk)))
-
-
-def _pow2_up(x: int) -> int:
-    return 1 << (max(1, x) - 1).bit_length()
 
 
 def split_from_lengths(lengths, kv_heads: int, device, *, min_chunk: int = MIN_CHUNK,
