@@ -363,6 +363,21 @@ def test_balanced_by_hand_tile_boundary_and_tiny_chunk():
     assert all((it.kv_start, it.kv_end) == (0, 30) for it in p.work)
 
 
+def test_balanced_min_chunk_is_a_floor_on_l_kv():
+    # L_kv = ceil(2 * (1000 + 300) / 64) = 41; a floor of 128 (FlashInfer's decode minimum) wins
+    lens = [(1, 1000), (1, 300)]
+    p = plan_balanced(lens, kv_heads=2, num_ctas=64, min_chunk=128)
+    spans = sorted((it.request, it.kv_head, it.kv_start, it.kv_end) for it in p.work)
+    want = sorted((r, h, s, min(s + 128, n)) for r, n in enumerate((1000, 300)) for h in range(2)
+                  for s in range(0, n, 128))
+    assert spans == want and len(p.work) == 2 * (8 + 3)
+    # below the computed L_kv the floor changes nothing, item by item
+    same = plan_balanced(lens, kv_heads=2, num_ctas=64, min_chunk=41)
+    assert [(_key(a), a.cta) for a in same.work] == [(_key(b), b.cta) for b in plan_balanced(
+        lens, kv_heads=2, num_ctas=64).work]
+    assert len(plan_balanced(lens, kv_heads=2, num_ctas=64, min_chunk=42).work) < len(same.work)
+
+
 def _compare_with_lpt(p, lens, kv_heads, num_ctas, group, alpha=ALPHA, beta=BETA):
     items = _balanced_items(lens, kv_heads, num_ctas, group, alpha, beta)
     costs = [x[6] for x in items]
@@ -834,7 +849,10 @@ for _pname, _fn in PLANS.items():
 for _kw, _exc, _name, _val in [(dict(chunk=0), ValueError, "chunk", "0"), (dict(chunk=True), TypeError, "chunk", "True")]:
     BAD.append(pytest.param(plan_fixed_split, _kw, _exc, _name, _val, id=f"fixed_split-{_name}-{_val}"))
 for _kw, _exc, _name, _val in [(dict(tile_q=0), ValueError, "tile_q", "0"),
-                               (dict(tile_q=True), TypeError, "tile_q", "True")]:
+                               (dict(tile_q=True), TypeError, "tile_q", "True"),
+                               (dict(min_chunk=0), ValueError, "min_chunk", "0"),
+                               (dict(min_chunk=True), TypeError, "min_chunk", "True"),
+                               (dict(min_chunk="128"), TypeError, "min_chunk", "'128'")]:
     BAD.append(pytest.param(plan_balanced, _kw, _exc, _name, _val, id=f"balanced-{_name}-{_val}"))
 
 

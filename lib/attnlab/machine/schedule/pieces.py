@@ -138,9 +138,10 @@ class Items:
         return cost
 
 
-def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk) -> Split:
+def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk, min_chunk=1) -> Split:
     """The checked batch cut into one KV head's pieces (chunk "balanced": L_kv of FlashInfer's
-    Algorithm 1); a piece costs alpha x its query rows + beta x its KV tokens."""
+    Algorithm 1, at least min_chunk tokens); a piece costs alpha x its query rows + beta x its KV
+    tokens."""
     qo, kv = requests(lens)
     kv_heads = _count("kv_heads", kv_heads, 1, MAX_KV_HEADS)
     num_ctas = _count("num_ctas", num_ctas, 1, MAX_CTAS)
@@ -163,7 +164,7 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk) -> Split:
             raise ValueError(f"lengths: up to {most * kv_sum * kv_heads:.3g} query tiles x KV "
                              "tokens of work; valid: below 2^62")
         work = kv_sum if tiles is None else int((tiles * kv).sum())
-        chunk = max(1, -(-kv_heads * work // num_ctas))
+        chunk = max(min_chunk, -(-kv_heads * work // num_ctas))
     if tiles is None:                               # one query tile each: costs without pieces
         per = np.ones(len(kv), np.int64) if chunk is None else (kv + (chunk - 1)) // chunk
         _bound_items(int(per.sum()), kv_heads, chunk)

@@ -187,17 +187,25 @@ def plan_fixed_split(lengths, *, chunk: int = 1024, kv_heads: int, num_ctas: int
 
 
 def plan_balanced(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
-                  beta: int = 1, tile_q=None) -> Plan:
+                  beta: int = 1, tile_q=None, min_chunk: int = 1) -> Plan:
     """FlashInfer's Algorithm 1. L_kv = ceil(kv_heads sum_i ceil(packed_i / T_q) l_kv_i / #CTA);
     chunks of at most L_kv; longest item first (ties: in arrival order), each to the
     least-loaded CTA (ties: the lower index). The lengths: (l_qo, l_kv) pairs, or an integer
     array of shape (n, 2).
 
+    min_chunk (tokens, default 1: the algorithm as the paper states it) raises L_kv to at least
+    that: FlashInfer's decode planner never cuts below 128 tokens (max(128 / page_size, 1)
+    pages), which keeps a small batch from becoming hundreds of tiny items and wide merges.
+
     >>> p = plan_balanced([(1, 1000)] + [(1, 100)] * 7, kv_heads=1, num_ctas=4)
     >>> p.makespan, round(p.utilization, 2)
     (458, 0.94)
+    >>> len(plan_balanced([(1, 1588)], kv_heads=8, num_ctas=264).work), \\
+    ...     len(plan_balanced([(1, 1588)], kv_heads=8, num_ctas=264, min_chunk=128).work)
+    (264, 104)
     """
-    split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, "balanced")
+    min_chunk = as_int("min_chunk", min_chunk, 1, _pieces.INT32_MAX)
+    split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, "balanced", min_chunk)
     longest_first = np.sort(split.values)[::-1]     # the costs are all the rounds need
     return _plan("balanced", split, longest_first, split.kv_heads, None, None, None)
 
