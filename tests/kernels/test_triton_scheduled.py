@@ -285,14 +285,17 @@ def test_bench_dry_run(tmp_path, capsys):
     from attnlab.gpubench import scheduled as scheduled_bench
     if DEVICE == "cuda":
         pytest.skip("the dry run is for machines without a GPU")
-    scheduled_bench.main(["--dry", "--out", str(tmp_path / "r.json")])
+    scheduled_bench.main(["--dry", "--out", str(tmp_path / "r.json"), "--plans", ",".join(scheduled_bench.KINDS)])
     res = json.loads((tmp_path / "r.json").read_text())
     impls = {(r["batch"], r["impl"]) for r in res["rows"]}
     assert impls == {(b, i) for b in (1, 3) for i in ("sched per-request", "sched fixed", "sched balanced",
-                                                      "paged auto")}
+                                                      "sched balanced-128", "sched balanced+fused",
+                                                      "sched balanced-128+fused", "paged auto")}
     assert all(r["max_err"] < 0.05 for r in res["rows"])
     table = capsys.readouterr().out.split("pred_us")[-1]           # the table printed last
-    assert table.count("sched balanced") == 2 and table.count("paged auto") == 2
+    assert table.count("sched balanced ") == 2 and table.count("sched balanced-128 ") == 2
+    assert table.count("sched balanced+fused") == 2 and table.count("sched balanced-128+fused") == 2
+    assert table.count("paged auto") == 2
 
 
 def test_long_merges_direct_writes_and_more_outputs_than_merge_programs():
@@ -303,10 +306,14 @@ def test_long_merges_direct_writes_and_more_outputs_than_merge_programs():
     (q, k, v), i32, ro, rl = _f32_case(lens, ps, hkv, g, d, seed=21)
     plan = schedule.plan_fixed_split([(1, n) for n in lens], chunk=16, kv_heads=hkv, num_ctas=ctas, group=g)
     ws = schedule.fixed_size_workspace(plan, ctas, int(np.bincount(plan.cta).max()), plan.num_outputs)
-    direct, multi = _routes(ws)
+    direct, multi, owner = _routes(ws)
     per = np.diff(ws.merge_indptr)
-    assert per.max() > 2 * 8 and multi.size > ctas           # the interpreter's merge takes 8 at a time and direct.sum() == hkv      # the 1-token request
-    runs = [scheduled_decode(q, k, v, *i32, ws, page_size=ps, return_lse=True) for _ in range(2)]
-    o, lse = (x.double().cpu().numpy() for x in runs[0])
-    assert np.abs(o - ro).max() < 1e-5 and np.abs(lse - rl).max() < 1e-5
-    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])   # bitwise
+    assert per.max() > 2 * 8 and multi.size > ctas           # the interpreter's merge takes 8 at a time
+    assert direct.sum() == hkv                               # the 1-token request
+    assert sorted(owner[owner >= 0]) == sorted(np.repeat(np.arange(per.size), per))
+    for fused in (False, True):                  # kernel 2, or the last item of each output merges it
+        runs = [scheduled_decode(q, k, v, *i32, ws, page_size=ps, return_lse=True, fused_merge=fused)
+                for _ in range(2)]
+        o, lse = (x.double().cpu().numpy() for x in runs[0])
+        assert np.abs(o - ro).max() < 1e-5 and np.abs(lse - rl).max() < 1e-5
+        assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])   # bitwise

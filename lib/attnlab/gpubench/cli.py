@@ -9,7 +9,8 @@ __all__ = ["parse", "section_main", "flashinfer_version", "write_json"]
 
 
 def parse(argv, doc: str, cases_help: str, default_cases, dry_cases, subset=None, extra=()):
-    """(args, cases, chosen subset). `subset` = (flag, allowed names); `extra` = (flag, help) pairs.
+    """(args, cases, chosen subset). `subset` = (flag, allowed names[, default names: all allowed]);
+    `extra` = (flag, help) pairs.
     --dry on a machine without CUDA sets TRITON_INTERPRET=1 before any kernel is defined."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", help="write the full result as JSON here (rewritten as rows come in)")
@@ -18,7 +19,8 @@ def parse(argv, doc: str, cases_help: str, default_cases, dry_cases, subset=None
     for flag, text in extra:
         ap.add_argument(flag, help=text)
     if subset:
-        ap.add_argument(subset[0], default=",".join(subset[1]), help=f"subset of {','.join(subset[1])}")
+        ap.add_argument(subset[0], default=",".join(subset[2] if len(subset) > 2 else subset[1]),
+                        help=f"subset of {','.join(subset[1])}")
     args = ap.parse_args(argv)
     import torch
     if args.dry and not torch.cuda.is_available():

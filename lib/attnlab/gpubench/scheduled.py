@@ -6,8 +6,9 @@
 A Llama-3-8B-shaped layer (32 query heads, 8 KV heads, d = 128, bf16, page size 16) on notebook
 05's long-tailed recorded batches (`workload.recorded_lengths("longtail", b)`, b = 1 .. 256), all
 in one NHD pool, each batch's pages a shuffled subset. For each plan (per-request, fixed 1024,
-balanced) on num_ctas = CTAS_PER_SM x the GPU's SMs: every batch is planned first, so the ScheduledDecoder's
-maxima (items per CTA, outputs) hold them all; the graph is captured once, on the first batch, and
+balanced, balanced-128: the balanced plan with FlashInfer's floor of 128 tokens a chunk; "+fused":
+the decoder's merge folded into kernel 1, one launch) on num_ctas = CTAS_PER_SM x the GPU's SMs:
+every batch is planned first, so the ScheduledDecoder's maxima (items per CTA, outputs) hold them all; the graph is captured once, on the first batch, and
 every batch after is `load`ed into the same buffers and replayed. Each answer (every batch's
 replay, not only the first) is checked against a float32 reference before it is timed. The time
 is taken as for every other row of the run (`gpubench.core.time_per_call`: 20 calls of the
@@ -39,7 +40,12 @@ from attnlab.gpubench.paged import SHAPE, flashinfer_decode
 
 __all__ = ["run", "table", "main"]
 
-PLANS = ("per-request", "fixed", "balanced")
+KINDS = ("per-request", "fixed", "balanced", "balanced-128", "balanced+fused", "balanced-128+fused")
+#: what a run times by default (--plans takes any of KINDS)
+PLANS = ("per-request", "fixed", "balanced", "balanced-128+fused")
+#: "balanced-128": the balanced plan with FlashInfer's decode floor, chunks of at least 128 tokens;
+#: "+fused": ScheduledDecoder(fused_merge=True), one launch (each output merged by its last item)
+MIN_CHUNK = 128
 #: Persistent programs per SM the plans are made for: two resident 4-warp programs keep more loads
 #: in flight than one (on the H200, balanced plan: batch 256 in 712 µs with 264 CTAs, 1,147 with 132).
 CTAS_PER_SM = 2
@@ -56,11 +62,14 @@ def _lengths(batch: int, dry: bool) -> np.ndarray:
 
 
 def _planner(kind: str, hkv: int, group: int, ctas: int, chunk: int):
+    kind = kind.removesuffix("+fused")
     kw = dict(kv_heads=hkv, num_ctas=ctas, group=group)
     if kind == "per-request":
         return lambda L: plan_per_request(L, **kw)
     if kind == "fixed":
         return lambda L: plan_fixed_split(L, chunk=chunk, **kw)
+    if kind == "balanced-128":
+        return lambda L: plan_balanced(L, min_chunk=MIN_CHUNK, **kw)
     return lambda L: plan_balanced(L, **kw)
 
 
@@ -102,7 +111,8 @@ def _scheduled(torch, res, kind, batches, pools, shape, ctas, chunk, add):
     max_outputs = max(p.num_outputs for p in plans)
     dev = batches[0].q.device
     dec = ScheduledDecoder(max(b.q.shape[0] for b in batches), hq, hkv, d, ctas, max_items,
-                           pools.k.shape[0], PAGE_SIZE, torch.bfloat16, dev, max_outputs=max_outputs)
+                           pools.k.shape[0], PAGE_SIZE, torch.bfloat16, dev, max_outputs=max_outputs,
+                           fused_merge=kind.endswith("+fused"))
     graph = dev.type == "cuda"
     for i, (b, plan) in enumerate(zip(batches, plans)):
         def host():                                       # what the CPU does before every step
@@ -222,7 +232,7 @@ def table(res: dict) -> str:
 def main(argv=None) -> int:
     from attnlab.gpubench.cli import parse
     args, cases, plans = parse(argv, __doc__, "batch sizes from the recorded ones, e.g. 1,16,256", CASES,
-                               DRY["cases"], ("--plans", PLANS))
+                               DRY["cases"], ("--plans", KINDS, PLANS))
     print(table(run(cases, plans, dry=args.dry, out=args.out)))
     return 0
 

@@ -33,8 +33,9 @@ COLUMNS = ("section", "what", "impl", "shape", "ours", "time_us", "flop", "bytes
            "ratio_to_best", "error", "commit", "extra")
 #: impl names that are this course's kernels, by section; every other impl is a peer
 OURS = {"prefill": ("ours-fa2", "ours-hopper", "ours-gluon"), "decode": ("ours",), "paged": ("paged", "contiguous"),
-        "cascade": ("cascade", "paged", "paged-unique"), "variants": ("ours", "ours-hopper"),
-        "scheduled": ("per-request", "fixed", "balanced", "paged")}
+        "cascade": ("cascade", "paged", "paged-unique"), "variants": ("ours", "ours-hopper", "ours-gluon"),
+        "scheduled": ("per-request", "fixed", "balanced", "balanced-128", "balanced+fused", "balanced-128+fused",
+                      "paged")}
 #: the keys of a section's row that make its case, and those that name its launch
 CASE_KEYS = {"prefill": ("batch", "N", "causal"), "decode": ("batch", "context"), "paged": ("batch", "context"),
              "cascade": ("n", "prefix", "unique"), "variants": ("batch", "N", "variant"), "scheduled": ("batch",)}

@@ -7,8 +7,13 @@ reads that workspace.
 
 Kernel 1 does the plan's work items, each CTA its own in order, into fixed partial-state slots,
 or, for an output of one item, straight into the output; kernel 2, persistent, merges only the
-outputs of two or more items, each in the plan's fixed order (bitwise reproducible). Both, and the
-item layout they read, are in `kernels.scheduled_kernels`.
+outputs of two or more items, each in the plan's fixed order (bitwise reproducible). With
+`fused_merge=True` there is one launch: each item of a merged output counts itself done with an
+atomic add after storing its state, and the last one merges the output (same fixed order, fewer
+slots per step; the counter is reset by that item for the next replay). On the H200 (notebook 05's
+long-tailed batches) that saved 3-4 µs at batches 1-2 and cost 6 µs at batch 4 and 2-3 % at batch
+128-256, so it is off by default. Both kernels, and the item layout they read, are in
+`kernels.scheduled_kernels`.
 
 `ScheduledDecoder` owns every buffer the two launches read or write (q, the page table, the
 workspace, the partial states, the output), sized by maxima fixed at construction; `load` copies
@@ -56,13 +61,15 @@ def merge_slots(block_g: int, block_d: int) -> int:
 
 
 def _routes(ws: Workspace):
-    """(direct, multi) of a workspace: direct[slot] = 1 where the slot is its output's only item
-    (kernel 1 writes the answer itself), multi the outputs of two or more items (kernel 2 merges
-    only those)."""
+    """(direct, multi, owner) of a workspace: direct[slot] = 1 where the slot is its output's only
+    item (kernel 1 writes the answer itself), multi the outputs of two or more items (kernel 2
+    merges only those), owner[slot] the output a slot's item belongs to (-1: no item)."""
     per = np.diff(ws.merge_indptr)
     direct = np.zeros(ws.max_ctas * ws.max_items, np.int32)
     direct[ws.merge_slots[ws.merge_indptr[:-1][per == 1]]] = 1
-    return direct, np.flatnonzero(per > 1).astype(np.int32)
+    owner = np.full(ws.max_ctas * ws.max_items, -1, np.int32)
+    owner[ws.merge_slots[:int(ws.merge_indptr[-1])]] = np.repeat(np.arange(per.size, dtype=np.int32), per)
+    return direct, np.flatnonzero(per > 1).astype(np.int32), owner
 
 
 class ScheduledDecoder:
@@ -85,8 +92,10 @@ class ScheduledDecoder:
     def __init__(self, max_batch: int, q_heads: int, kv_heads: int, head_dim: int, max_ctas: int,
                  max_items: int, max_pages: int, page_size: int, dtype=torch.bfloat16, device="cuda", *,
                  max_outputs: int | None = None, scale: float | None = None, block_n: int | None = None,
-                 num_warps: int | None = None, num_stages: int | None = None, prefetch: bool | None = None):
+                 num_warps: int | None = None, num_stages: int | None = None, prefetch: bool | None = None,
+                 fused_merge: bool = False):
         self.prefetch = False if prefetch is None else as_bool("prefetch", prefetch)   # as measured on the H200
+        self.fused_merge = as_bool("fused_merge", fused_merge)
         self.max_batch = as_int("max_batch", max_batch, 1, None)
         self.q_heads = as_int("q_heads", q_heads, 1, None)
         self.kv_heads = as_int("kv_heads", kv_heads, 1, None)
@@ -120,7 +129,8 @@ class ScheduledDecoder:
                   "merge_out": (self.max_outputs, 4),
                   "direct": (slots,),                    # 1: the slot is its output's only item
                   "multi": (self.max_outputs,),          # the outputs of two or more items
-                  "num_multi": (1,)}
+                  "num_multi": (1,),
+                  "owner": (slots,)}                     # the output of the slot's item (fused merge)
         sizes = {k: int(np.prod(v)) for k, v in shapes.items()}
         self._plan_buf = torch.zeros(sum(sizes.values()), **i32)     # no items until a load
         self._plan_at, at = {}, 0
@@ -128,6 +138,7 @@ class ScheduledDecoder:
             self._plan_at[k] = slice(at, at + sizes[k])
             setattr(self, k, self._plan_buf[at:at + sizes[k]].view(shape))
             at += sizes[k]
+        self.done = torch.zeros(self.max_outputs, **i32)   # fused merge: items of each output finished
         self.o_partial = torch.zeros((slots * self.group, d), **f32)   # slot s, packed row r: s*group + r
         self.lse_partial = torch.zeros(slots * self.group, **f32)
         self.out = torch.zeros((B, hq, d), dtype=dtype, device=dev)
@@ -142,6 +153,8 @@ class ScheduledDecoder:
         self.merge_s = 8 if self.interp else merge_slots(triton.next_power_of_2(self.group),
                                                          max(16, triton.next_power_of_2(self.head_dim)))
         self._kw = {} if self.interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}
+        # the fused merge runs in kernel 1's warps: its slots per step scaled to keep MERGE_ELEMENTS a warp
+        self.merge_s_fused = max(1, self.merge_s * self._kw.get("num_warps", MERGE_WARPS) // MERGE_WARPS)
         self.batch, self.workspace, self.graph, self._pools = 0, None, None, None
 
     def load(self, plan, q, kv_indptr, kv_indices, kv_last_page_len) -> None:
@@ -181,14 +194,15 @@ class ScheduledDecoder:
         self.kv_indptr[:B + 1].copy_(kv_indptr)
         self.kv_indices[:kv_indices.numel()].copy_(kv_indices)
         self.kv_last_page_len[:B].copy_(kv_last_page_len)
-        direct, multi = _routes(ws)
+        direct, multi, owner = _routes(ws)
         host = np.zeros(self._plan_buf.numel(), np.int32)
         for k, a in (("items", ws.items), ("count", ws.count), ("merge_indptr", ws.merge_indptr),
                      ("merge_slots", ws.merge_slots), ("merge_out", ws.merge_out), ("direct", direct),
-                     ("multi", multi), ("num_multi", [multi.size])):
+                     ("multi", multi), ("num_multi", [multi.size]), ("owner", owner)):
             at = self._plan_at[k]
             host[at.start:at.start + np.size(a)] = np.ravel(a)
         self._plan_buf.copy_(torch.from_numpy(host))             # one copy to the device
+        self.done.zero_()                                         # a run cut short leaves no count
         self.batch, self.workspace = B, ws
 
     def _check_pools(self, k_pool, v_pool):
@@ -214,15 +228,18 @@ class ScheduledDecoder:
             q, k_pool, v_pool, self.o_partial, self.lse_partial, dst, self.lse_out, self.kv_indptr,
             self.kv_indices, self.items, self.count, self.direct, self.scale * LOG2E, *q.stride(),
             *k_pool.stride(), *v_pool.stride(), dst.stride(0), dst.stride(1), self.lse_out.stride(0),
-            self.max_items, self.group, self.head_dim,
+            self.max_items, self.group, self.head_dim, self.owner, self.done, self.merge_indptr, self.merge_slots,
+            self.merge_out,
             PAGE_SIZE=self.page_size, BLOCK_G=block_g, BLOCK_N=self.block_n, BLOCK_D=block_d,
             D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
-            UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=self.prefetch, **self._kw)
-        merge_items_kernel[(min(self.max_outputs, self.max_ctas),)](
-            self.o_partial, self.lse_partial, dst, self.lse_out, self.merge_indptr, self.merge_slots,
-            self.merge_out, self.multi, self.num_multi, dst.stride(0), dst.stride(1), self.lse_out.stride(0),
-            self.group, self.head_dim, BLOCK_G=merge_g, BLOCK_D=block_d, MERGE_S=self.merge_s,
-            **({} if interp else {"num_warps": MERGE_WARPS}))
+            UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=self.prefetch, FUSED=self.fused_merge,
+            MERGE_G=merge_g, MERGE_S=self.merge_s_fused, **self._kw)
+        if not self.fused_merge:
+            merge_items_kernel[(min(self.max_outputs, self.max_ctas),)](
+                self.o_partial, self.lse_partial, dst, self.lse_out, self.merge_indptr, self.merge_slots,
+                self.merge_out, self.multi, self.num_multi, dst.stride(0), dst.stride(1), self.lse_out.stride(0),
+                self.group, self.head_dim, BLOCK_G=merge_g, BLOCK_D=block_d, MERGE_S=self.merge_s,
+                **({} if interp else {"num_warps": MERGE_WARPS}))
         if dst is not self.out:
             self.out.copy_(dst)
 
@@ -274,11 +291,13 @@ class ScheduledDecoder:
 
 
 def scheduled_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, plan_or_workspace, *,
-                     page_size: int, scale: float | None = None, return_lse: bool = False):
+                     page_size: int, scale: float | None = None, return_lse: bool = False,
+                     fused_merge: bool = False):
     """Decode attention over a paged KV cache (FlashInfer's arrays, NHD pool, any strides), computed
     as the plan says: a schedule.Plan of this batch (packed at its own size: plan.num_ctas CTAs,
     the busiest CTA's items, its outputs) or a schedule.Workspace. Returns o (batch, q_heads, d) in
-    q's dtype, or (o, lse) with lse float32 (batch, q_heads), natural log."""
+    q's dtype, or (o, lse) with lse float32 (batch, q_heads), natural log. fused_merge: as
+    ScheduledDecoder's (one launch)."""
     B, hq, d, hkv = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {return_lse!r}")
@@ -291,7 +310,7 @@ def scheduled_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
         raise TypeError(f"plan_or_workspace must be a schedule.Plan or schedule.Workspace, "
                         f"got {type(plan_or_workspace).__name__}")
     dec = ScheduledDecoder(B, hq, hkv, d, ws.max_ctas, ws.max_items, k_pool.shape[0], page_size, q.dtype,
-                           q.device, max_outputs=ws.max_outputs, scale=scale)
+                           q.device, max_outputs=ws.max_outputs, scale=scale, fused_merge=fused_merge)
     dec.load(ws, q, kv_indptr, kv_indices, kv_last_page_len)
     o = dec.run(k_pool, v_pool)
     return (o, dec.lse) if return_lse else o

@@ -12,8 +12,11 @@ c * max_items + j of the partial-state buffers, or, when the item is its output'
 Kernel 2, `merge_items_kernel`, a fixed grid of persistent programs over the num_multi outputs
 of two or more items (their indices in `multi`): output g folds the partial states in slots
 merge_slots[merge_indptr[g]:merge_indptr[g + 1]] with ⊕ and writes its query heads' o and lse.
-It takes MERGE_S slots at a time (their loads in flight together, the running maximum updated
-once per group), always in the same order (kv_start ascending: `Plan.merge`), so the result is
+With FUSED, kernel 1 does that merge itself (`merge_output`, the same code): after an item's
+partial state is stored (a CTA barrier, then an acq_rel atomic add on its output's DONE counter),
+the item that finds every other item of its output done merges it, reading the partial states
+from L2 (.cg: other SMs wrote them), and resets the counter. `merge_output` takes MERGE_S slots
+at a time (their loads in flight together, the running maximum updated once per group), always in the same order (kv_start ascending: `Plan.merge`), so the result is
 bitwise reproducible. An output of one item is that item's state unchanged, so the per-request
 plan gives the same bits as `paged_decode(splits=1)` with the same block size.
 
@@ -30,16 +33,17 @@ from attnlab.machine.schedule import Workspace
 from attnlab.kernels.common import finish
 from attnlab.kernels.paged import paged_span
 
-__all__ = ["scheduled_kernel", "merge_items_kernel", "check_fit"]
+__all__ = ["scheduled_kernel", "merge_items_kernel", "merge_output", "check_fit"]
 
 
 @triton.jit
 def scheduled_kernel(Q, K, V, OP, LP, O, LSE, INDPTR, INDICES, ITEMS, COUNT, DIRECT, qk_scale,
                       s_qb, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd, s_ob, s_oh, s_lb,
-                      MAX_ITEMS, GROUP, HEAD_DIM,
+                      MAX_ITEMS, GROUP, HEAD_DIM, OWNER, DONE, M_INDPTR, M_SLOTS, M_OUT,
                       PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_D: tl.constexpr, D_CONTIG: tl.constexpr, UPCAST: tl.constexpr,
-                      IEEE: tl.constexpr, PREFETCH: tl.constexpr):
+                      IEEE: tl.constexpr, PREFETCH: tl.constexpr, FUSED: tl.constexpr,
+                      MERGE_G: tl.constexpr, MERGE_S: tl.constexpr):
     cta = tl.program_id(0)
     n_items = tl.load(COUNT + cta)
     offs_g = tl.arange(0, BLOCK_G)
@@ -80,51 +84,66 @@ def scheduled_kernel(Q, K, V, OP, LP, O, LSE, INDPTR, INDICES, ITEMS, COUNT, DIR
             row = slot.to(tl.int64) * GROUP + offs_g  # the slot's partial state, one row per packed row
             tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
             tl.store(LP + row, lse, mask=g_ok)
+            if FUSED:                                 # the output's last item to finish merges it
+                g = tl.load(OWNER + slot)
+                tl.debug_barrier()                    # every thread's partial state stored ...
+                done = tl.atomic_add(DONE + g, 1, sem="acq_rel", scope="gpu")   # ... before the count
+                if done == tl.load(M_INDPTR + g + 1) - tl.load(M_INDPTR + g) - 1:
+                    merge_output(g, OP, LP, O, LSE, M_INDPTR, M_SLOTS, M_OUT, s_ob, s_oh, s_lb, GROUP,
+                                 HEAD_DIM, MERGE_G, BLOCK_D, MERGE_S)
+                    tl.store(DONE + g, 0)             # ready for the next replay
+
+
+@triton.jit
+def merge_output(g, OP, LP, O, LSE, M_INDPTR, M_SLOTS, M_OUT, s_ob, s_oh, s_lb, GROUP, HEAD_DIM,
+                 BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, MERGE_S: tl.constexpr):
+    """Output g: ⊕ of the partial states in its slots, in the plan's order, MERGE_S at a time."""
+    offs_s = tl.arange(0, MERGE_S)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    a = tl.load(M_INDPTR + g)
+    e = tl.load(M_INDPTR + g + 1)
+    out = M_OUT + g * 4                               # (request, kv_head, q_start, q_end)
+    b = tl.load(out).to(tl.int64)
+    hk = tl.load(out + 1)
+    q0 = tl.load(out + 2)
+    q1 = tl.load(out + 3)
+    g_ok = offs_g < q1 - q0
+    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    w_sum = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    for i in range(a, e, MERGE_S):                    # ⊕ in the plan's order, MERGE_S slots at a time
+        s_ok = i + offs_s < e
+        slot = tl.load(M_SLOTS + i + offs_s, mask=s_ok, other=0).to(tl.int64)
+        rows = slot[:, None] * GROUP + offs_g[None, :]                              # (S, G)
+        ok = s_ok[:, None] & g_ok[None, :]
+        lse_i = tl.load(LP + rows, mask=ok, other=float("-inf"), cache_modifier=".cg")   # L2: other SMs' stores
+        o_i = tl.load(OP + rows[:, :, None] * HEAD_DIM + offs_d[None, None, :],
+                      mask=ok[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg")  # (S, G, D)
+        m_new = tl.maximum(m, tl.max(lse_i, 0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m - m_safe)                    # 0 for the first group
+        w = tl.exp(lse_i - m_safe[None, :])
+        acc = acc * alpha[:, None] + tl.sum(o_i * w[:, :, None], 0)
+        w_sum = w_sum * alpha + tl.sum(w, 0)
+        m = m_new
+    safe = tl.where(w_sum > 0, w_sum, 1.0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    o = acc / safe[:, None]
+    heads = hk * GROUP + q0 + offs_g
+    tl.store(O + b * s_ob + heads[:, None] * s_oh + offs_d[None, :], o.to(O.dtype.element_ty),
+             mask=g_ok[:, None] & d_ok[None, :])
+    tl.store(LSE + b * s_lb + heads, tl.where(w_sum > 0, m_safe + tl.log(safe), float("-inf")), mask=g_ok)
 
 
 @triton.jit
 def merge_items_kernel(OP, LP, O, LSE, M_INDPTR, M_SLOTS, M_OUT, MULTI, NUM_MULTI, s_ob, s_oh, s_lb,
                         GROUP, HEAD_DIM, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
                         MERGE_S: tl.constexpr):
-    offs_s = tl.arange(0, MERGE_S)
-    offs_g = tl.arange(0, BLOCK_G)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
     for t in range(tl.program_id(0), tl.load(NUM_MULTI), tl.num_programs(0)):   # persistent
-        g = tl.load(MULTI + t)
-        a = tl.load(M_INDPTR + g)
-        e = tl.load(M_INDPTR + g + 1)
-        out = M_OUT + g * 4                           # (request, kv_head, q_start, q_end)
-        b = tl.load(out).to(tl.int64)
-        hk = tl.load(out + 1)
-        q0 = tl.load(out + 2)
-        q1 = tl.load(out + 3)
-        g_ok = offs_g < q1 - q0
-        m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-        w_sum = tl.zeros([BLOCK_G], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-        for i in range(a, e, MERGE_S):                # ⊕ in the plan's order, MERGE_S slots at a time
-            s_ok = i + offs_s < e
-            slot = tl.load(M_SLOTS + i + offs_s, mask=s_ok, other=0).to(tl.int64)
-            rows = slot[:, None] * GROUP + offs_g[None, :]                          # (S, G)
-            ok = s_ok[:, None] & g_ok[None, :]
-            lse_i = tl.load(LP + rows, mask=ok, other=float("-inf"))
-            o_i = tl.load(OP + rows[:, :, None] * HEAD_DIM + offs_d[None, None, :],
-                          mask=ok[:, :, None] & d_ok[None, None, :], other=0.0)    # (S, G, D)
-            m_new = tl.maximum(m, tl.max(lse_i, 0))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m - m_safe)                # 0 for the first group
-            w = tl.exp(lse_i - m_safe[None, :])
-            acc = acc * alpha[:, None] + tl.sum(o_i * w[:, :, None], 0)
-            w_sum = w_sum * alpha + tl.sum(w, 0)
-            m = m_new
-        safe = tl.where(w_sum > 0, w_sum, 1.0)
-        m_safe = tl.where(m == float("-inf"), 0.0, m)
-        o = acc / safe[:, None]
-        heads = hk * GROUP + q0 + offs_g
-        tl.store(O + b * s_ob + heads[:, None] * s_oh + offs_d[None, :], o.to(O.dtype.element_ty),
-                 mask=g_ok[:, None] & d_ok[None, :])
-        tl.store(LSE + b * s_lb + heads, tl.where(w_sum > 0, m_safe + tl.log(safe), float("-inf")), mask=g_ok)
+        merge_output(tl.load(MULTI + t), OP, LP, O, LSE, M_INDPTR, M_SLOTS, M_OUT, s_ob, s_oh, s_lb,
+                     GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, MERGE_S)
 
 
 def check_fit(ws: Workspace, batch: int, kv_heads: int, group: int, lengths) -> None:
