@@ -222,3 +222,25 @@ def test_gluon_steps_summary_comes_from_the_recorded_file(tmp_path, monkeypatch)
     monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match="failed its check"):
         runs.gluon_steps_summary(name)
+
+
+def test_profile_summary_shares_are_the_recorded_stalls_over_cycles_per_issue(tmp_path, monkeypatch):
+    with open(reader.measurements_dir() / "h200-2026-12-02-ncu.json") as f:
+        rec = {k["call"]: k for k in json.load(f)["kernels"]}
+    lines = [ln for ln in runs.profile_summary(("gluon", "sdpa-cudnn")).splitlines()
+             if ln.startswith(("gluon", "sdpa-cudnn"))]
+    assert len(lines) == sum(c.startswith(("gluon", "sdpa-cudnn")) for c in rec) == 8
+    for line in lines:
+        k = rec[line[:line.index("  ")]]
+        cells = line.split()
+        assert cells[-5:] == [f"{k['stalls'][s] / k['cycles_per_issue']:.0%}" for s in reader.PROFILE_STALLS]
+        assert cells[-9] == f"{k['tensor_pipe_active_pct']:.0f}"
+    for bad, exc in (("", TypeError), (["gluon"], TypeError), ("nothing-like-this", ValueError)):
+        with pytest.raises(exc, match="prefix|no call"):
+            runs.profile_summary(bad)
+    no_stalls = {**rec["gluon default 1x4096 causal"]}
+    del no_stalls["stalls"]
+    (tmp_path / "p.json").write_text(json.dumps({"kernels": [no_stalls]}))
+    monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
+    with pytest.raises(ValueError, match="no stall counters"):
+        runs.profile_summary("gluon", "p.json")

@@ -24,6 +24,13 @@ def test_the_dry_calls_run_and_launch_what_they_say(capsys):
     assert torch.equal(o_pf0, o_pf1)                                 # the prefetch changes no bit
 
 
+def test_the_scheduled_group_runs_two_kernels_a_call(capsys):
+    todo = ncu.calls(torch, dry=True, group="scheduled")
+    assert [n.split(" (")[0] for n, _, _ in todo] == ["sched balanced batch 1", "sched balanced-128 batch 1",
+                                                    "sched balanced batch 3", "sched balanced-128 batch 3"]
+    assert ncu.profile(torch, todo) == [(n, 2) for n, _, _ in todo]
+
+
 def _write(path, header, rows):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -43,9 +50,14 @@ def test_summarize_maps_kernels_to_calls_in_order(tmp_path):
                  [i, name, "(8, 32, 1)", "(128, 1, 1)", "WarpStateStats", "", "", "CPIStall",
                   "Check the Warp Stall Sampling (All Samples) table."]]
     _write(tmp_path / "d.csv", head, rows)
-    _write(tmp_path / "r.csv", ["ID", "Kernel Name", *ncu.RAW_METRICS],
-           [["", "", "Tbyte/s", "%"]] + [[i, "k", "3.5", f"{50 + i}"] for i in range(3)])
+    stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+    _write(tmp_path / "r.csv", ["ID", "Kernel Name", *ncu.RAW_METRICS, stall.format("barrier"),
+                                stall.format("long_scoreboard"), "smsp__average_warps_issue_stalled_x.sum"],
+           [["", "", "Tbyte/s", "%", "", "", ""]]
+           + [[i, "k", "3.5", f"{50 + i}", f"{i}.25", "n/a" if i else "0.5", "9"] for i in range(3)])
     out = ncu.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("prefill", 1)])
+    assert out[0]["stalls"] == {"barrier": 0.25, "long_scoreboard": 0.5}   # other families and non-numbers left out
+    assert out[2]["stalls"] == {"barrier": 2.25}
     assert [e["call"] for e in out] == ["decode", "decode", "prefill"]
     assert [e["kernel"] for e in out] == ["_split_kernel", "_merge_kernel", "_hopper_kernel"]
     assert out[2]["duration_us"] == 12.5 and out[0]["registers"] == 1024.0
@@ -63,7 +75,10 @@ def test_summarize_maps_kernels_to_calls_in_order(tmp_path):
 
 def test_the_command_line_summarizes_into_a_file(tmp_path, capsys):
     assert ncu.main(["--metrics"]) == 0
-    assert capsys.readouterr().out.strip() == ",".join(ncu.RAW_METRICS)
+    assert capsys.readouterr().out.strip() == ",".join([*ncu.RAW_METRICS, ncu.STALL_METRICS])
+    with pytest.raises(ValueError, match="group must be one of"):
+        ncu.calls(None, group="all")
+    assert ncu.calls(None, dry=True, group="gluon") == []          # Gluon kernels need the GPU
     _write(tmp_path / "d.csv", ["ID", "Kernel Name", "Grid Size", "Block Size", "Metric Name", "Metric Value"],
            [[0, "k", "(1, 1, 1)", "(32, 1, 1)", "Duration", "2.0"]])
     _write(tmp_path / "r.csv", ["ID", *ncu.RAW_METRICS], [["", "Tbyte/s", "%"], [0, "1", "5"]])

@@ -7,6 +7,16 @@ and the distillation of its report into that file's shape.
     ncu -i prof.ncu-rep --page raw --csv --metrics $(python -m attnlab.gpubench.ncu --metrics) > raw.csv
     python -m attnlab.gpubench.ncu --summarize details.csv raw.csv --out profile.json
     TRITON_INTERPRET=1 python -m attnlab.gpubench.ncu --dry   # tiny sizes on a CPU: the calls run
+    ... python -m attnlab.gpubench.ncu --group gluon      # the Gluon prefill's first and last steps
+
+Group "recorded" (the default) is the 2026-12-01 profile; group "scheduled" the plan-driven
+decoder's two kernels at batches 1 and 8 (balanced plan, with and without the 128-token floor);
+group "gluon" the FA3 steps of
+`kernels.gluon_fa3` at 1 x 4K, 32 heads, d = 128 (as in the recorded steps file): the first step
+(TMA + wgmma, 8 warps that load and compute), the defaults and the last step (+ intra-warpgroup
+overlap), without and with the causal mask, beside FlashInfer's FA3 template and cuDNN on the same
+inputs. The raw page also gives every warp-stall reason (cycles per issued instruction), which
+`summarize` collects under "stalls".
 
 Each call is warmed up three times, then made once between cudaProfilerStart and Stop, so the
 report holds exactly the kernels of CALLS, in order (a decode call launches two: split, merge).
@@ -21,9 +31,10 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 
-__all__ = ["calls", "profile", "summarize", "RAW_METRICS", "main"]
+__all__ = ["calls", "profile", "summarize", "RAW_METRICS", "STALL_METRICS", "GROUPS", "main"]
 
 #: Metrics read from the raw page beside the details page's sections -> key in the summary
 RAW_METRICS = {"dram__bytes_read.sum.per_second": "dram_read_tb_per_s",
@@ -35,11 +46,21 @@ DETAILS = {"Duration": "duration_us", "DRAM Throughput": "dram_pct", "Compute (S
            "Waves Per SM": "waves_per_sm", "Issue Slots Busy": "issue_busy_pct",
            "Warp Cycles Per Issued Instruction": "cycles_per_issue", "Block Limit Registers": "block_limit_registers",
            "Block Limit Shared Mem": "block_limit_smem", "L2 Hit Rate": "l2_hit_pct"}
+#: every stall reason of the warp-state section, as ncu --metrics takes them
+STALL_METRICS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+_STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+GROUPS = ("recorded", "gluon", "scheduled")
 _RULES = ("CPIStall", "TheoreticalOccupancy", "IssueSlotUtilization", "HighPipeUtilization")
 
 
-def calls(torch, dry: bool = False) -> list[tuple[str, int, object]]:
+def calls(torch, dry: bool = False, group: str = "recorded") -> list[tuple[str, int, object]]:
     """(name, kernels it launches, fn) for every call of the profile that can run here."""
+    if group not in GROUPS:
+        raise ValueError(f"group must be one of {GROUPS}, got {group!r}")
+    if group == "gluon":
+        return _gluon_calls(torch, dry)
+    if group == "scheduled":
+        return _scheduled_calls(torch, dry)
     from attnlab.gpubench.paged import pool
     from attnlab.kernels.decode import split_kv_decode, workspace
     from attnlab.kernels.hopper import flash_attention_hopper
@@ -78,19 +99,72 @@ def calls(torch, dry: bool = False) -> list[tuple[str, int, object]]:
     out.append((f"hopper 1x{N} non-causal", 1, lambda: flash_attention_hopper(q, k, v)))
     out.append((f"hopper 1x{N} causal", 1, lambda: flash_attention_hopper(q, k, v, causal=True)))
     if dev == "cuda":
-        try:
-            import flashinfer
-            qn, kn, vn = (t[0].transpose(0, 1).contiguous() for t in (q, k, v))
-            out.append((f"flashinfer-fa3 1x{N} non-causal", 1, lambda: flashinfer.single_prefill_with_kv_cache(
-                qn, kn, vn, causal=False, backend="fa3")))
-        except Exception as e:                            # noqa: BLE001
-            print(f"left out: flashinfer prefill ({type(e).__name__}: {str(e)[:100]})", flush=True)
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        out += _prefill_peers(torch, q, k, v, False, f"1x{N} non-causal")
+    return out
 
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-        out.append((f"sdpa-cudnn 1x{N} non-causal", 1, cudnn))
+
+def _prefill_peers(torch, q, k, v, causal: bool, label: str) -> list:
+    """FlashInfer's FA3 template (NHD copies made here, outside the timing) and SDPA cuDNN."""
+    out = []
+    try:
+        import flashinfer
+        qn, kn, vn = (t[0].transpose(0, 1).contiguous() for t in (q, k, v))
+        out.append((f"flashinfer-fa3 {label}", 1, lambda: flashinfer.single_prefill_with_kv_cache(
+            qn, kn, vn, causal=causal, backend="fa3")))
+    except Exception as e:                                # noqa: BLE001 - FlashInfer absent
+        print(f"left out: flashinfer prefill ({type(e).__name__}: {str(e)[:100]})", flush=True)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    out.append((f"sdpa-cudnn {label}", 1, cudnn))
+    return out
+
+
+def _gluon_calls(torch, dry: bool) -> list:
+    from attnlab.gpubench.sweeps.gluon import STEP_SETS
+    from attnlab.kernels.gluon_fa3 import flash_attention_gluon
+    if dry:
+        return []                       # Gluon kernels do not run under the interpreter
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 32, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = []
+    for causal in (False, True):
+        label = f"1x4096 {'causal' if causal else 'non-causal'}"
+        for name, steps in (("no_ws", STEP_SETS["no_ws"]), ("default", None), ("split_pp_ov", STEP_SETS["split_pp_ov"])):
+            out.append((f"gluon {name} {label}", 1,
+                        lambda c=causal, s=steps: flash_attention_gluon(q, k, v, causal=c, steps=s)))
+        out += _prefill_peers(torch, q, k, v, causal, label)
+    return out
+
+
+def _scheduled_calls(torch, dry: bool) -> list:
+    """The plan-driven decoder's two kernels (items, merge) at batches 1 and 8 of the long-tailed
+    recorded batches, balanced plan without and with the 128-token floor, eager launches."""
+    import numpy as np
+
+    from attnlab.gpubench import scheduled as S
+    from attnlab.kernels.scheduled import ScheduledDecoder
+    shape = S.DRY["shape"] if dry else S.SHAPE
+    hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    ctas = S.DRY["ctas"] if dry else S.CTAS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for bsz in ((1, 3) if dry else (1, 8)):
+        lens = S._lengths(bsz, dry)
+        pages = int((-(-lens[:, 1] // S.PAGE_SIZE)).sum()) + 1
+        k, v = (torch.randn(pages, S.PAGE_SIZE, hkv, d, generator=gen).to(device=dev, dtype=torch.bfloat16)
+                for _ in "kv")
+        b = S._batch(torch, bsz, lens, pages, shape, dev, gen)
+        for kind in ("balanced", "balanced-128"):
+            plan = S._planner(kind, hkv, hq // hkv, ctas, S.CHUNK)(lens)
+            dec = ScheduledDecoder(bsz, hq, hkv, d, ctas, int(np.bincount(plan.cta).max()), pages, S.PAGE_SIZE,
+                                   torch.bfloat16, dev, max_outputs=plan.num_outputs)
+            dec.load(plan, b.q, b.indptr, b.indices, b.last)
+            out.append((f"sched {kind} batch {bsz} ({len(plan.work)} items)", 2,
+                        lambda dec=dec, k=k, v=v: dec.run(k, v)))
     return out
 
 
@@ -163,9 +237,11 @@ def summarize(details_csv: str, raw_csv: str, made: list[tuple[str, int]]) -> li
             i = next(ids)
             e = kernels[i]
             raw_row = by_id[str(i)]
+            stalls = {_STALL.match(m).group(1): _number(x) for m, x in raw_row.items()
+                      if _STALL.match(m) and isinstance(_number(x), float)}
             out.append({"call": name, **{k: v for k, v in e.items() if k != "notes"},
                         **{key: _number(raw_row[m]) for m, key in RAW_METRICS.items() if m in raw_row},
-                        "ncu_notes": sorted(e["notes"])})
+                        **({"stalls": stalls} if stalls else {}), "ncu_notes": sorted(e["notes"])})
     return out
 
 
@@ -174,13 +250,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
     ap.add_argument("--metrics", action="store_true", help="print RAW_METRICS for ncu --metrics, and stop")
+    ap.add_argument("--group", default="recorded", choices=GROUPS, help="which calls to profile")
     ap.add_argument("--summarize", nargs=2, metavar=("DETAILS_CSV", "RAW_CSV"))
     ap.add_argument("--made", help="the calls a profiling run made: written by a run (default ncu_calls.json, "
                                    "none for --dry), read by --summarize")
     ap.add_argument("--out", help="with --summarize: write the summary as JSON here")
     args = ap.parse_args(argv)
     if args.metrics:
-        print(",".join(RAW_METRICS))
+        print(",".join([*RAW_METRICS, STALL_METRICS]))
         return 0
     if args.summarize:
         with open(args.made or "ncu_calls.json") as f:
@@ -197,7 +274,7 @@ def main(argv=None) -> int:
     import torch
     if args.dry and not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    made = profile(torch, calls(torch, dry=args.dry))
+    made = profile(torch, calls(torch, dry=args.dry, group=args.group))
     if args.made or not args.dry:
         with open(args.made or "ncu_calls.json", "w") as f:
             json.dump(made, f)

@@ -15,7 +15,8 @@ import re
 from attnlab.gpubench.schema import SCHEMA, own_row
 from attnlab.machine.hardware import data_path
 
-__all__ = ["measurements_dir", "run_files", "load", "newest_run", "live_run", "provenance", "section"]
+__all__ = ["measurements_dir", "run_files", "load", "newest_run", "live_run", "provenance", "section",
+           "profile_summary"]
 
 _RUN = re.compile(r"^([a-z0-9]+)-(\d{4}-\d{2}-\d{2})\.json$")
 
@@ -84,3 +85,39 @@ def section(res: dict, name: str) -> dict:
     if name not in res.get("sections", {}):
         raise KeyError(f"this run has no '{name}' section; it has {sorted(res.get('sections', {}))}")
     return {**res["sections"][name], "rows": [own_row(r) for r in res["rows"] if r["section"] == name]}
+
+
+#: the warp-stall reasons a profile table shows, as shares of all warp cycles
+PROFILE_STALLS = ("barrier", "wait", "long_scoreboard", "mio_throttle", "short_scoreboard")
+
+
+def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
+    """A recorded Nsight Compute profile (`gpubench.ncu --summarize`), the kernels of the calls
+    whose names start with `prefix` (a string or a tuple of them): duration, tensor pipe busy, warp cycles per issued instruction
+    and the share of those cycles each PROFILE_STALLS reason takes (CTA barrier, fixed-latency
+    wait, memory, shared-memory queue). A kernel without stall counters is refused by name."""
+    from attnlab.explore import style
+    with open(measurements_dir() / name) as f:
+        res = json.load(f)
+    rows = []
+    if not isinstance(prefix, (str, tuple)) or not prefix:
+        raise TypeError(f"prefix must be a call-name prefix or a tuple of them, got {prefix!r}")
+    for k in res["kernels"]:
+        if not k["call"].startswith(prefix):
+            continue
+        if "stalls" not in k:
+            raise ValueError(f"{name}: kernel {k['kernel']!r} of call {k['call']!r} has no stall counters")
+        cpi = k["cycles_per_issue"]
+        rows.append({"call": k["call"], "kernel": k["kernel"][:24],
+                     "us": k["duration_us"], "tensor": k.get("tensor_pipe_active_pct", float("nan")),
+                     "cpi": cpi, "threads": int(k["block"].strip("()").split(",")[0]), "regs": k["registers"],
+                     **{s: k["stalls"].get(s, 0.0) / cpi for s in PROFILE_STALLS}})
+    if not rows:
+        raise ValueError(f"{name} has no call starting with {prefix!r}")
+    head = (f"{res['device']}, {res['date']}: {res['tool']}; torch {res['torch']}, Triton {res['triton']}, "
+            f"FlashInfer {res['flashinfer']}\nstall columns: share of all warp cycles (cycles per issued "
+            "instruction of that reason / all cycles per issued instruction)\n")
+    cols = {"call": "call", "kernel": "kernel", "us": "µs", "tensor": "tensor pipe %", "cpi": "cycles/issue",
+            "threads": "threads", "regs": "regs", **{s: s.replace("_", " ") for s in PROFILE_STALLS}}
+    return head + style.table(rows, cols, {"us": ".1f", "tensor": ".0f", "cpi": ".1f", "regs": ".0f",
+                                           **{s: ".0%" for s in PROFILE_STALLS}})
