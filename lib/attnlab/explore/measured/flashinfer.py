@@ -132,7 +132,7 @@ def schedules_summary(res: dict) -> str:
 
 
 def schedules_figure(res: dict):
-    """Measured time per batch for each plan (solid) and its prediction (dashed), beside
+    """Measured time per batch for each plan the run has (solid) and its prediction (dashed), beside
     paged_decode with automatic splits and FlashInfer; log-log."""
     sec, batches, at = _schedules(res)
     fig = style.new_figure(1, height=3.9, width=9.5)
@@ -154,7 +154,8 @@ def schedules_figure(res: dict):
     ax.set_xlabel("batch (requests, long-tailed lengths)")
     ax.set_ylabel("decode attention time per layer (µs)")
     ctas = next(r["ctas"] for r in sec["rows"] if "ctas" in r)
-    ax.set_title(f"{res['device']}: one persistent kernel, three plans (32/8 heads, d=128, bf16, "
+    shown = sum(any((b, s) in at for b in batches) for s in SCHEDULES)
+    ax.set_title(f"{res['device']}: one persistent kernel, {shown} plans (32/8 heads, d=128, bf16, "
                  f"{ctas} CTAs)", fontsize=9.5)
     ax.legend(fontsize=style.SMALL, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
