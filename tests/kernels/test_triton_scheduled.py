@@ -301,12 +301,12 @@ def test_bench_dry_run(tmp_path, capsys):
 def test_long_merges_direct_writes_and_more_outputs_than_merge_programs():
     """Outputs of 1 item (written by kernel 1 itself) beside outputs of up to 19 items (merged
     MERGE_S at a time), and more merged outputs than the persistent merge has programs."""
-    from attnlab.kernels.scheduled import _routes
+    from attnlab.kernels.scheduled_kernels import routes
     lens, ps, hkv, g, d, ctas = [300, 100, 1, 100, 57], 3, 2, 2, 16, 3
     (q, k, v), i32, ro, rl = _f32_case(lens, ps, hkv, g, d, seed=21)
     plan = schedule.plan_fixed_split([(1, n) for n in lens], chunk=16, kv_heads=hkv, num_ctas=ctas, group=g)
     ws = schedule.fixed_size_workspace(plan, ctas, int(np.bincount(plan.cta).max()), plan.num_outputs)
-    direct, multi, owner = _routes(ws)
+    direct, multi, owner = routes(ws)
     per = np.diff(ws.merge_indptr)
     assert per.max() > 2 * 8 and multi.size > ctas           # the interpreter's merge takes 8 at a time
     assert direct.sum() == hkv                               # the 1-token request

@@ -40,37 +40,11 @@ from attnlab.validate import as_bool, as_float, as_int
 from attnlab.machine.schedule import Plan, Workspace, fixed_size_workspace
 from attnlab.kernels import interpreting
 from attnlab.kernels.common import DTYPES, LOG2E, check_paged
-from attnlab.kernels.scheduled_kernels import check_fit, merge_items_kernel, scheduled_kernel
+from attnlab.kernels.scheduled_kernels import (MERGE_WARPS, check_fit, merge_items_kernel, merge_slots, routes,
+                                               scheduled_kernel)
 from attnlab.kernels.tuning import auto_block_n
 
 __all__ = ["ScheduledDecoder", "scheduled_decode", "merge_slots"]
-
-#: Elements of partial state (slots x packed rows x head dim) the merge loads at once, in flight
-#: together: 64 fp32 registers a thread for its 8 warps (32 slots at group 4, d = 128).
-MERGE_ELEMENTS = 16384
-MERGE_WARPS = 8
-
-
-def merge_slots(block_g: int, block_d: int) -> int:
-    """The merge's slots per step for these tiles: a power of two, 1 to 64.
-
-    >>> merge_slots(4, 128), merge_slots(8, 128), merge_slots(64, 256)
-    (32, 16, 1)
-    """
-    return max(1, min(64, MERGE_ELEMENTS // (block_g * block_d)))
-
-
-def _routes(ws: Workspace):
-    """(direct, multi, owner) of a workspace: direct[slot] = 1 where the slot is its output's only
-    item (kernel 1 writes the answer itself), multi the outputs of two or more items (kernel 2
-    merges only those), owner[slot] the output a slot's item belongs to (-1: no item)."""
-    per = np.diff(ws.merge_indptr)
-    direct = np.zeros(ws.max_ctas * ws.max_items, np.int32)
-    direct[ws.merge_slots[ws.merge_indptr[:-1][per == 1]]] = 1
-    owner = np.full(ws.max_ctas * ws.max_items, -1, np.int32)
-    owner[ws.merge_slots[:int(ws.merge_indptr[-1])]] = np.repeat(np.arange(per.size, dtype=np.int32), per)
-    return direct, np.flatnonzero(per > 1).astype(np.int32), owner
-
 
 class ScheduledDecoder:
     """Static buffers and the two launches of the plan-driven decode; one CUDA graph for all batches.
@@ -194,7 +168,7 @@ class ScheduledDecoder:
         self.kv_indptr[:B + 1].copy_(kv_indptr)
         self.kv_indices[:kv_indices.numel()].copy_(kv_indices)
         self.kv_last_page_len[:B].copy_(kv_last_page_len)
-        direct, multi, owner = _routes(ws)
+        direct, multi, owner = routes(ws)
         host = np.zeros(self._plan_buf.numel(), np.int32)
         for k, a in (("items", ws.items), ("count", ws.count), ("merge_indptr", ws.merge_indptr),
                      ("merge_slots", ws.merge_slots), ("merge_out", ws.merge_out), ("direct", direct),

@@ -33,7 +33,35 @@ from attnlab.machine.schedule import Workspace
 from attnlab.kernels.common import finish
 from attnlab.kernels.paged import paged_span
 
-__all__ = ["scheduled_kernel", "merge_items_kernel", "merge_output", "check_fit"]
+__all__ = ["scheduled_kernel", "merge_items_kernel", "merge_output", "check_fit", "routes", "merge_slots",
+           "MERGE_ELEMENTS", "MERGE_WARPS"]
+
+
+#: Elements of partial state (slots x packed rows x head dim) the merge loads at once, in flight
+#: together: 64 fp32 registers a thread for its 8 warps (32 slots at group 4, d = 128).
+MERGE_ELEMENTS = 16384
+MERGE_WARPS = 8
+
+
+def merge_slots(block_g: int, block_d: int) -> int:
+    """The merge's slots per step for these tiles: a power of two, 1 to 64.
+
+    >>> merge_slots(4, 128), merge_slots(8, 128), merge_slots(64, 256)
+    (32, 16, 1)
+    """
+    return max(1, min(64, MERGE_ELEMENTS // (block_g * block_d)))
+
+
+def routes(ws: Workspace):
+    """(direct, multi, owner) of a workspace: direct[slot] = 1 where the slot is its output's only
+    item (kernel 1 writes the answer itself), multi the outputs of two or more items (kernel 2
+    merges only those), owner[slot] the output a slot's item belongs to (-1: no item)."""
+    per = np.diff(ws.merge_indptr)
+    direct = np.zeros(ws.max_ctas * ws.max_items, np.int32)
+    direct[ws.merge_slots[ws.merge_indptr[:-1][per == 1]]] = 1
+    owner = np.full(ws.max_ctas * ws.max_items, -1, np.int32)
+    owner[ws.merge_slots[:int(ws.merge_indptr[-1])]] = np.repeat(np.arange(per.size, dtype=np.int32), per)
+    return direct, np.flatnonzero(per > 1).astype(np.int32), owner
 
 
 @triton.jit
