@@ -38,16 +38,18 @@ __all__ = ["scheduled_kernel", "merge_items_kernel", "merge_output", "check_fit"
 
 
 #: Elements of partial state (slots x packed rows x head dim) the merge loads at once, in flight
-#: together: 64 fp32 registers a thread for its 8 warps (32 slots at group 4, d = 128).
-MERGE_ELEMENTS = 16384
-MERGE_WARPS = 8
+#: together: 64 fp32 registers a thread for its 4 warps (16 slots at group 4, d = 128), so that at
+#: group 4 the head dim spans a warp's lanes, the rows its warps, and the slots stay in each
+#: thread's registers: the sum over slots needs no shared memory.
+MERGE_ELEMENTS = 8192
+MERGE_WARPS = 4
 
 
 def merge_slots(block_g: int, block_d: int) -> int:
     """The merge's slots per step for these tiles: a power of two, 1 to 64.
 
     >>> merge_slots(4, 128), merge_slots(8, 128), merge_slots(64, 256)
-    (32, 16, 1)
+    (16, 8, 1)
     """
     return max(1, min(64, MERGE_ELEMENTS // (block_g * block_d)))
 
