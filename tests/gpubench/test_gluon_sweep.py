@@ -26,3 +26,27 @@ def test_wrong_mode_is_refused():
         gluon.main(["fast"])
     with pytest.raises(SystemExit, match="usage"):
         gluon.main(["record", "a.json"])
+
+
+def test_reference_caps_and_windows_as_the_harness_reference_does(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from attnlab.gpubench.core import reference as harness_reference
+    monkeypatch.setattr(gluon, "torch", torch, raising=False)      # the sweep imports torch in _torch()
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 50, 64, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(2, 2, 30, 64, generator=g).to(torch.bfloat16) for _ in "kv")
+    for causal, cap, w in ((False, 30.0, 0), (True, 0.0, 0), (False, 0.0, 1), (True, 5.0, 7), (False, 0.0, 99)):
+        o, lse = gluon.reference(q, k, v, causal, 64 ** -0.5, cap, w)
+        want = harness_reference(torch, q, k, v, causal=causal or w > 0, soft_cap=cap or None, window=w)
+        assert torch.allclose(o, want, atol=1e-5), (causal, cap, w)
+        no_key = torch.isinf(lse)                                  # N_q > N_k: the first 20 rows see no key
+        assert bool(no_key[..., :20].all()) == (causal or w > 0) and not no_key[..., 20:].any()
+        assert not o[no_key].any()
+
+
+def test_smoke_covers_the_variants_edges():
+    cases = gluon.SMOKE
+    assert any(c[8] == 1 for c in cases) and any(c[8] > c[4] for c in cases)            # window 1, wider than N_k
+    assert any(c[7] and c[1] != c[2] and c[3] != c[4] for c in cases)                    # soft-cap with GQA, N_q != N_k
+    assert any(c[8] and c[3] > c[4] for c in cases) and any(c[7] and c[6] and c[3] > c[4] for c in cases)
+    assert any(c[7] and c[8] for c in cases) and {c[5] for c in cases if c[7] or c[8]} == {64, 128}

@@ -3,10 +3,12 @@
 Gluon kernels do not run under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1
 when no GPU is present), so the numbers are checked on an H200 by `python -m
 attnlab.gpubench.sweeps.gluon` and the harness's prefill section; here only the argument checks,
-which run before any launch, and the import.
+which run before any launch, the import, and what the launcher hands the kernel for soft_cap and
+window (a recorder in the kernel's place, the device check skipped).
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -93,3 +95,72 @@ def test_block_n_is_checked():
     assert config_for(64, frozenset(), None, 256)["block_n"] == 256
     with pytest.raises(ValueError, match="block_n"):
         config_for(128, frozenset(), None, 96)
+
+
+@pytest.mark.parametrize("kw, err, match", [
+    ({"soft_cap": "30"}, TypeError, "soft_cap must be a real number"),
+    ({"soft_cap": True}, TypeError, "soft_cap must be a real number, got True"),
+    ({"soft_cap": -1.0}, ValueError, r"soft_cap=-1.0 is out of range"),
+    ({"soft_cap": float("inf")}, ValueError, "soft_cap=inf is out of range"),
+    ({"soft_cap": 2.0 ** 70}, ValueError, r"soft_cap=.* is out of range; valid: .*10000"),
+    ({"window": 2.5}, TypeError, "window must be an integer, got 2.5"),
+    ({"window": True}, TypeError, "window must be an integer, got True"),
+    ({"window": -3}, ValueError, "window=-3 is out of range; valid: >= 0"),
+])
+def test_bad_variants_are_refused_by_name_before_the_device(kw, err, match):
+    with pytest.raises(err, match=match):                 # not "q is on cpu": the arguments come first
+        flash_attention_gluon(*_qkv(), **kw)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """flash_attention_gluon on a CPU up to its launch: the device check skipped, the kernel replaced
+    by a recorder of its grid, arguments and compile-time switches."""
+    from attnlab.kernels import gluon_fa3_kernel
+    got = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **consts: got.append({"grid": grid, "args": args, "consts": consts})
+    monkeypatch.setattr(gluon_fa3, "_check_device", lambda q, k, v: None)
+    monkeypatch.setattr(gluon_fa3_kernel, "fa3_fwd_kernel", Recorder())
+    return got
+
+
+_ARGS = ("qk_scale", "cap_in", "cap_out", "n_q", "n_k", "H", "GROUP", "num_m", "window")
+
+
+def _launch(launches, **kw):
+    report = {}
+    flash_attention_gluon(*_qkv(nq=48, nk=64), report=report, **kw)
+    got = launches.pop()
+    return dict(zip(_ARGS, got["args"][6:])), got["consts"], report
+
+
+def test_bad_variants_never_reach_the_launch(launches):
+    for kw in ({"soft_cap": "30"}, {"soft_cap": -1.0}, {"window": True}, {"window": -3}):
+        with pytest.raises((TypeError, ValueError), match=next(iter(kw))):
+            flash_attention_gluon(*_qkv(), **kw)
+    assert launches == []
+
+
+def test_soft_cap_is_compiled_in_and_capped_in_base_2(launches):
+    from attnlab.kernels.common import LOG2E
+    args, consts, report = _launch(launches, soft_cap=30.0, scale=0.125)
+    assert consts["SOFT_CAP"] and not consts["WINDOW"] and not consts["CAUSAL"]
+    assert args["qk_scale"] == 1.0                       # the cap's formula is in base 2 already
+    assert args["cap_in"] == pytest.approx(2 * 0.125 / 30 * LOG2E) and args["cap_out"] == pytest.approx(30 * LOG2E)
+    assert report["soft_cap"] == 30.0 and report["window"] == 0
+    plain, consts, report = _launch(launches, scale=0.125, soft_cap=0)           # 0 (or None) is off
+    assert not consts["SOFT_CAP"] and plain["qk_scale"] == pytest.approx(0.125 * LOG2E) and report["soft_cap"] == 0.0
+
+
+def test_window_implies_causal_and_reaches_every_key_as_causal(launches):
+    args, consts, report = _launch(launches, window=np.int64(16))
+    assert consts["CAUSAL"] and consts["WINDOW"] and args["window"] == 16 and report["causal"]
+    assert report["steps"] == tuple(s for s in GLUON_STEPS if s in default_steps(64, True))
+    for wide in (64, 10 ** 6):                           # N_k = 64 keys: the window cuts nothing
+        args, consts, report = _launch(launches, window=wide)
+        assert consts["CAUSAL"] and not consts["WINDOW"] and args["window"] == 0 and report["window"] == 0
+    args, consts, report = _launch(launches, window=None, causal=False)
+    assert not consts["CAUSAL"] and not consts["WINDOW"] and report["causal"] is False

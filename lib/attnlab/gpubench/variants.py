@@ -1,4 +1,4 @@
-"""Attention variants on a real GPU: our two prefill kernels with the variant compiled in beside
+"""Attention variants on a real GPU: our three prefill kernels with the variant compiled in beside
 compiled FlexAttention and SDPA.
 
     python -m attnlab.gpubench.variants --out results.json       # on a CUDA machine
@@ -8,7 +8,9 @@ compiled FlexAttention and SDPA.
 A Llama-3-8B-shaped prefill (32 query heads, 8 KV heads, d = 128, bf16), B x N = 16K tokens, for
 four variants: causal, soft_cap(30) (non-causal and causal) and sliding_window(1024) (causal).
 Ours: "ours" is `variant_prefill` (the FA2 loop, notebook 03's kernel with the switches), "ours-hopper"
-is `flash_attention_hopper` with soft_cap / window (the Hopper kernel, its default steps).
+is `flash_attention_hopper` with soft_cap / window (the Hopper kernel, its default steps), "ours-gluon"
+is `flash_attention_gluon` with them (the FA3-style Gluon kernel, its default steps; sm_90 only and
+no interpreter: elsewhere, --dry included, its rows drop with the kernel's refusal as the reason).
 Peers in the same run:
 - flex: `torch.compile(flex_attention)` with score_mod 30 tanh(score / 30) and a BlockMask from
   `create_block_mask` (causal / window mask_mod, built once outside the timing), enable_gqa=True;
@@ -38,13 +40,14 @@ _SHAPE = get_model("Llama-3-8B")
 SHAPE = dict(heads=_SHAPE.q_heads, kv_heads=_SHAPE.kv_heads, head_dim=_SHAPE.head_dim)
 CASES = [(4, 4096), (1, 16384)]
 CAP, WINDOW = 30.0, 1024
-OURS = ("ours", "ours-hopper")
+OURS = ("ours", "ours-hopper", "ours-gluon")
 VARIANTS = ("causal", "soft_cap(30)", "soft_cap(30) causal", "sliding_window")
 DRY = dict(cases=[(1, 40)], shape=dict(heads=4, kv_heads=2, head_dim=32), window=16)
 
 
 def _kwargs(variant: str, window: int) -> dict:
-    """variant_prefill's keywords for a variant name."""
+    """The keywords of a variant name for our kernels (variant_prefill, flash_attention_hopper and
+    flash_attention_gluon take the same)."""
     return {"causal": dict(causal=True), "soft_cap(30)": dict(soft_cap=CAP),
             "soft_cap(30) causal": dict(causal=True, soft_cap=CAP),
             "sliding_window": dict(window=window)}[variant]
@@ -70,6 +73,12 @@ def _ours_hopper(torch, c, add):
     from attnlab.kernels.hopper import flash_attention_hopper
     kw = _kwargs(c.variant, c.window)
     add("ours-hopper", lambda: flash_attention_hopper(c.q, c.k, c.v, **kw))
+
+
+def _ours_gluon(torch, c, add):
+    from attnlab.kernels.gluon_fa3 import flash_attention_gluon
+    kw = _kwargs(c.variant, c.window)
+    add("ours-gluon", lambda: flash_attention_gluon(c.q, c.k, c.v, **kw)[0])
 
 
 def _sdpa(torch, c, add):
@@ -162,7 +171,8 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
                 group.append(row)
                 print(f"  {impl:12s} {us:10.1f} us {row['tflops']:7.1f} TFLOP/s  err {err:.1e}  {how}", flush=True)
                 save()
-            for name, peer in (("ours", _ours), ("ours-hopper", _ours_hopper), ("sdpa", _sdpa), ("flex", _flex)):
+            for name, peer in (("ours", _ours), ("ours-hopper", _ours_hopper), ("ours-gluon", _ours_gluon),
+                               ("sdpa", _sdpa), ("flex", _flex)):
                 try_peer(name, peer, torch, c, add)
             peers = [r["us"] for r in group if r["impl"] not in OURS]
             for r in group:

@@ -1,14 +1,18 @@
 """An FA3-style FlashAttention forward (prefill) for the H200 (Hopper, sm_90), written in Triton's
 Gluon, where the kernel states its layouts, shared memory, barriers and warp roles itself.
 
-    flash_attention_gluon(q, k, v, causal=False, scale=None)   -> (o, lse)
+    flash_attention_gluon(q, k, v, causal=False, scale=None, soft_cap=None, window=None) -> (o, lse)
 
 The same function and contract as `kernels.hopper.flash_attention_hopper(..., return_lse=True)`:
 o = softmax(scale q k^T) v, q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d), GQA (query head h reads KV
 head h // (Hq / Hkv)), causal bottom-right aligned (query i sees keys j <= i + N_k - N_q), a row
 that sees no key gives o = 0 and lse = -inf (never NaN); o in q's dtype, lse float32 (B, Hq, N_q),
-natural log. What the kernel does, and which FlashAttention-3 idea each part is, is in
-`kernels.gluon_fa3_kernel`; `steps` switches those parts (GLUON_STEPS):
+natural log. The variants are the Hopper kernel's, with the same checks (`kernels.variants.
+variant_args`): soft_cap=c caps the scaled logits at c tanh(s / c) before the softmax (a finite
+real in (0, 1e4]); window=w is `sliding_window(w)`, q_idx - w < kv_idx <= q_idx (an int >= 1;
+it implies causal, and one of N_k keys or more runs as causal); None or 0 is off. Key tiles
+wholly outside the window are never loaded. What the kernel does, and which FlashAttention-3 idea
+each part is, is in `kernels.gluon_fa3_kernel`; `steps` switches those parts (GLUON_STEPS):
 
     warp_specialize   1-warp TMA producer partition + 8 computing warps (off: they load themselves)
     split_warpgroups  with warp_specialize: two 4-warp consumer partitions of 64 rows each, which
@@ -20,8 +24,9 @@ natural log. What the kernel does, and which FlashAttention-3 idea each part is,
     tma_store         O through shared memory and a TMA store (inactive when N_q % 128 != 0)
 
 TMA loads, wgmma, the stage ring with mbarriers, exp2 softmax and the causal tile skipping are
-always on. steps=None runs `default_steps(d, causal)`, the fastest set measured per case on the
-H200 (DEFAULT_STEPS); num_stages sets the K/V ring's depth (2 by default, as much as shared memory
+always on; soft_cap and window are compile-time switches of the same kernel, so a launch without
+them runs the plain kernel. steps=None runs `default_steps(d, causal)` (causal: with a window
+too), the fastest set measured per case on the H200 without variants (DEFAULT_STEPS); num_stages sets the K/V ring's depth (2 by default, as much as shared memory
 holds at most) and block_n the keys per tile (128 by default). The record of what ran is written
 into `report` (a dict) when given.
 
@@ -40,6 +45,7 @@ import torch
 
 from attnlab.kernels import interpreting
 from attnlab.kernels.common import LOG2E, check_qkv
+from attnlab.kernels.variants import variant_args
 
 __all__ = ["flash_attention_gluon", "GLUON_STEPS", "DEFAULT_STEPS", "default_steps", "config_for"]
 
@@ -94,7 +100,9 @@ def _parse_steps(steps) -> frozenset | None:
     return frozenset(steps)
 
 
-def _check(q, k, v, causal, scale, report):
+def _check(q, k, v, causal, scale, soft_cap, window, report):
+    """Every argument refused by name before anything touches the device; (scale, cap, window)
+    resolved: scale defaults to 1/sqrt(d), cap 0.0 and window 0 are off, a window is clamped to N_k."""
     check_qkv(q, k, v)
     if q.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"q, k, v must be float16 or bfloat16 for the Gluon kernel, got {q.dtype}")
@@ -103,6 +111,7 @@ def _check(q, k, v, causal, scale, report):
         raise ValueError(f"head dim d={d} is not supported by the Gluon kernel; valid: 64, 128")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
+    cap, window = variant_args(soft_cap, window, k.shape[2])
     if scale is None:
         scale = d ** -0.5
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (scale > 0 and scale < float("inf")):
@@ -113,6 +122,11 @@ def _check(q, k, v, causal, scale, report):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (B, H, N, d), got strides {tuple(t.stride())}; "
                              "call .contiguous() first")
+    return float(scale), cap, window
+
+
+def _check_device(q, k, v):
+    """CUDA tensors on one sm_90 device, and no interpreter: Gluon kernels run nowhere else."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.device.type != "cuda":
             raise ValueError(f"{name} is on {t.device}: the Gluon kernel needs CUDA tensors on an sm_90 GPU "
@@ -125,19 +139,23 @@ def _check(q, k, v, causal, scale, report):
     if cap != (9, 0):
         raise RuntimeError(f"the Gluon kernel is written for sm_90 (Hopper: H100 / H200); {q.device} is "
                            f"sm_{cap[0]}{cap[1]}")
-    return float(scale)
 
 
 def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None = None,
-                          report: dict | None = None, steps=None, num_stages: int | None = None,
-                          block_n: int | None = None):
+                          soft_cap: float | None = None, window: int | None = None, report: dict | None = None,
+                          steps=None, num_stages: int | None = None, block_n: int | None = None):
     """Attention of contiguous q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d), fp16 / bf16, d in {64, 128},
     on an sm_90 GPU. Returns (o, lse): o in q's dtype and shape, lse float32 (B, Hq, N_q), natural
-    log. scale defaults to 1/sqrt(d). steps: None (default_steps(d, causal)) or names from
-    GLUON_STEPS; num_stages, block_n: the K/V ring (config_for). report, a dict, is filled with {"kernel",
-    "steps", "inactive", "config"}."""
+    log. scale defaults to 1/sqrt(d). soft_cap=c: c tanh(s / c) on the scaled logits; window=w:
+    q_idx - w < kv_idx <= q_idx, causal implied (None or 0: off; module docstring). steps: None
+    (default_steps(d, causal)) or names from GLUON_STEPS; num_stages, block_n: the K/V ring
+    (config_for). report, a dict, is filled with {"kernel", "steps", "inactive", "config",
+    "causal", "soft_cap", "window"}: the last three as compiled (0 = off; a window of N_k keys or
+    more runs as causal, window 0)."""
     requested = _parse_steps(steps)
-    scale = _check(q, k, v, causal, scale, report)
+    scale, cap, window = _check(q, k, v, causal, scale, soft_cap, window, report)
+    _check_device(q, k, v)
+    causal = causal or window > 0
     if requested is None:
         requested = frozenset(default_steps(q.shape[3], causal))
     from triton.experimental.gluon import language as gl
@@ -148,6 +166,7 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
     B, H, n_q, d = q.shape
     hkv, n_k = k.shape[1], k.shape[2]
     cfg = config_for(d, requested, num_stages, block_n)
+    window = window if window < n_k else 0          # every key a causal row sees is in the window
     bm, bn = cfg["block_m"], cfg["block_n"]
     qm = bm // 2 if cfg["split"] else bm          # the rows of one consumer: Q and O tiles
     o = torch.empty_like(q)
@@ -166,9 +185,12 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
     kw = {"num_warps": cfg["num_warps"]}
     if cfg["maxnreg"]:
         kw["maxnreg"] = cfg["maxnreg"]
-    fa3_fwd_kernel[grid](desc(q, qm), desc(k, bn), desc(v, bn), desc(o, qm), o, lse, scale * LOG2E,
-                         n_q, n_k, H, H // hkv, num_m,
-                         BLOCK_M=bm, BLOCK_N=bn, HEAD_D=d, STAGES=cfg["stages"], CAUSAL=causal, LPT=lpt,
+    # with a soft-cap the kernel caps the logits in the base-2 domain itself: qk_scale = 1
+    fa3_fwd_kernel[grid](desc(q, qm), desc(k, bn), desc(v, bn), desc(o, qm), o, lse,
+                         1.0 if cap else scale * LOG2E, 2.0 * scale / cap * LOG2E if cap else 0.0, cap * LOG2E,
+                         n_q, n_k, H, H // hkv, num_m, window,
+                         BLOCK_M=bm, BLOCK_N=bn, HEAD_D=d, STAGES=cfg["stages"], CAUSAL=causal,
+                         WINDOW=window > 0, SOFT_CAP=cap > 0, LPT=lpt,
                          WS="warp_specialize" in requested, OVERLAP="intra_overlap" in requested,
                          TMA_STORE=tma_store, SPLIT=cfg["split"], PINGPONG=cfg["split"] and "pingpong" in requested,
                          **kw)
@@ -179,7 +201,8 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
                     "tma_store": "tma_store" in requested and not tma_store}
         report.clear()
         report.update({"kernel": "gluon_fa3", "steps": tuple(s for s in GLUON_STEPS if s in requested),
-                       "inactive": tuple(s for s in GLUON_STEPS if inactive.get(s)), "config": cfg})
+                       "inactive": tuple(s for s in GLUON_STEPS if inactive.get(s)), "config": cfg,
+                       "causal": causal, "soft_cap": cap, "window": window})
     return o, lse
 
 

@@ -11,6 +11,18 @@ A program owns BLOCK_M = 128 query rows of one (batch, head). Compile-time switc
     CAUSAL    masks only the tiles that need it, never loads those above the diagonal; LPT:
               the longest query blocks launch first. TMA_STORE: O leaves by a TMA store.
 
+Variants (lecture §5.4), compile-time switches as in `kernels.variants`, off at no cost:
+
+    SOFT_CAP  logits c tanh(scale s / c), capped in the base-2 domain by exp2 and one division
+              (the Hopper kernel's formula; the launcher passes qk_scale = 1 then)
+    WINDOW    with CAUSAL, keys q_idx - window < kv_idx <= q_idx: every partition starts at the
+              first key tile the window of the block's first row reaches (tiles wholly outside it
+              are never loaded), and a masked loop takes the window's lower edge
+
+The loop over key tiles runs in three parts per consumer: the window's lower edge (masked), the
+tiles every one of its rows sees (no mask), the diagonal band and the ragged end (masked); where
+they start is `kernels.gluon_fa3_parts._coords`, the masks and the soft-cap `_softmax` there.
+
 Softmax: online, in registers, log2 domain (exp2, scale * log2(e) folded into one multiply-add);
 P feeds the PV wgmma from registers (accumulator layout converted, no shared-memory round trip).
 Left out: FP8, persistent scheduling, the backward pass, varlen / paged KV.
@@ -20,60 +32,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from attnlab.kernels.gluon_fa3_parts import _coords, _softmax
+
 __all__ = ["fa3_fwd_kernel"]
 
 LN2 = gl.constexpr(0.6931471805599453)
-
-
-@gluon.jit
-def _coords(dims, ROW_OFF: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-            CAUSAL: gl.constexpr, LPT: gl.constexpr):
-    """This program's query block m, its (batch, head) bh, the first rows of its Q block and KV
-    head in the flattened (rows, d) views, how many key tiles the block visits and how many of
-    those need no mask for the rows from ROW_OFF on (a consumer's share of the block)."""
-    n_q, n_k, H, GROUP, num_m = dims
-    if LPT:
-        bh = gl.program_id(0)
-        m = num_m - 1 - gl.program_id(1)
-    else:
-        m = gl.program_id(0)
-        bh = gl.program_id(1)
-    kvh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
-    q_row = bh * n_q + m * BLOCK_M
-    kv_row = kvh * n_k
-    if CAUSAL:
-        off = n_k - n_q                                          # bottom-right: row i sees keys <= i + off
-        hi = gl.maximum(gl.minimum(n_k, (m + 1) * BLOCK_M + off), 0)
-        n_full = gl.minimum(gl.maximum(m * BLOCK_M + ROW_OFF + off + 1, 0) // BLOCK_N, n_k // BLOCK_N)
-    else:
-        hi = n_k
-        n_full = n_k // BLOCK_N
-    n_tiles = gl.cdiv(hi, BLOCK_N)
-    n_full = gl.minimum(n_full, n_tiles)
-    return m, bh, q_row, kv_row, n_tiles, n_full
-
-
-@gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, row0, col0, n_k, off, MASK: gl.constexpr, CAUSAL: gl.constexpr):
-    """One online-softmax step on raw logits s: masked entries -inf (MASK only), running max m_i
-    in log2 units; returns p = 2^(s*qk_scale - m), the rescale factor alpha, the new m and l.
-    A row that has seen no key keeps m = -inf, l = 0 and gives p = 0 (no NaN)."""
-    if MASK:
-        cols = col0 + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
-        ok = gl.expand_dims(cols < n_k, 0)
-        if CAUSAL:
-            rows = row0 + gl.arange(0, s.shape[0], layout=gl.SliceLayout(1, s.type.layout))
-            ok = ok & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + off, 1))
-        s = gl.where(ok, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-    if MASK:
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-    else:
-        m_use = m_new
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))
-    alpha = gl.exp2(m_i - m_use)
-    l_i = l_i * alpha + gl.sum(p, 1)
-    return p, alpha, m_new, l_i
 
 
 @gluon.jit
@@ -87,9 +50,11 @@ def _load_kv(descs, bufs, bars, row, st, pred):
 
 @gluon.jit
 def _producer(descs, bufs, bars, dims, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, LPT: gl.constexpr):
-    """The 1-warp producer partition: Q once, then each K / V tile into the next free stage."""
-    m, bh, q_row, kv_row, n_tiles, n_full = _coords(dims, 0, BLOCK_M, BLOCK_N, CAUSAL, LPT)
+              CAUSAL: gl.constexpr, WINDOW: gl.constexpr, LPT: gl.constexpr):
+    """The 1-warp producer partition: Q once, then each K / V tile the block visits (WINDOW: from
+    the first its window reaches, as the consumers count them) into the next free stage."""
+    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = _coords(dims, 0, BLOCK_M, BLOCK_M, BLOCK_N, CAUSAL,
+                                                                   WINDOW, LPT)
     NQ: gl.constexpr = bufs[0].shape[0]
     mbarrier.expect(bars[3], NQ * descs[0].block_type.nbytes)
     for i in gl.static_range(NQ):
@@ -111,9 +76,10 @@ def _pingpong(turn, j, WG: gl.constexpr, PINGPONG: gl.constexpr, HAND_OVER: gl.c
 
 
 @gluon.jit
-def _plain_loop(lo, hi, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, qk_scale, row0, kv_row, n_k, off, n_tiles,
-                MASK: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr, WG: gl.constexpr,
-                PINGPONG: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, p_layout: gl.constexpr):
+def _plain_loop(lo, hi, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, sc, pos, kv_row, n_tiles,
+                MASK: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, SOFT_CAP: gl.constexpr,
+                WS: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
+                BLOCK_N: gl.constexpr, p_layout: gl.constexpr):
     """Key tiles lo..hi-1 one after the other: QK^T, softmax, rescale, PV."""
     q_smem, k_bufs, v_bufs = bufs
     k_ready, v_ready, empty, q_bar, turn = bars
@@ -129,7 +95,7 @@ def _plain_loop(lo, hi, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, qk_scale, 
         s = warpgroup_mma(q_tile, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
         _pingpong(turn, 0, WG, PINGPONG, True)
         s = warpgroup_mma_wait(0, deps=(s,))
-        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, j * BLOCK_N, n_k, off, MASK, CAUSAL)
+        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, sc, pos, j * BLOCK_N, MASK, CAUSAL, WINDOW, SOFT_CAP)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
         p16 = gl.convert_layout(p.to(q_tile.dtype), p_layout)
         mbarrier.wait(v_ready.index(st), ph)
@@ -141,9 +107,10 @@ def _plain_loop(lo, hi, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, qk_scale, 
 
 
 @gluon.jit
-def _overlap_loop(lo, hi, p16, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, qk_scale, row0, kv_row, n_k, off,
-                  n_tiles, MASK: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr, WG: gl.constexpr,
-                  PINGPONG: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, p_layout: gl.constexpr):
+def _overlap_loop(lo, hi, p16, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, sc, pos, kv_row, n_tiles,
+                  MASK: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, SOFT_CAP: gl.constexpr,
+                  WS: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
+                  BLOCK_N: gl.constexpr, p_layout: gl.constexpr):
     """Tiles lo..hi-1 (lo >= 1), QK^T(j) with PV(j-1), softmax(j) under PV(j-1); p16: P(j-1) -> P(hi-1)."""
     q_smem, k_bufs, v_bufs = bufs
     k_ready, v_ready, empty, q_bar, turn = bars
@@ -161,7 +128,7 @@ def _overlap_loop(lo, hi, p16, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, qk_
         acc = warpgroup_mma(p16, v_bufs.index(pst), acc, is_async=True)
         _pingpong(turn, 0, WG, PINGPONG, True)
         s = warpgroup_mma_wait(1, deps=(s,))                    # QK^T(j) done, PV(j-1) may still run
-        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, j * BLOCK_N, n_k, off, MASK, CAUSAL)
+        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, sc, pos, j * BLOCK_N, MASK, CAUSAL, WINDOW, SOFT_CAP)
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
         if WS:
             mbarrier.arrive(empty.index(pst), count=1)
@@ -171,10 +138,10 @@ def _overlap_loop(lo, hi, p16, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, qk_
 
 
 @gluon.jit
-def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, LPT: gl.constexpr,
-              WS: gl.constexpr, OVERLAP: gl.constexpr, TMA_STORE: gl.constexpr, PINGPONG: gl.constexpr,
-              WG: gl.constexpr, num_warps: gl.constexpr):
+def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+              SOFT_CAP: gl.constexpr, LPT: gl.constexpr, WS: gl.constexpr, OVERLAP: gl.constexpr,
+              TMA_STORE: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr, num_warps: gl.constexpr):
     """Computing warps: QK^T, softmax, PV and the epilogue for BM = BLOCK_M / NQ rows of the block
     (NQ = 1: all 8 warps, two warpgroups in lockstep; NQ = 2: consumer WG, one warpgroup)."""
     q_desc, k_desc, v_desc, o_desc = descs
@@ -184,7 +151,8 @@ def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M: gl.con
     NQ: gl.constexpr = q_smem.shape[0]
     BM: gl.constexpr = BLOCK_M // NQ
     ROW_OFF: gl.constexpr = WG * BM
-    m, bh, q_row, kv_row, n_tiles, n_full = _coords(dims, ROW_OFF, BLOCK_M, BLOCK_N, CAUSAL, LPT)
+    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = _coords(dims, ROW_OFF, BM, BLOCK_M, BLOCK_N, CAUSAL,
+                                                                   WINDOW, LPT)
     q_row = q_row + ROW_OFF
     q_tile = q_smem.index(WG)
     dtype: gl.constexpr = q_desc.dtype
@@ -194,8 +162,10 @@ def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M: gl.con
                                                        instr_shape=[16, HEAD_D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    off = n_k - n_q
     row0 = m * BLOCK_M + ROW_OFF
+    pos = (row0, n_k, n_k - n_q, dims[5])
+    if WINDOW:                                                   # key positions from the first key loaded
+        pos = (row0, n_k - key0, n_k - n_q - key0, dims[5])
     m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BM, HEAD_D], gl.float32, o_layout)
@@ -208,7 +178,7 @@ def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M: gl.con
             _load_kv(descs, bufs, bars, kv_row + t * BLOCK_N, t, t < n_tiles)
     mbarrier.wait(q_bar, 0)
 
-    loop_args = (s0, q_tile, descs, bufs, bars, qk_scale, row0, kv_row, n_k, off, n_tiles)
+    loop_args = (s0, q_tile, descs, bufs, bars, sc, pos, kv_row, n_tiles)
     if OVERLAP:
         if n_tiles > 0:                                          # tile 0: QK^T and softmax, no PV yet
             mbarrier.wait(k_ready.index(0), 0)
@@ -216,24 +186,32 @@ def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M: gl.con
             s = warpgroup_mma(q_tile, k_bufs.index(0).permute((1, 0)), s0, use_acc=False, is_async=True)
             _pingpong(turn, 0, WG, PINGPONG, True)
             s = warpgroup_mma_wait(0, deps=(s,))
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, qk_scale, row0, 0, n_k, off, True, CAUSAL)
+            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, sc, pos, 0, True, CAUSAL, WINDOW, SOFT_CAP)
             p16 = gl.convert_layout(p.to(dtype), p_layout)
-            mid = gl.maximum(n_full, 1)
-            p16, m_i, l_i, acc = _overlap_loop(1, mid, p16, m_i, l_i, acc, *loop_args, False, CAUSAL, WS, WG,
-                                               PINGPONG, STAGES, BLOCK_N, p_layout)
-            p16, m_i, l_i, acc = _overlap_loop(mid, n_tiles, p16, m_i, l_i, acc, *loop_args, True, CAUSAL, WS, WG,
-                                               PINGPONG, STAGES, BLOCK_N, p_layout)
+            first = 1
+            if WINDOW:                                           # the window's lower edge: masked
+                first = gl.maximum(full_lo, 1)
+                p16, m_i, l_i, acc = _overlap_loop(1, first, p16, m_i, l_i, acc, *loop_args, True, CAUSAL, WINDOW,
+                                                   SOFT_CAP, WS, WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+            mid = gl.maximum(n_full, first)
+            p16, m_i, l_i, acc = _overlap_loop(first, mid, p16, m_i, l_i, acc, *loop_args, False, CAUSAL, WINDOW,
+                                               SOFT_CAP, WS, WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+            p16, m_i, l_i, acc = _overlap_loop(mid, n_tiles, p16, m_i, l_i, acc, *loop_args, True, CAUSAL, WINDOW,
+                                               SOFT_CAP, WS, WG, PINGPONG, STAGES, BLOCK_N, p_layout)
             lst = (n_tiles - 1) % STAGES                          # the last PV
             mbarrier.wait(v_ready.index(lst), ((n_tiles - 1) // STAGES) & 1)
             acc = warpgroup_mma(p16, v_bufs.index(lst), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
             if WS:
                 mbarrier.arrive(empty.index(lst), count=1)
-    else:                                                        # unmasked tiles, then the masked ones
-        m_i, l_i, acc = _plain_loop(0, n_full, m_i, l_i, acc, *loop_args, False, CAUSAL, WS, WG, PINGPONG, STAGES,
-                                    BLOCK_N, p_layout)
-        m_i, l_i, acc = _plain_loop(n_full, n_tiles, m_i, l_i, acc, *loop_args, True, CAUSAL, WS, WG, PINGPONG,
-                                    STAGES, BLOCK_N, p_layout)
+    else:                                       # the window's lower edge, the unmasked tiles, the masked ones
+        if WINDOW:
+            m_i, l_i, acc = _plain_loop(0, full_lo, m_i, l_i, acc, *loop_args, True, CAUSAL, WINDOW, SOFT_CAP, WS,
+                                        WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+        m_i, l_i, acc = _plain_loop(full_lo, n_full, m_i, l_i, acc, *loop_args, False, CAUSAL, WINDOW, SOFT_CAP, WS,
+                                    WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+        m_i, l_i, acc = _plain_loop(n_full, n_tiles, m_i, l_i, acc, *loop_args, True, CAUSAL, WINDOW, SOFT_CAP, WS,
+                                    WG, PINGPONG, STAGES, BLOCK_N, p_layout)
 
     # epilogue: o = acc / l (0 for a row that saw no key), lse in natural log (-inf there)
     l_o = gl.convert_layout(l_i, o_rows)
@@ -254,10 +232,11 @@ def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M: gl.con
 
 
 @gluon.jit
-def fa3_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, n_q, n_k, H, GROUP, num_m,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
-                   CAUSAL: gl.constexpr, LPT: gl.constexpr, WS: gl.constexpr, OVERLAP: gl.constexpr,
-                   TMA_STORE: gl.constexpr, SPLIT: gl.constexpr, PINGPONG: gl.constexpr, num_warps: gl.constexpr):
+def fa3_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, cap_in, cap_out, n_q, n_k, H, GROUP,
+                   num_m, window, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+                   STAGES: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, SOFT_CAP: gl.constexpr,
+                   LPT: gl.constexpr, WS: gl.constexpr, OVERLAP: gl.constexpr, TMA_STORE: gl.constexpr,
+                   SPLIT: gl.constexpr, PINGPONG: gl.constexpr, num_warps: gl.constexpr):
     """Shared memory (Q, STAGES K and V stages, their barriers), then the partitions. SPLIT (with
     WS): two 4-warp consumer partitions of BLOCK_M / 2 rows each, which run independently."""
     dtype: gl.constexpr = q_desc.dtype
@@ -280,20 +259,24 @@ def fa3_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, n_q
     descs = (q_desc, k_desc, v_desc, o_desc)
     bufs = (q_smem, k_bufs, v_bufs)
     bars = (k_ready, v_ready, empty, q_bar, turn)
-    dims = (n_q, n_k, H, GROUP, num_m)
+    dims = (n_q, n_k, H, GROUP, num_m, window)
+    sc = (qk_scale, cap_in, cap_out)
     if WS:
         if SPLIT:
-            gl.warp_specialize([(_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M, BLOCK_N,
-                                             HEAD_D, STAGES, CAUSAL, LPT, WS, OVERLAP, TMA_STORE, PINGPONG, 0, 4)),
-                                (_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M, BLOCK_N,
-                                             HEAD_D, STAGES, CAUSAL, LPT, WS, OVERLAP, TMA_STORE, PINGPONG, 1, 4)),
-                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, LPT))],
+            gl.warp_specialize([(_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M, BLOCK_N, HEAD_D,
+                                             STAGES, CAUSAL, WINDOW, SOFT_CAP, LPT, WS, OVERLAP, TMA_STORE,
+                                             PINGPONG, 0, 4)),
+                                (_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M, BLOCK_N, HEAD_D,
+                                             STAGES, CAUSAL, WINDOW, SOFT_CAP, LPT, WS, OVERLAP, TMA_STORE,
+                                             PINGPONG, 1, 4)),
+                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WINDOW, LPT))],
                                [4, 1], [240, 24])
         else:
-            gl.warp_specialize([(_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M, BLOCK_N,
-                                             HEAD_D, STAGES, CAUSAL, LPT, WS, OVERLAP, TMA_STORE, False, 0, num_warps)),
-                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, LPT))],
+            gl.warp_specialize([(_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M, BLOCK_N, HEAD_D,
+                                             STAGES, CAUSAL, WINDOW, SOFT_CAP, LPT, WS, OVERLAP, TMA_STORE, False,
+                                             0, num_warps)),
+                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WINDOW, LPT))],
                                [1], [24])
     else:
-        _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, qk_scale, BLOCK_M, BLOCK_N, HEAD_D, STAGES, CAUSAL, LPT,
-                  WS, OVERLAP, TMA_STORE, False, 0, num_warps)
+        _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M, BLOCK_N, HEAD_D, STAGES, CAUSAL, WINDOW,
+                  SOFT_CAP, LPT, WS, OVERLAP, TMA_STORE, False, 0, num_warps)

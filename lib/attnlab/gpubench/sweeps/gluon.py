@@ -2,7 +2,9 @@
 run under Triton's interpreter, so this is where their numbers come from).
 
     python -m attnlab.gpubench.sweeps.gluon smoke     small odd shapes, GQA, N_q != N_k, N = 1,
-                                                      every step set against a float32 reference
+                                                      every step set against a float32 reference;
+                                                      soft_cap / window too (window 1, one wider
+                                                      than N_k, rows that see no key)
     python -m attnlab.gpubench.sweeps.gluon full      the step table: per shape and mask, each step
                                                       set NaN-poisoned, checked (error within 2 x
                                                       SDPA bf16's + 1e-3, lse, -inf rows), timed
@@ -26,7 +28,7 @@ import sys
 import time
 import traceback
 
-__all__ = ["STEP_SETS", "smoke", "full", "record", "main"]
+__all__ = ["STEP_SETS", "SMOKE", "reference", "smoke", "full", "record", "main"]
 
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 STEP_SETS = {"split": _SPLIT,
@@ -50,8 +52,9 @@ def dump(name="gluon_check.json"):
         json.dump(RESULTS, f, indent=1)
 
 
-def reference(q, k, v, causal, scale):
-    """float32 o and lse, a few heads at a time (bottom-right causal)."""
+def reference(q, k, v, causal, scale, soft_cap=0.0, window=0):
+    """float32 o and lse, a few heads at a time (bottom-right causal); soft_cap c: logits
+    c tanh(s / c); window w: q_idx - w < kv_idx <= q_idx (causal implied). 0 is off."""
     B, H, nq, d = q.shape
     g = H // k.shape[1]
     o = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -64,10 +67,14 @@ def reference(q, k, v, causal, scale):
             kk = k[b, [h // g for h in hs]].float()
             vv = v[b, [h // g for h in hs]].float()
             s = torch.matmul(qq, kk.transpose(-1, -2)) * scale
-            if causal:
-                i = torch.arange(nq, device=q.device)[:, None]
+            if soft_cap:
+                s = soft_cap * torch.tanh(s / soft_cap)
+            if causal or window:
+                i = torch.arange(nq, device=q.device)[:, None] + k.shape[2] - nq      # q_idx
                 j = torch.arange(k.shape[2], device=q.device)[None, :]
-                s = s.masked_fill(j > i + k.shape[2] - nq, float("-inf"))
+                s = s.masked_fill(j > i, float("-inf"))
+                if window:
+                    s = s.masked_fill(j <= i - window, float("-inf"))
             l = torch.logsumexp(s, -1)
             p = torch.exp(s - torch.where(torch.isinf(l), 0.0, l)[..., None])
             o[b, hs] = torch.matmul(p, vv)
@@ -91,18 +98,29 @@ def inputs(B, H, hkv, nq, nk, d, seed=0):
     return mk(H, nq), mk(hkv, nk), mk(hkv, nk)
 
 
+#: (B, H, Hkv, N_q, N_k, d, causal, soft_cap, window): the plain cases, then the variants (odd sizes,
+#: GQA, N_q != N_k, N_q > N_k so that rows see no key, window 1, a window wider than N_k, both)
+SMOKE = [(1, 4, 4, 256, 256, 128, False, 0, 0), (1, 4, 4, 256, 256, 128, True, 0, 0),
+         (2, 8, 2, 300, 500, 128, True, 0, 0), (1, 4, 2, 1000, 777, 64, False, 0, 0),
+         (2, 4, 4, 300, 200, 64, True, 0, 0), (1, 2, 1, 1, 1, 128, True, 0, 0), (1, 4, 4, 384, 384, 64, True, 0, 0),
+         (2, 8, 2, 300, 500, 128, False, 30.0, 0), (1, 4, 2, 1000, 777, 64, True, 30.0, 0),
+         (2, 4, 4, 333, 517, 128, False, 0, 100), (1, 4, 2, 777, 1000, 64, False, 0, 1),
+         (1, 2, 1, 300, 200, 128, False, 0, 5000), (2, 4, 2, 384, 384, 64, True, 30.0, 200),
+         (1, 4, 4, 1000, 700, 128, False, 5.0, 129), (1, 2, 1, 1, 1, 64, False, 30.0, 1)]
+
+
 def smoke():
-    cases = [(1, 4, 4, 256, 256, 128, False), (1, 4, 4, 256, 256, 128, True), (2, 8, 2, 300, 500, 128, True),
-             (1, 4, 2, 1000, 777, 64, False), (2, 4, 4, 300, 200, 64, True), (1, 2, 1, 1, 1, 128, True),
-             (1, 4, 4, 384, 384, 64, True)]
-    for (B, H, hkv, nq, nk, d, causal), (name, (st, ns, bn, dims)) in itertools.product(cases, VARIANTS.items()):
+    for (B, H, hkv, nq, nk, d, causal, cap, w), (name, (st, ns, bn, dims)) in itertools.product(SMOKE,
+                                                                                                 VARIANTS.items()):
         if d not in dims:
             continue
         q, k, v = inputs(B, H, hkv, nq, nk, d)
-        ro, rl = reference(q, k, v, causal, d ** -0.5)
-        print(f"smoke {(B, H, hkv, nq, nk, d)} causal={causal} {name} ...", end=" ", flush=True)
+        ro, rl = reference(q, k, v, causal, d ** -0.5, cap, w)
+        var = (f" soft_cap={cap}" if cap else "") + (f" window={w}" if w else "")
+        print(f"smoke {(B, H, hkv, nq, nk, d)} causal={causal}{var} {name} ...", end=" ", flush=True)
         try:
-            o, lse = flash_attention_gluon(q, k, v, causal=causal, steps=st, num_stages=ns, block_n=bn)
+            o, lse = flash_attention_gluon(q, k, v, causal=causal, soft_cap=cap, window=w, steps=st, num_stages=ns,
+                                           block_n=bn)
             torch.cuda.synchronize()
             e = errors(o, lse, ro, rl)
             ok = not e["nan"] and e["inf_rows_ok"] and e["err_o"] < 2e-2 and e["err_lse"] < 1e-2
@@ -110,7 +128,8 @@ def smoke():
         except Exception as ex:  # noqa: BLE001
             print("FAIL", type(ex).__name__, str(ex)[:400], flush=True)
             ok, e = False, {"error": f"{type(ex).__name__}: {str(ex)[:400]}"}
-        RESULTS["cases"].append({"smoke": [B, H, hkv, nq, nk, d], "causal": causal, "steps": name, "ok": ok, **e})
+        RESULTS["cases"].append({"smoke": [B, H, hkv, nq, nk, d], "causal": causal, "soft_cap": cap, "window": w,
+                                 "steps": name, "ok": ok, **e})
     dump("gluon_smoke.json")
 
 
