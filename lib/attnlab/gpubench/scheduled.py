@@ -38,7 +38,7 @@ from attnlab.gpubench.core import header, reference, time_per_call, try_peer
 from attnlab.gpubench.cli import flashinfer_version, write_json
 from attnlab.gpubench.paged import SHAPE, flashinfer_decode
 
-__all__ = ["run", "table", "main"]
+__all__ = ["run", "setup", "table", "main"]
 
 KINDS = ("per-request", "fixed", "balanced", "balanced-128", "balanced+fused", "balanced-128+fused")
 #: what a run times by default (--plans takes any of KINDS)
@@ -101,6 +101,20 @@ def _reference(torch, b, k_pool, v_pool):
     return ref
 
 
+def setup(torch, sizes, shape, dev, *, dry: bool = False, seed: int = 0):
+    """(batches, pools, refs) for batch sizes `sizes`: each batch's lengths, q and page table (a
+    shuffled subset of one shared NHD pool's pages), the pools (k, v), and each batch's float32
+    reference answer keyed by id(batch). The sweeps of this workload use the same."""
+    gen = torch.Generator().manual_seed(seed)
+    lens = {bsz: _lengths(bsz, dry) for bsz in sizes}
+    pool_pages = max(int((-(-L[:, 1] // PAGE_SIZE)).sum()) for L in lens.values()) + 1
+    hkv, d = shape["kv_heads"], shape["head_dim"]
+    pools = SimpleNamespace(**{n: torch.randn(pool_pages, PAGE_SIZE, hkv, d, generator=gen).to(
+        device=dev, dtype=torch.bfloat16) for n in "kv"})
+    batches = [_batch(torch, bsz, lens[bsz], pool_pages, shape, dev, gen) for bsz in sizes]
+    return batches, pools, {id(b): _reference(torch, b, pools.k, pools.v) for b in batches}
+
+
 def _scheduled(torch, res, kind, batches, pools, shape, ctas, chunk, add):
     """Plan every batch, size the decoder over all of them, capture on the first, replay the rest."""
     from attnlab.kernels.scheduled import ScheduledDecoder
@@ -153,16 +167,9 @@ def run(cases=CASES, plans=PLANS, *, dry: bool = False, out: str | None = None, 
     ctas = CTAS_PER_SM * res["sms"] if res["sms"] else DRY["ctas"]
     chunk = DRY["chunk"] if dry else CHUNK
     print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}, {ctas} CTAs", flush=True)
-    gen = torch.Generator().manual_seed(seed)
     sizes = [c[0] for c in cases]
-    lens = {bsz: _lengths(bsz, dry) for bsz in sizes}
-    pool_pages = max(int((-(-L[:, 1] // PAGE_SIZE)).sum()) for L in lens.values()) + 1
-    hkv, d = shape["kv_heads"], shape["head_dim"]
-    pools = SimpleNamespace(**{n: torch.randn(pool_pages, PAGE_SIZE, hkv, d, generator=gen).to(
-        device=dev, dtype=torch.bfloat16) for n in "kv"})
-    batches = [_batch(torch, bsz, lens[bsz], pool_pages, shape, dev, gen) for bsz in sizes]
-    refs = {id(b): _reference(torch, b, pools.k, pools.v) for b in batches}
-    kv_bytes = 2 * hkv * d * 2
+    batches, pools, refs = setup(torch, sizes, shape, dev, dry=dry, seed=seed)
+    kv_bytes = 2 * shape["kv_heads"] * shape["head_dim"] * 2
 
     def save():
         write_json(out, res)
