@@ -21,7 +21,7 @@ Variants (lecture §5.4), compile-time switches as in `kernels.variants`, off at
 
 The loop over key tiles runs in three parts per consumer: the window's lower edge (masked), the
 tiles every one of its rows sees (no mask), the diagonal band and the ragged end (masked); where
-they start is `kernels.gluon_fa3_parts._coords`, the masks and the soft-cap `_softmax` there.
+they start is `kernels.gluon_fa3_parts.tile_coords`, the masks and the soft-cap `softmax_tile` there.
 
 Softmax: online, in registers, log2 domain (exp2, scale * log2(e) folded into one multiply-add);
 P feeds the PV wgmma from registers (accumulator layout converted, no shared-memory round trip).
@@ -32,7 +32,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.kernels.gluon_fa3_parts import _coords, _softmax
+from attnlab.kernels.gluon_fa3_parts import tile_coords, softmax_tile
 
 __all__ = ["fa3_fwd_kernel"]
 
@@ -53,7 +53,7 @@ def _producer(descs, bufs, bars, dims, BLOCK_M: gl.constexpr, BLOCK_N: gl.conste
               CAUSAL: gl.constexpr, WINDOW: gl.constexpr, LPT: gl.constexpr):
     """The 1-warp producer partition: Q once, then each K / V tile the block visits (WINDOW: from
     the first its window reaches, as the consumers count them) into the next free stage."""
-    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = _coords(dims, 0, BLOCK_M, BLOCK_M, BLOCK_N, CAUSAL,
+    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = tile_coords(dims, 0, BLOCK_M, BLOCK_M, BLOCK_N, CAUSAL,
                                                                    WINDOW, LPT)
     NQ: gl.constexpr = bufs[0].shape[0]
     mbarrier.expect(bars[3], NQ * descs[0].block_type.nbytes)
@@ -95,7 +95,7 @@ def _plain_loop(lo, hi, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, sc, pos, k
         s = warpgroup_mma(q_tile, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
         _pingpong(turn, 0, WG, PINGPONG, True)
         s = warpgroup_mma_wait(0, deps=(s,))
-        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, sc, pos, j * BLOCK_N, MASK, CAUSAL, WINDOW, SOFT_CAP)
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, sc, pos, j * BLOCK_N, MASK, CAUSAL, WINDOW, SOFT_CAP)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
         p16 = gl.convert_layout(p.to(q_tile.dtype), p_layout)
         mbarrier.wait(v_ready.index(st), ph)
@@ -128,7 +128,7 @@ def _overlap_loop(lo, hi, p16, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, sc,
         acc = warpgroup_mma(p16, v_bufs.index(pst), acc, is_async=True)
         _pingpong(turn, 0, WG, PINGPONG, True)
         s = warpgroup_mma_wait(1, deps=(s,))                    # QK^T(j) done, PV(j-1) may still run
-        p, alpha, m_i, l_i = _softmax(s, m_i, l_i, sc, pos, j * BLOCK_N, MASK, CAUSAL, WINDOW, SOFT_CAP)
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, sc, pos, j * BLOCK_N, MASK, CAUSAL, WINDOW, SOFT_CAP)
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
         if WS:
             mbarrier.arrive(empty.index(pst), count=1)
@@ -151,7 +151,7 @@ def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M: gl.constexpr
     NQ: gl.constexpr = q_smem.shape[0]
     BM: gl.constexpr = BLOCK_M // NQ
     ROW_OFF: gl.constexpr = WG * BM
-    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = _coords(dims, ROW_OFF, BM, BLOCK_M, BLOCK_N, CAUSAL,
+    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = tile_coords(dims, ROW_OFF, BM, BLOCK_M, BLOCK_N, CAUSAL,
                                                                    WINDOW, LPT)
     q_row = q_row + ROW_OFF
     q_tile = q_smem.index(WG)
@@ -186,7 +186,7 @@ def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M: gl.constexpr
             s = warpgroup_mma(q_tile, k_bufs.index(0).permute((1, 0)), s0, use_acc=False, is_async=True)
             _pingpong(turn, 0, WG, PINGPONG, True)
             s = warpgroup_mma_wait(0, deps=(s,))
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, sc, pos, 0, True, CAUSAL, WINDOW, SOFT_CAP)
+            p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, sc, pos, 0, True, CAUSAL, WINDOW, SOFT_CAP)
             p16 = gl.convert_layout(p.to(dtype), p_layout)
             first = 1
             if WINDOW:                                           # the window's lower edge: masked

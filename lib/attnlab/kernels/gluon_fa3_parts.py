@@ -1,11 +1,11 @@
 """Two parts of the Gluon kernel in `kernels.gluon_fa3_kernel` (torch-free): where a program's tiles
 are, and the online-softmax step with the masks and the soft-cap.
 
-    _coords(dims, ...)     this program's query block, the rows its TMA copies start at, and the key
-                           tiles it visits: how many, and which of them need no mask
-    _softmax(s, ...)       one tile's logits (soft-capped, masked) folded into the running max and sum
+    tile_coords(dims, ...)   this program's query block, the rows its TMA copies start at, and the key
+                             tiles it visits: how many, and which of them need no mask
+    softmax_tile(s, ...)     one tile's logits (soft-capped, masked) folded into the running max and sum
 
-Every partition of a program (the producer and each consumer) calls `_coords` and gets the same
+Every partition of a program (the producer and each consumer) calls `tile_coords` and gets the same
 first key tile and tile count, so the producer's ring and the consumers' loops agree on which
 tile sits in which stage; only the unmasked range is per consumer (its own 64 or 128 rows).
 The arithmetic is `kernels.variants.kv_block_range`'s, counted from the first tile loaded.
@@ -13,11 +13,11 @@ The arithmetic is `kernels.variants.kv_block_range`'s, counted from the first ti
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-__all__ = ["_coords", "_softmax"]
+__all__ = ["tile_coords", "softmax_tile"]
 
 
 @gluon.jit
-def _coords(dims, ROW_OFF: gl.constexpr, ROWS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def tile_coords(dims, ROW_OFF: gl.constexpr, ROWS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             CAUSAL: gl.constexpr, WINDOW: gl.constexpr, LPT: gl.constexpr):
     """This program's query block m, its (batch, head) bh, the first rows of its Q block and of
     the keys it reads in the flattened (rows, d) views, the position key0 of that first key, how
@@ -59,7 +59,7 @@ def _coords(dims, ROW_OFF: gl.constexpr, ROWS: gl.constexpr, BLOCK_M: gl.constex
 
 
 @gluon.jit
-def _softmax(s, m_i, l_i, sc, pos, col0, MASK: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+def softmax_tile(s, m_i, l_i, sc, pos, col0, MASK: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
              SOFT_CAP: gl.constexpr):
     """One online-softmax step on raw logits s, for keys col0.. of rows pos[0]..: SOFT_CAP caps
     them, masked entries are -inf (MASK only), the running max m_i is in log2 units; returns
