@@ -189,11 +189,13 @@ def test_the_harness_runs_a_section_end_to_end_on_the_cpu(tmp_path):
     assert "decode " in bench.table(res) and "best/us" in bench.table(res)
     saved["sections"]["paged"], saved["commits_by_section"]["paged"] = {}, "0" * 40
     saved["notes"] = ["paged: kept from an older run", "decode: about rows this run replaces"]
+    saved["flashinfer"] = "0.7.2.post1"                   # the kept section's library, absent here
     out.write_text(json.dumps(saved))
     again = bench.run(("decode",), dry=True, out=str(out), merge=True)            # --merge keeps sections
     assert set(again["sections"]) == {"decode", "paged"} and len(again["rows"]) == len(res["rows"])
     assert again["commits_by_section"]["paged"] == "0" * 40
     assert again["notes"] == ["paged: kept from an older run"]                     # and their notes
+    assert again["flashinfer"] == "0.7.2.post1"
 
 
 def test_prefill_verdicts_apply_the_kernel_rule_per_case():

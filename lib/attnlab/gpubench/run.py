@@ -67,6 +67,8 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
         res["sections"], res["rows"] = old.get("sections", {}), old.get("rows", [])
         res["ceilings_by_section"] = old.get("ceilings_by_section", {})
         res["commits_by_section"] = old.get("commits_by_section", {})
+        if not res.get("flashinfer"):                     # a section kept from the old run used it
+            res["flashinfer"] = old.get("flashinfer")
         # a note on a section this run measures again described the old rows: it goes with them
         res["notes"] = [n for n in old.get("notes", []) if n.split(": ", 1)[0] not in sections]
     for key in ("sections", "ceilings_by_section", "commits_by_section"):
