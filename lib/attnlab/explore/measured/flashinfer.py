@@ -3,6 +3,7 @@ beside FlexAttention and the persistent kernel's three plans."""
 from __future__ import annotations
 
 from attnlab.explore import style
+from attnlab.gpubench.schema import OURS
 from attnlab.explore.measured.reader import provenance, section
 
 __all__ = ["paged_summary", "variants_summary", "cascade_summary", "SCHEDULES", "schedules_summary",
@@ -41,25 +42,31 @@ def paged_summary(res: dict) -> str:
 
 def variants_summary(res: dict) -> str:
     """A run's variants section (`runs.section(run, "variants")`): per case and variant, the
-    TFLOP/s of our two kernels with the variant compiled in (`variant_prefill`, the FA2 loop, and
-    `flash_attention_hopper`), of compiled FlexAttention, and the best peer's time over each of
-    ours (above 1: ours is faster). TFLOP/s count only the pairs the mask leaves."""
+    TFLOP/s of our kernels with the variant compiled in (`variant_prefill`, the FA2 loop;
+    `flash_attention_hopper`; `flash_attention_gluon`, the FA3-style kernel, where the run has it),
+    of compiled FlexAttention, and the best peer's time over each of ours (above 1: ours is
+    faster). TFLOP/s count only the pairs the mask leaves."""
+    ours = OURS["variants"]
     rows = []
     for key in dict.fromkeys((r["batch"], r["N"], r["variant"]) for r in res["rows"]):
         at = {r["impl"]: r for r in res["rows"] if (r["batch"], r["N"], r["variant"]) == key}
-        peers = {k: r for k, r in at.items() if k not in ("ours", "ours-hopper")}
+        peers = {k: r for k, r in at.items() if k not in ours}
         best = min(peers, key=lambda k: peers[k]["us"])
         nan = {"tflops": float("nan"), "us": float("nan")}
-        fa2, hop = at.get("ours", nan), at.get("ours-hopper", nan)
+        fa2, hop, glu = (at.get(k, nan) for k in ours)
         rows.append({"case": f"{key[0]} x {key[1]:,}", "variant": key[2], "fa2": fa2["tflops"],
-                     "hopper": hop["tflops"], "flex": at.get("flex", nan)["tflops"], "best": best,
-                     "r_fa2": peers[best]["us"] / fa2["us"], "r_hop": peers[best]["us"] / hop["us"]})
+                     "hopper": hop["tflops"], "gluon": glu["tflops"], "flex": at.get("flex", nan)["tflops"],
+                     "best": best, "r_fa2": peers[best]["us"] / fa2["us"], "r_hop": peers[best]["us"] / hop["us"],
+                     "r_glu": peers[best]["us"] / glu["us"]})
     head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}; "
-            f"bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, d = {res['shape']['head_dim']}\n")
-    return head + style.table(rows, {"case": "batch x N", "variant": "variant", "fa2": "ours FA2 TFLOP/s",
-                                     "hopper": "ours Hopper TFLOP/s", "flex": "FlexAttention TFLOP/s",
-                                     "best": "best peer", "r_fa2": "best / FA2", "r_hop": "best / Hopper"},
-                              {"fa2": ".0f", "hopper": ".0f", "flex": ".0f", "r_fa2": ".2f", "r_hop": ".2f"})
+            f"bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, d = {res['shape']['head_dim']}; "
+            "TFLOP/s, and the best peer's time over ours\n")
+    return head + style.table(rows, {"case": "batch x N", "variant": "variant", "fa2": "FA2",
+                                     "hopper": "Hopper", "gluon": "Gluon", "flex": "FlexAttention",
+                                     "best": "best peer", "r_fa2": "best / FA2", "r_hop": "best / Hopper",
+                                     "r_glu": "best / Gluon"},
+                              {"fa2": ".0f", "hopper": ".0f", "gluon": ".0f", "flex": ".0f", "r_fa2": ".2f",
+                               "r_hop": ".2f", "r_glu": ".2f"})
 
 
 def cascade_summary(res: dict) -> str:
