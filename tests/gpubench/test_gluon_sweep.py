@@ -50,3 +50,14 @@ def test_smoke_covers_the_variants_edges():
     assert any(c[7] and c[1] != c[2] and c[3] != c[4] for c in cases)                    # soft-cap with GQA, N_q != N_k
     assert any(c[8] and c[3] > c[4] for c in cases) and any(c[7] and c[6] and c[3] > c[4] for c in cases)
     assert any(c[7] and c[8] for c in cases) and {c[5] for c in cases if c[7] or c[8]} == {64, 128}
+
+
+def test_every_step_set_of_every_mode_is_a_launch_the_kernel_takes():
+    from attnlab.kernels.gluon_fa3 import GLUON_STEPS, config_for
+    assert set(gluon.EARLY_SMOKE) <= set(gluon.EARLY)
+    for table in (gluon.VARIANTS, gluon.FINAL, gluon.EARLY):
+        for name, (steps, stages, block_n, dims) in table.items():
+            assert steps is None or set(steps) <= set(GLUON_STEPS), name
+            for d in dims:                                   # fits shared memory, or config_for refuses it
+                config_for(d, frozenset(steps or ()), stages, block_n)
+    assert all("early_k_release" in gluon.EARLY[n][0] for n in gluon.EARLY_SMOKE)

@@ -164,3 +164,12 @@ def test_window_implies_causal_and_reaches_every_key_as_causal(launches):
         assert consts["CAUSAL"] and not consts["WINDOW"] and args["window"] == 0 and report["window"] == 0
     args, consts, report = _launch(launches, window=None, causal=False)
     assert not consts["CAUSAL"] and not consts["WINDOW"] and report["causal"] is False
+
+
+def test_early_k_release_needs_the_producer_and_says_so(launches):
+    _, consts, report = _launch(launches, steps=("warp_specialize", "split_warpgroups", "early_k_release"))
+    assert consts["EARLY_K"] and consts["WS"] and "early_k_release" not in report["inactive"]
+    _, consts, report = _launch(launches, steps=("early_k_release", "lpt_order"))    # no producer: nothing to free
+    assert not consts["EARLY_K"] and not consts["WS"] and "early_k_release" in report["inactive"]
+    _, consts, report = _launch(launches)                                           # the defaults leave it off
+    assert not consts["EARLY_K"]

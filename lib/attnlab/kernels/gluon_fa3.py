@@ -20,14 +20,18 @@ each part is, is in `kernels.gluon_fa3_kernel`; `steps` switches those parts (GL
     pingpong          with split_warpgroups: the consumers take turns at the tensor cores (mbarrier
                       hand-off), one's softmax under the other's GEMMs
     intra_overlap     tile j's softmax under tile j-1's PV wgmma (off: QK^T, softmax, PV in turn)
+    early_k_release   with warp_specialize: a K stage is freed as soon as its QK^T is done and a V
+                      stage after its PV, each on its own barrier, so the producer refills K a
+                      GEMM earlier (off: one barrier frees both after PV)
     lpt_order         causal only: the longest query blocks first
     tma_store         O through shared memory and a TMA store (inactive when N_q % 128 != 0)
 
 TMA loads, wgmma, the stage ring with mbarriers, exp2 softmax and the causal tile skipping are
 always on; soft_cap and window are compile-time switches of the same kernel, so a launch without
 them runs the plain kernel. steps=None runs `default_steps(d, causal)` (causal: with a window
-too), the fastest set measured per case on the H200 without variants (DEFAULT_STEPS); num_stages sets the K/V ring's depth (2 by default, as much as shared memory
-holds at most) and block_n the keys per tile (128 by default). The record of what ran is written
+too), the fastest set measured per case on the H200 without variants (DEFAULT_STEPS); num_stages
+sets the K/V ring's depth (2 by default, 3 with intra_overlap where shared memory holds them) and
+block_n the keys per tile (128 by default). The record of what ran is written
 into `report` (a dict) when given.
 
 Restrictions: float16 or bfloat16 only, d in {64, 128}, and q, k, v contiguous (B, H, N, d)
@@ -49,12 +53,15 @@ from attnlab.kernels.variants import variant_args
 
 __all__ = ["flash_attention_gluon", "GLUON_STEPS", "DEFAULT_STEPS", "default_steps", "config_for"]
 
-GLUON_STEPS = ("warp_specialize", "split_warpgroups", "pingpong", "intra_overlap", "lpt_order", "tma_store")
+GLUON_STEPS = ("warp_specialize", "split_warpgroups", "pingpong", "intra_overlap", "lpt_order", "tma_store",
+               "early_k_release")
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 #: steps=None: the fastest correct set per (d, causal) measured on the H200 with Triton 3.6
-#: (python -m attnlab.gpubench.sweeps.gluon); intra_overlap cost 0-15 % in every case there, 3 stages and
-#: block_n=256 bought nothing, so no default has them
-DEFAULT_STEPS = {(128, False): _SPLIT + ("pingpong",), (128, True): _SPLIT,
+#: (python -m attnlab.gpubench.sweeps.gluon). At d = 128 ping-pong with the intra-warpgroup overlap
+#: on a 3-stage ring (early_k mode, h200-2026-12-03-gluon-early-k.json): 2.4 % over the 2-stage sets
+#: on average, causal and not; at 2 stages the overlap had cost 0-15 % (a freed stage was refilled
+#: just before its next use). At d = 64 the overlap and early_k_release lose 2-22 %.
+DEFAULT_STEPS = {(128, False): _SPLIT + ("pingpong", "intra_overlap"), (128, True): _SPLIT + ("pingpong", "intra_overlap"),
                  (64, False): ("lpt_order", "tma_store"), (64, True): _SPLIT + ("pingpong",)}
 BLOCK_M = 128
 BLOCK_N = 128
@@ -72,8 +79,8 @@ def _max_stages(d: int, bn: int) -> int:
 
 def config_for(d: int, steps, num_stages: int | None = None, block_n: int | None = None) -> dict:
     """Block sizes, K/V stages, warps and the register cap of a launch with these steps. block_n
-    (keys per tile): 64, 128 (default) or 256; stages default to 2 (3 when the computing warps load
-    and overlap), at most what shared memory holds."""
+    (keys per tile): 64, 128 (default) or 256; stages default to 2 (3 with intra_overlap, where
+    shared memory holds them: the overlap keeps two stages busy), at most what shared memory holds."""
     ws = "warp_specialize" in steps
     split = ws and "split_warpgroups" in steps
     overlap = "intra_overlap" in steps
@@ -81,7 +88,7 @@ def config_for(d: int, steps, num_stages: int | None = None, block_n: int | None
     if isinstance(bn, bool) or bn not in (64, 128, 256) or _max_stages(d, bn) < 2:
         raise ValueError(f"block_n must be 64, 128 or 256 (two stages in shared memory), got {block_n!r}")
     most = _max_stages(d, bn)
-    stages = num_stages or (3 if not ws and overlap and most >= 3 else 2)
+    stages = num_stages or (3 if overlap and most >= 3 else 2)
     if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= most:
         raise ValueError(f"num_stages must be an int in [2, {most}] for d={d}, block_n={bn}, got {num_stages!r}")
     return {"block_m": BLOCK_M, "block_n": bn, "stages": stages, "num_warps": 4 if split else 8,
@@ -193,11 +200,12 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
                          WINDOW=window > 0, SOFT_CAP=cap > 0, LPT=lpt,
                          WS="warp_specialize" in requested, OVERLAP="intra_overlap" in requested,
                          TMA_STORE=tma_store, SPLIT=cfg["split"], PINGPONG=cfg["split"] and "pingpong" in requested,
-                         **kw)
+                         EARLY_K="warp_specialize" in requested and "early_k_release" in requested, **kw)
     if report is not None:
         inactive = {"lpt_order": "lpt_order" in requested and not lpt,
                     "split_warpgroups": "split_warpgroups" in requested and not cfg["split"],
                     "pingpong": "pingpong" in requested and not cfg["split"],
+                    "early_k_release": "early_k_release" in requested and "warp_specialize" not in requested,
                     "tma_store": "tma_store" in requested and not tma_store}
         report.clear()
         report.update({"kernel": "gluon_fa3", "steps": tuple(s for s in GLUON_STEPS if s in requested),

@@ -8,6 +8,9 @@ A program owns BLOCK_M = 128 query rows of one (batch, head). Compile-time switc
               consumer, its warpgroups kept in step by the per-tile sync)
     PINGPONG  the two consumers take turns issuing their GEMMs (an mbarrier pair hands over)
     OVERLAP   QK^T(j) and PV(j-1) issued together as async wgmma, softmax(j) under PV(j-1)
+    EARLY_K   (with WS) K and V stages freed apart: a K stage as soon as its QK^T is done, a V
+              stage after its PV (FA3's two pipelines), so the producer loads the next K tiles
+              while this tile's PV still reads V (off: one barrier frees K and V after PV)
     CAUSAL    masks only the tiles that need it, never loads those above the diagonal; LPT:
               the longest query blocks launch first. TMA_STORE: O leaves by a TMA store.
 
@@ -21,7 +24,8 @@ Variants (lecture §5.4), compile-time switches as in `kernels.variants`, off at
 
 The loop over key tiles runs in three parts per consumer: the window's lower edge (masked), the
 tiles every one of its rows sees (no mask), the diagonal band and the ragged end (masked); where
-they start is `kernels.gluon_fa3_parts.tile_coords`, the masks and the soft-cap `softmax_tile` there.
+they start is `kernels.gluon_fa3_parts.tile_coords`, the masks and the soft-cap `softmax_tile` there,
+and so are the stage ring's loads (`load_tile`, `load_kv`) and releases (`release_stage`).
 
 Softmax: online, in registers, log2 domain (exp2, scale * log2(e) folded into one multiply-add);
 P feeds the PV wgmma from registers (accumulator layout converted, no shared-memory round trip).
@@ -32,7 +36,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.kernels.gluon_fa3_parts import tile_coords, softmax_tile
+from attnlab.kernels.gluon_fa3_parts import load_kv, load_tile, release_stage, softmax_tile, tile_coords
 
 __all__ = ["fa3_fwd_kernel"]
 
@@ -40,28 +44,26 @@ LN2 = gl.constexpr(0.6931471805599453)
 
 
 @gluon.jit
-def _load_kv(descs, bufs, bars, row, st, pred):
-    """TMA loads of the K and V tile at `row` into stage st, each signalling its ready barrier."""
-    mbarrier.expect(bars[0].index(st), descs[1].block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(descs[1], [row, 0], bars[0].index(st), bufs[1].index(st), pred=pred)
-    mbarrier.expect(bars[1].index(st), descs[2].block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(descs[2], [row, 0], bars[1].index(st), bufs[2].index(st), pred=pred)
-
-
-@gluon.jit
 def _producer(descs, bufs, bars, dims, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, WINDOW: gl.constexpr, LPT: gl.constexpr):
+              CAUSAL: gl.constexpr, WINDOW: gl.constexpr, LPT: gl.constexpr, EARLY_K: gl.constexpr):
     """The 1-warp producer partition: Q once, then each K / V tile the block visits (WINDOW: from
-    the first its window reaches, as the consumers count them) into the next free stage."""
-    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = tile_coords(dims, 0, BLOCK_M, BLOCK_M, BLOCK_N, CAUSAL,
-                                                                   WINDOW, LPT)
+    the first its window reaches, as the consumers count them) into the next free stage (EARLY_K:
+    the K and the V tile each as soon as its own stage is free)."""
+    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = tile_coords(dims, 0, BLOCK_M, BLOCK_M, BLOCK_N,
+                                                                       CAUSAL, WINDOW, LPT)
     NQ: gl.constexpr = bufs[0].shape[0]
     mbarrier.expect(bars[3], NQ * descs[0].block_type.nbytes)
     for i in gl.static_range(NQ):
         tma.async_copy_global_to_shared(descs[0], [q_row + i * (BLOCK_M // NQ), 0], bars[3], bufs[0].index(i))
     for j in range(n_tiles):
-        mbarrier.wait(bars[2].index(j % STAGES), ((j // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
-        _load_kv(descs, bufs, bars, kv_row + j * BLOCK_N, j % STAGES, True)
+        free = ((j // STAGES) & 1) ^ 1                          # a fresh barrier passes phase 1
+        mbarrier.wait(bars[2].index(j % STAGES), free)
+        if EARLY_K:
+            load_tile(descs, bufs, bars, 1, kv_row + j * BLOCK_N, j % STAGES, True)
+            mbarrier.wait(bars[5].index(j % STAGES), free)
+            load_tile(descs, bufs, bars, 2, kv_row + j * BLOCK_N, j % STAGES, True)
+        else:
+            load_kv(descs, bufs, bars, kv_row + j * BLOCK_N, j % STAGES, True)
 
 
 @gluon.jit
@@ -79,30 +81,30 @@ def _pingpong(turn, j, WG: gl.constexpr, PINGPONG: gl.constexpr, HAND_OVER: gl.c
 def _plain_loop(lo, hi, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, sc, pos, kv_row, n_tiles,
                 MASK: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, SOFT_CAP: gl.constexpr,
                 WS: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
-                BLOCK_N: gl.constexpr, p_layout: gl.constexpr):
+                BLOCK_N: gl.constexpr, p_layout: gl.constexpr, EARLY_K: gl.constexpr):
     """Key tiles lo..hi-1 one after the other: QK^T, softmax, rescale, PV."""
     q_smem, k_bufs, v_bufs = bufs
-    k_ready, v_ready, empty, q_bar, turn = bars
+    k_ready, v_ready, empty, q_bar, turn, empty_v = bars
     for j in range(lo, hi):
         st = j % STAGES
         ph = (j // STAGES) & 1
         if not WS:                                               # stage of tile j-1 is free: refill it
             nt = j + STAGES - 1
             gl.thread_barrier()
-            _load_kv(descs, bufs, bars, kv_row + nt * BLOCK_N, nt % STAGES, nt < n_tiles)
+            load_kv(descs, bufs, bars, kv_row + nt * BLOCK_N, nt % STAGES, nt < n_tiles)
         mbarrier.wait(k_ready.index(st), ph)
         _pingpong(turn, j, WG, PINGPONG, False)
         s = warpgroup_mma(q_tile, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
         _pingpong(turn, 0, WG, PINGPONG, True)
         s = warpgroup_mma_wait(0, deps=(s,))
+        release_stage(bars, st, False, WS, EARLY_K)
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, sc, pos, j * BLOCK_N, MASK, CAUSAL, WINDOW, SOFT_CAP)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
         p16 = gl.convert_layout(p.to(q_tile.dtype), p_layout)
         mbarrier.wait(v_ready.index(st), ph)
         acc = warpgroup_mma(p16, v_bufs.index(st), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
-        if WS:
-            mbarrier.arrive(empty.index(st), count=1)
+        release_stage(bars, st, True, WS, EARLY_K)
     return m_i, l_i, acc
 
 
@@ -110,17 +112,17 @@ def _plain_loop(lo, hi, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, sc, pos, k
 def _overlap_loop(lo, hi, p16, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, sc, pos, kv_row, n_tiles,
                   MASK: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, SOFT_CAP: gl.constexpr,
                   WS: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
-                  BLOCK_N: gl.constexpr, p_layout: gl.constexpr):
+                  BLOCK_N: gl.constexpr, p_layout: gl.constexpr, EARLY_K: gl.constexpr):
     """Tiles lo..hi-1 (lo >= 1), QK^T(j) with PV(j-1), softmax(j) under PV(j-1); p16: P(j-1) -> P(hi-1)."""
     q_smem, k_bufs, v_bufs = bufs
-    k_ready, v_ready, empty, q_bar, turn = bars
+    k_ready, v_ready, empty, q_bar, turn, empty_v = bars
     for j in range(lo, hi):
         st = j % STAGES
         pst = (j - 1) % STAGES
         if not WS:                                               # stage of tile j-2 (or a fresh one) is free
             nt = j + STAGES - 2
             gl.thread_barrier()
-            _load_kv(descs, bufs, bars, kv_row + nt * BLOCK_N, nt % STAGES, nt < n_tiles)
+            load_kv(descs, bufs, bars, kv_row + nt * BLOCK_N, nt % STAGES, nt < n_tiles)
         mbarrier.wait(k_ready.index(st), (j // STAGES) & 1)
         mbarrier.wait(v_ready.index(pst), ((j - 1) // STAGES) & 1)
         _pingpong(turn, j, WG, PINGPONG, False)
@@ -128,10 +130,10 @@ def _overlap_loop(lo, hi, p16, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, sc,
         acc = warpgroup_mma(p16, v_bufs.index(pst), acc, is_async=True)
         _pingpong(turn, 0, WG, PINGPONG, True)
         s = warpgroup_mma_wait(1, deps=(s,))                    # QK^T(j) done, PV(j-1) may still run
+        release_stage(bars, st, False, WS, EARLY_K)
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, sc, pos, j * BLOCK_N, MASK, CAUSAL, WINDOW, SOFT_CAP)
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
-        if WS:
-            mbarrier.arrive(empty.index(pst), count=1)
+        release_stage(bars, pst, True, WS, EARLY_K)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
         p16 = gl.convert_layout(p.to(q_tile.dtype), p_layout)
     return p16, m_i, l_i, acc
@@ -141,18 +143,19 @@ def _overlap_loop(lo, hi, p16, m_i, l_i, acc, s0, q_tile, descs, bufs, bars, sc,
 def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
               SOFT_CAP: gl.constexpr, LPT: gl.constexpr, WS: gl.constexpr, OVERLAP: gl.constexpr,
-              TMA_STORE: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr, num_warps: gl.constexpr):
+              TMA_STORE: gl.constexpr, PINGPONG: gl.constexpr, EARLY_K: gl.constexpr, WG: gl.constexpr,
+              num_warps: gl.constexpr):
     """Computing warps: QK^T, softmax, PV and the epilogue for BM = BLOCK_M / NQ rows of the block
     (NQ = 1: all 8 warps, two warpgroups in lockstep; NQ = 2: consumer WG, one warpgroup)."""
     q_desc, k_desc, v_desc, o_desc = descs
     q_smem, k_bufs, v_bufs = bufs
-    k_ready, v_ready, empty, q_bar, turn = bars
+    k_ready, v_ready, empty, q_bar, turn, empty_v = bars
     n_q, n_k = dims[0], dims[1]
     NQ: gl.constexpr = q_smem.shape[0]
     BM: gl.constexpr = BLOCK_M // NQ
     ROW_OFF: gl.constexpr = WG * BM
-    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = tile_coords(dims, ROW_OFF, BM, BLOCK_M, BLOCK_N, CAUSAL,
-                                                                   WINDOW, LPT)
+    m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full = tile_coords(dims, ROW_OFF, BM, BLOCK_M, BLOCK_N,
+                                                                       CAUSAL, WINDOW, LPT)
     q_row = q_row + ROW_OFF
     q_tile = q_smem.index(WG)
     dtype: gl.constexpr = q_desc.dtype
@@ -175,7 +178,7 @@ def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M: gl.constexpr
         mbarrier.expect(q_bar, q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_tile)
         for t in gl.static_range(STAGES - 1):
-            _load_kv(descs, bufs, bars, kv_row + t * BLOCK_N, t, t < n_tiles)
+            load_kv(descs, bufs, bars, kv_row + t * BLOCK_N, t, t < n_tiles)
     mbarrier.wait(q_bar, 0)
 
     loop_args = (s0, q_tile, descs, bufs, bars, sc, pos, kv_row, n_tiles)
@@ -186,32 +189,32 @@ def _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M: gl.constexpr
             s = warpgroup_mma(q_tile, k_bufs.index(0).permute((1, 0)), s0, use_acc=False, is_async=True)
             _pingpong(turn, 0, WG, PINGPONG, True)
             s = warpgroup_mma_wait(0, deps=(s,))
+            release_stage(bars, 0, False, WS, EARLY_K)
             p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, sc, pos, 0, True, CAUSAL, WINDOW, SOFT_CAP)
             p16 = gl.convert_layout(p.to(dtype), p_layout)
             first = 1
             if WINDOW:                                           # the window's lower edge: masked
                 first = gl.maximum(full_lo, 1)
                 p16, m_i, l_i, acc = _overlap_loop(1, first, p16, m_i, l_i, acc, *loop_args, True, CAUSAL, WINDOW,
-                                                   SOFT_CAP, WS, WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+                                                   SOFT_CAP, WS, WG, PINGPONG, STAGES, BLOCK_N, p_layout, EARLY_K)
             mid = gl.maximum(n_full, first)
             p16, m_i, l_i, acc = _overlap_loop(first, mid, p16, m_i, l_i, acc, *loop_args, False, CAUSAL, WINDOW,
-                                               SOFT_CAP, WS, WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+                                               SOFT_CAP, WS, WG, PINGPONG, STAGES, BLOCK_N, p_layout, EARLY_K)
             p16, m_i, l_i, acc = _overlap_loop(mid, n_tiles, p16, m_i, l_i, acc, *loop_args, True, CAUSAL, WINDOW,
-                                               SOFT_CAP, WS, WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+                                               SOFT_CAP, WS, WG, PINGPONG, STAGES, BLOCK_N, p_layout, EARLY_K)
             lst = (n_tiles - 1) % STAGES                          # the last PV
             mbarrier.wait(v_ready.index(lst), ((n_tiles - 1) // STAGES) & 1)
             acc = warpgroup_mma(p16, v_bufs.index(lst), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
-            if WS:
-                mbarrier.arrive(empty.index(lst), count=1)
+            release_stage(bars, lst, True, WS, EARLY_K)
     else:                                       # the window's lower edge, the unmasked tiles, the masked ones
         if WINDOW:
             m_i, l_i, acc = _plain_loop(0, full_lo, m_i, l_i, acc, *loop_args, True, CAUSAL, WINDOW, SOFT_CAP, WS,
-                                        WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+                                        WG, PINGPONG, STAGES, BLOCK_N, p_layout, EARLY_K)
         m_i, l_i, acc = _plain_loop(full_lo, n_full, m_i, l_i, acc, *loop_args, False, CAUSAL, WINDOW, SOFT_CAP, WS,
-                                    WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+                                    WG, PINGPONG, STAGES, BLOCK_N, p_layout, EARLY_K)
         m_i, l_i, acc = _plain_loop(n_full, n_tiles, m_i, l_i, acc, *loop_args, True, CAUSAL, WINDOW, SOFT_CAP, WS,
-                                    WG, PINGPONG, STAGES, BLOCK_N, p_layout)
+                                    WG, PINGPONG, STAGES, BLOCK_N, p_layout, EARLY_K)
 
     # epilogue: o = acc / l (0 for a row that saw no key), lse in natural log (-inf there)
     l_o = gl.convert_layout(l_i, o_rows)
@@ -236,7 +239,7 @@ def fa3_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, cap
                    num_m, window, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, SOFT_CAP: gl.constexpr,
                    LPT: gl.constexpr, WS: gl.constexpr, OVERLAP: gl.constexpr, TMA_STORE: gl.constexpr,
-                   SPLIT: gl.constexpr, PINGPONG: gl.constexpr, num_warps: gl.constexpr):
+                   SPLIT: gl.constexpr, PINGPONG: gl.constexpr, EARLY_K: gl.constexpr, num_warps: gl.constexpr):
     """Shared memory (Q, STAGES K and V stages, their barriers), then the partitions. SPLIT (with
     WS): two 4-warp consumer partitions of BLOCK_M / 2 rows each, which run independently."""
     dtype: gl.constexpr = q_desc.dtype
@@ -247,6 +250,7 @@ def fa3_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, cap
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())   # EARLY_K only
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(turn.index(0), count=1)
@@ -255,28 +259,31 @@ def fa3_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, cap
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=NQ)                  # every consumer releases every stage
+        mbarrier.init(empty_v.index(i), count=NQ)
     mbarrier.init(q_bar, count=1)
     descs = (q_desc, k_desc, v_desc, o_desc)
     bufs = (q_smem, k_bufs, v_bufs)
-    bars = (k_ready, v_ready, empty, q_bar, turn)
+    bars = (k_ready, v_ready, empty, q_bar, turn, empty_v)
     dims = (n_q, n_k, H, GROUP, num_m, window)
     sc = (qk_scale, cap_in, cap_out)
     if WS:
         if SPLIT:
             gl.warp_specialize([(_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M, BLOCK_N, HEAD_D,
                                              STAGES, CAUSAL, WINDOW, SOFT_CAP, LPT, WS, OVERLAP, TMA_STORE,
-                                             PINGPONG, 0, 4)),
+                                             PINGPONG, EARLY_K, 0, 4)),
                                 (_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M, BLOCK_N, HEAD_D,
                                              STAGES, CAUSAL, WINDOW, SOFT_CAP, LPT, WS, OVERLAP, TMA_STORE,
-                                             PINGPONG, 1, 4)),
-                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WINDOW, LPT))],
+                                             PINGPONG, EARLY_K, 1, 4)),
+                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WINDOW, LPT,
+                                             EARLY_K))],
                                [4, 1], [240, 24])
         else:
             gl.warp_specialize([(_consumer, (descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M, BLOCK_N, HEAD_D,
                                              STAGES, CAUSAL, WINDOW, SOFT_CAP, LPT, WS, OVERLAP, TMA_STORE, False,
-                                             0, num_warps)),
-                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WINDOW, LPT))],
+                                             EARLY_K, 0, num_warps)),
+                                (_producer, (descs, bufs, bars, dims, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WINDOW, LPT,
+                                             EARLY_K))],
                                [1], [24])
     else:
         _consumer(descs, bufs, bars, dims, o_ptr, lse_ptr, sc, BLOCK_M, BLOCK_N, HEAD_D, STAGES, CAUSAL, WINDOW,
-                  SOFT_CAP, LPT, WS, OVERLAP, TMA_STORE, False, 0, num_warps)
+                  SOFT_CAP, LPT, WS, OVERLAP, TMA_STORE, False, False, 0, num_warps)

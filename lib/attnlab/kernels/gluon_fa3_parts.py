@@ -1,9 +1,11 @@
-"""Two parts of the Gluon kernel in `kernels.gluon_fa3_kernel` (torch-free): where a program's tiles
-are, and the online-softmax step with the masks and the soft-cap.
+"""Parts of the Gluon kernel in `kernels.gluon_fa3_kernel` (torch-free): where a program's tiles
+are, the online-softmax step with the masks and the soft-cap, and the stage ring's loads and releases.
 
     tile_coords(dims, ...)   this program's query block, the rows its TMA copies start at, and the key
                              tiles it visits: how many, and which of them need no mask
     softmax_tile(s, ...)     one tile's logits (soft-capped, masked) folded into the running max and sum
+    load_tile, load_kv       the TMA loads of a K and / or V tile into a stage, each arming its ready barrier
+    release_stage            a consumer is done with a stage's K or V tile (early_k_release: apart)
 
 Every partition of a program (the producer and each consumer) calls `tile_coords` and gets the same
 first key tile and tile count, so the producer's ring and the consumers' loops agree on which
@@ -12,13 +14,14 @@ The arithmetic is `kernels.variants.kv_block_range`'s, counted from the first ti
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-__all__ = ["tile_coords", "softmax_tile"]
+__all__ = ["tile_coords", "softmax_tile", "load_tile", "load_kv", "release_stage"]
 
 
 @gluon.jit
 def tile_coords(dims, ROW_OFF: gl.constexpr, ROWS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-            CAUSAL: gl.constexpr, WINDOW: gl.constexpr, LPT: gl.constexpr):
+                CAUSAL: gl.constexpr, WINDOW: gl.constexpr, LPT: gl.constexpr):
     """This program's query block m, its (batch, head) bh, the first rows of its Q block and of
     the keys it reads in the flattened (rows, d) views, the position key0 of that first key, how
     many key tiles the block visits from there, and the tiles [full_lo, full_hi) of those that
@@ -60,7 +63,7 @@ def tile_coords(dims, ROW_OFF: gl.constexpr, ROWS: gl.constexpr, BLOCK_M: gl.con
 
 @gluon.jit
 def softmax_tile(s, m_i, l_i, sc, pos, col0, MASK: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-             SOFT_CAP: gl.constexpr):
+                 SOFT_CAP: gl.constexpr):
     """One online-softmax step on raw logits s, for keys col0.. of rows pos[0]..: SOFT_CAP caps
     them, masked entries are -inf (MASK only), the running max m_i is in log2 units; returns
     p = 2^(s*qk_scale - m), the rescale factor alpha, the new m and l. sc = (qk_scale, cap_in,
@@ -88,3 +91,33 @@ def softmax_tile(s, m_i, l_i, sc, pos, col0, MASK: gl.constexpr, CAUSAL: gl.cons
     alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def load_tile(descs, bufs, bars, which: gl.constexpr, row, st, pred):
+    """The TMA load of the K (which = 1) or V (which = 2) tile at `row` into stage st, signalling
+    that stage's ready barrier."""
+    mbarrier.expect(bars[which - 1].index(st), descs[which].block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(descs[which], [row, 0], bars[which - 1].index(st), bufs[which].index(st),
+                                    pred=pred)
+
+
+@gluon.jit
+def load_kv(descs, bufs, bars, row, st, pred):
+    """TMA loads of the K and V tile at `row` into stage st, each signalling its ready barrier."""
+    load_tile(descs, bufs, bars, 1, row, st, pred)
+    load_tile(descs, bufs, bars, 2, row, st, pred)
+
+
+@gluon.jit
+def release_stage(bars, st, V: gl.constexpr, WS: gl.constexpr, EARLY_K: gl.constexpr):
+    """This consumer is done with stage st's K (V = False) or V tile: EARLY_K frees each on its own
+    barrier; otherwise one barrier frees both once V is done (no producer: nothing to free)."""
+    if WS:
+        if EARLY_K:
+            if V:
+                mbarrier.arrive(bars[5].index(st), count=1)
+            else:
+                mbarrier.arrive(bars[2].index(st), count=1)
+        elif V:
+            mbarrier.arrive(bars[2].index(st), count=1)

@@ -10,6 +10,9 @@ run under Triton's interpreter, so this is where their numbers come from).
                                                       SDPA bf16's + 1e-3, lse, -inf rows), timed
                                                       beside kernels.hopper and SDPA cuDNN / flash
     ... smoke final / full final                      the defaults (steps=None) and stage counts
+    ... smoke early_k / full early_k                  early_k_release (K and V stages freed apart)
+                                                      beside the defaults and a 3-stage overlap
+    ... smoke default                                 the defaults alone (steps=None)
     python -m attnlab.gpubench.sweeps.gluon record RUN.json OUT.json DATE COMMIT
                                                       a `full` run as data/measurements/'s steps file
 
@@ -44,6 +47,16 @@ FINAL = {"default": (None, None, None, (64, 128)),
          "split_pp_s4": (_SPLIT + ("pingpong",), 4, None, (64,)), "no_ws_s4": (("lpt_order", "tma_store"), 4, None, (64,)),
          "split_pp_n256": (_SPLIT + ("pingpong",), None, 256, (64,)), "no_ws_n256": (("lpt_order", "tma_store"), None, 256, (64,))}
 VARIANTS = {name: (st, None, None, (64, 128)) for name, st in STEP_SETS.items()}
+_EK = ("early_k_release",)
+#: "early_k" mode: each consumer frees a K stage after its QK^T and a V stage after its PV, apart
+#: (FA3's two pipelines), with and without ping-pong and the overlap; the smoke checks EARLY_SMOKE
+EARLY = {"default": (None, None, None, (64, 128)),
+         "split_pp_ov_s3": (_SPLIT + ("pingpong", "intra_overlap"), 3, None, (64, 128)),
+         "split_ek": (_SPLIT + _EK, None, None, (64, 128)),
+         "split_pp_ek": (_SPLIT + ("pingpong",) + _EK, None, None, (64, 128)),
+         "split_pp_ov_ek": (_SPLIT + ("pingpong", "intra_overlap") + _EK, None, None, (64, 128)),
+         "split_pp_ov_ek_s3": (_SPLIT + ("pingpong", "intra_overlap") + _EK, 3, None, (64, 128))}
+EARLY_SMOKE = ("split_ek", "split_pp_ek", "split_pp_ov_ek")
 RESULTS: dict = {"cases": []}
 
 
@@ -261,6 +274,12 @@ def main(argv=None) -> int:
     if "final" in argv[1:]:
         VARIANTS.clear()
         VARIANTS.update(FINAL)
+    if "default" in argv[1:]:
+        VARIANTS.clear()
+        VARIANTS["default"] = FINAL["default"]
+    if "early_k" in argv[1:]:
+        VARIANTS.clear()
+        VARIANTS.update({k: v for k, v in EARLY.items() if mode == "full" or k in EARLY_SMOKE})
     t0 = time.time()
     smoke() if mode == "smoke" else full()
     print(f"{mode} done in {time.time() - t0:.0f}s", flush=True)
