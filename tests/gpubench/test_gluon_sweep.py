@@ -61,3 +61,16 @@ def test_every_step_set_of_every_mode_is_a_launch_the_kernel_takes():
             for d in dims:                                   # fits shared memory, or config_for refuses it
                 config_for(d, frozenset(steps or ()), stages, block_n)
     assert all("early_k_release" in gluon.EARLY[n][0] for n in gluon.EARLY_SMOKE)
+
+
+def test_an_early_k_run_is_recorded_under_its_own_step_names(tmp_path):
+    run = {"device": "X", "torch": "t", "triton": "3.6", "cases": [
+        {"shape": [1, 4, 256, 128], "causal": False, "tflops": {"gluon_split_ek": 9.0, "cudnn": 12.0},
+         "check": {"split_ek": {"ok": True, "err_o": 2e-3}}}]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    assert gluon.main(["record", str(tmp_path / "run.json"), str(tmp_path / "o.json"), "d", "c", "early_k"]) == 0
+    rec = json.loads((tmp_path / "o.json").read_text())
+    assert rec["steps"] == list(gluon.EARLY) == list(gluon.RECORD_EARLY)     # every set of the mode has a label
+    assert {r["impl"]: r["checked"] for r in rec["rows"]} == {"split_ek": True, "cudnn": None}
+    with pytest.raises(SystemExit, match="usage"):
+        gluon.main(["record", "a.json", "b.json", "d", "c", "late_k"])

@@ -228,6 +228,27 @@ def test_gluon_steps_summary_comes_from_the_recorded_file(tmp_path, monkeypatch)
         runs.gluon_steps_summary(name)
 
 
+@pytest.mark.parametrize("name", ["h200-2026-12-02-gluon-steps.json", "h200-2026-12-03-gluon-early-k.json"])
+def test_gluon_steps_figure_draws_every_checked_step_of_the_file(name, tmp_path, monkeypatch):
+    import json
+
+    from attnlab.explore.measured import reader
+    res = json.loads((reader.measurements_dir() / name).read_text())
+    fig = runs.gluon_steps_figure(name)
+    for ax, causal in zip(fig.axes, (False, True)):
+        want = sorted(r["tflops"] for r in res["rows"]
+                      if r["head_dim"] == 128 and r["causal"] == causal and r["impl"] in res["steps"])
+        assert sorted(p.get_height() for p in ax.patches) == pytest.approx(want)        # one bar per step and case
+        assert ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel() and ("causal" in ax.get_title()) == causal
+    res["rows"][0]["checked"] = False                       # rows[0] is a step's: it failed, so no bar
+    (tmp_path / name).write_text(json.dumps(res))
+    monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
+    with pytest.raises(ValueError, match="failed their check"):
+        runs.gluon_steps_figure(name)
+    with pytest.raises(ValueError, match="head_dim=96"):
+        runs.gluon_steps_figure(name, head_dim=96)
+
+
 def test_profile_summary_shares_are_the_recorded_stalls_over_cycles_per_issue(tmp_path, monkeypatch):
     with open(reader.measurements_dir() / "h200-2026-12-02-ncu.json") as f:
         rec = {k["call"]: k for k in json.load(f)["kernels"]}

@@ -2,7 +2,8 @@
 (`reader`, the schema of attnlab.gpubench.schema) and the views each notebook prints.
 
     reader       run_files, load, newest_run, live_run, provenance, section
-    prefill      notebook 03: prefill_summary, prefill_figure, hopper_steps_summary, gluon_steps_summary
+    prefill      notebook 03: prefill_summary, prefill_figure, hopper_steps_summary, gluon_steps_summary,
+                 gluon_steps_figure
     decode       notebook 04: decode_summary, decode_figure, decode_bandwidth_summary
     flashinfer   notebook 05: paged_summary, cascade_summary, variants_summary, schedules_*
 

@@ -1,16 +1,18 @@
 """Notebook 03's views of a run: the prefill section beside the libraries and the model, and the
-recorded Hopper-kernel step sweep."""
+recorded step sweeps of the Hopper and Gluon kernels."""
 from __future__ import annotations
 
 import json
 
 import numpy as np
+from matplotlib import colormaps
 
 from attnlab.explore import style
 from attnlab.explore.measured import reader
 from attnlab.explore.measured.reader import provenance, section
 
-__all__ = ["PREFILL_IMPLS", "prefill_summary", "prefill_figure", "hopper_steps_summary", "gluon_steps_summary"]
+__all__ = ["PREFILL_IMPLS", "prefill_summary", "prefill_figure", "hopper_steps_summary", "gluon_steps_summary",
+           "gluon_steps_figure"]
 
 PREFILL_IMPLS = ("ours-fa2", "ours-hopper", "ours-gluon", "sdpa-flash", "sdpa-cudnn", "flex", "flashinfer-fa2",
                  "flashinfer-fa3")
@@ -135,3 +137,40 @@ def gluon_steps_summary(name: str = "h200-2026-12-02-gluon-steps.json") -> str:
     head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}; kernels "
             f"at commit {res['commit'][:7]}; {res['method']}\n")
     return head + style.table(rows, cols, {**{k: ".0f" for k in (*res["steps"], "hopper", "cudnn")}, "best": ".2f"})
+
+
+def gluon_steps_figure(name: str = "h200-2026-12-02-gluon-steps.json", head_dim: int = 128):
+    """The recorded Gluon step run as bars: per case (batch x N), the TFLOP/s of each step on top
+    of the one before, light to dark, with cuDNN's rate in the same run as a black tick; no mask
+    and causal side by side, at one head dim. A step whose check failed is refused by name."""
+    with open(reader.measurements_dir() / name) as f:
+        res = json.load(f)
+    rows = [r for r in res["rows"] if r["head_dim"] == head_dim]
+    if not rows:
+        raise ValueError(f"{name} has no case at head_dim={head_dim}; it has "
+                         f"{sorted({r['head_dim'] for r in res['rows']})}")
+    bad = [(r["batch"], r["N"], r["causal"], r["impl"]) for r in rows if r["impl"] in res["steps"] and not r["checked"]]
+    if bad:
+        raise ValueError(f"{name}: steps failed their check, so they have no time to show: {bad}")
+    steps = res["steps"]
+    shades = [colormaps["Greens"](0.3 + 0.65 * i / max(1, len(steps) - 1)) for i in range(len(steps))]
+    fig = style.new_figure(2, height=4.4)
+    w = 0.8 / len(steps)
+    for ax, causal in zip(fig.axes, (False, True)):
+        cases = sorted({(r["batch"], r["N"]) for r in rows if r["causal"] == causal}, key=lambda c: (c[1], c[0]))
+        at = {(r["batch"], r["N"], r["impl"]): r["tflops"] for r in rows if r["causal"] == causal}
+        for j, step in enumerate(steps):
+            ax.bar(np.arange(len(cases)) + (j - (len(steps) - 1) / 2) * w,
+                   [at.get((b, n, step), np.nan) for b, n in cases], w, color=shades[j], label=res["step_labels"][step])
+        ax.plot(range(len(cases)), [at.get((b, n, "cudnn"), np.nan) for b, n in cases], "_", color="black",
+                ms=26, mew=2, label="cuDNN, same run")
+        ax.set_xticks(range(len(cases)), [f"{b} x {style.k_label(n)}" for b, n in cases])
+        ax.set_xlabel("batch x sequence length N (tokens)")
+        ax.set_ylabel("attention TFLOP/s (visible pairs)")
+        ax.set_ylim(0, 1.15 * max(v for v in at.values() if v == v))
+        ax.grid(True, axis="y", alpha=0.25)
+        ax.set_title(f"{res['device']}, {res['date']}: Gluon FA3 steps, d={head_dim}, bf16,\n"
+                     f"{'causal' if causal else 'no mask'}, eager do_bench", fontsize=9.5)
+    fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=min(6, len(steps) + 1),
+               fontsize=style.SMALL, frameon=False)
+    return fig

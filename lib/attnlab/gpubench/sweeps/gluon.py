@@ -13,13 +13,15 @@ run under Triton's interpreter, so this is where their numbers come from).
     ... smoke early_k / full early_k                  early_k_release (K and V stages freed apart)
                                                       beside the defaults and a 3-stage overlap
     ... smoke default                                 the defaults alone (steps=None)
-    python -m attnlab.gpubench.sweeps.gluon record RUN.json OUT.json DATE COMMIT
+    python -m attnlab.gpubench.sweeps.gluon record RUN.json OUT.json DATE COMMIT [early_k]
                                                       a `full` run as data/measurements/'s steps file
 
 Results go to $OUT/gluon_check.json (or gluon_smoke.json), $OUT defaulting to the current folder.
 Timing is triton.testing.do_bench (median, eager: the host's launch and descriptor creation are
 included); flop = 4 B H N^2 d, halved when causal. `h200-2026-12-02-gluon-steps.json` is the
-`full` run at commit d86b56a, recorded with `record`.
+`full` run at commit d86b56a, recorded with `record`; `h200-2026-12-03-gluon-early-k.json` the
+`full early_k` run of 568957d's kernel before that commit changed the defaults, recorded with
+`record ... early_k`.
 """
 from __future__ import annotations
 
@@ -34,14 +36,10 @@ import traceback
 __all__ = ["STEP_SETS", "SMOKE", "reference", "smoke", "full", "record", "main"]
 
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
-STEP_SETS = {"split": _SPLIT,
-             "split_pp": _SPLIT + ("pingpong",),
-             "split_ov": _SPLIT + ("intra_overlap",),
+STEP_SETS = {"split": _SPLIT, "split_pp": _SPLIT + ("pingpong",), "split_ov": _SPLIT + ("intra_overlap",),
              "split_pp_ov": _SPLIT + ("pingpong", "intra_overlap"),
-             "ws": ("warp_specialize", "lpt_order", "tma_store"),
-             "no_ws": ("lpt_order", "tma_store")}
-# name -> (steps, num_stages, head dims it is timed at); "final" mode: the defaults and stage counts
-# name -> (steps, num_stages, block_n, head dims it is timed at)
+             "ws": ("warp_specialize", "lpt_order", "tma_store"), "no_ws": ("lpt_order", "tma_store")}
+# name -> (steps, num_stages, block_n, head dims it is timed at); "final" mode: the defaults and stage counts
 FINAL = {"default": (None, None, None, (64, 128)),
          "split_s3": (_SPLIT, 3, None, (128,)), "split_pp_s3": (_SPLIT + ("pingpong",), 3, None, (128,)),
          "split_pp_s4": (_SPLIT + ("pingpong",), 4, None, (64,)), "no_ws_s4": (("lpt_order", "tma_store"), 4, None, (64,)),
@@ -213,7 +211,6 @@ def full(only=None):
               + f" {best / cu:11.3f} {t.get('gluon_default', math.nan) / cu:14.3f}  {ok}")
 
 
-
 def _torch():
     global torch, F, triton, SDPBackend, sdpa_kernel, flash_attention_gluon, flash_attention_hopper
     import torch
@@ -234,9 +231,20 @@ RECORD_STEPS = {"no_ws": ("TMA+wgmma", "TMA loads into a ring of mbarrier-guarde
                 "split_pp_ov": ("+overlap", "intra-warpgroup overlap: QK^T(j) issued with PV(j-1), softmax(j) under PV(j-1)")}
 
 
-def record(run: dict, *, date: str, commit: str, sms: int = 132) -> dict:
+#: the step sets of the early_k mode, as `record` labels them when asked for them
+RECORD_EARLY = {"default": ("defaults then", "steps=None before the early_k run changed it: d = 128 two consumers + "
+                                             "ping-pong (no mask) or two consumers (causal), 2 stages; d = 64 as now"),
+                "split_pp_ov_s3": ("pp + ov, 3 stages", "two consumers, ping-pong, intra-warpgroup overlap, 3 stages"),
+                "split_ek": ("early K", "two consumers, each K stage freed after its QK^T, V after its PV"),
+                "split_pp_ek": ("pp, early K", "the same with ping-pong"),
+                "split_pp_ov_ek": ("pp + ov, early K", "ping-pong, overlap, early K release, 2 stages"),
+                "split_pp_ov_ek_s3": ("pp + ov, early K, 3 st.", "the same on 3 stages")}
+
+
+def record(run: dict, *, date: str, commit: str, sms: int = 132, steps: dict = RECORD_STEPS) -> dict:
     """A `full` run's result as the recorded steps file (`explore.measured.gluon_steps_summary`
-    reads it): one row per (case, implementation), the check's verdict beside each time."""
+    reads it): one row per (case, implementation), the check's verdict beside each time; `steps`
+    names the step sets and what each means (RECORD_STEPS, or RECORD_EARLY for an early_k run)."""
     rows = []
     for c in run["cases"]:
         B, H, N, d = c["shape"]
@@ -251,8 +259,8 @@ def record(run: dict, *, date: str, commit: str, sms: int = 132) -> dict:
                       "a float32 reference within 2 x SDPA bf16's error + 1e-3), timed by triton.testing.do_bench "
                       "(median, eager: the host's launch and descriptor creation included), flop = 4 B H N^2 d, "
                       "halved when causal; 32 query heads, 32 KV heads (no GQA), bf16",
-            "steps": list(RECORD_STEPS), "step_labels": {k: v[0] for k, v in RECORD_STEPS.items()},
-            "step_meaning": {k: v[1] for k, v in RECORD_STEPS.items()},
+            "steps": list(steps), "step_labels": {k: v[0] for k, v in steps.items()},
+            "step_meaning": {k: v[1] for k, v in steps.items()},
             "peers": {"hopper": "kernels.hopper (Triton)", "cudnn": "SDPA cuDNN", "sdpa_flash": "SDPA flash (FA2)"},
             "rows": rows}
 
@@ -261,10 +269,11 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     mode = argv[0] if argv else "full"
     if mode == "record":
-        if len(argv) != 5:
-            raise SystemExit("usage: ... record RUN.json OUT.json DATE COMMIT")
+        if len(argv) not in (5, 6) or argv[5:] not in ([], ["early_k"]):
+            raise SystemExit("usage: ... record RUN.json OUT.json DATE COMMIT [early_k]")
         with open(argv[1]) as f:
-            rec = record(json.load(f), date=argv[3], commit=argv[4])
+            rec = record(json.load(f), date=argv[3], commit=argv[4],
+                         steps=RECORD_EARLY if argv[5:] else RECORD_STEPS)
         with open(argv[2], "w") as f:
             json.dump(rec, f, indent=1)
         return 0
