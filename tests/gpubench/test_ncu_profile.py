@@ -31,6 +31,16 @@ def test_the_scheduled_group_runs_two_kernels_a_call(capsys):
     assert ncu.profile(torch, todo) == [(n, 2) for n, _, _ in todo]
 
 
+def test_the_gaps_group_profiles_the_automatic_split_on_ragged_batches(capsys):
+    from attnlab.gpubench import scheduled as S
+    todo = ncu.calls(torch, dry=True, group="gaps")                  # no Gluon under the interpreter
+    assert [n for n, _, _ in todo] == ["paged auto ragged batch 1", "paged auto ragged batch 3"]
+    assert ncu.profile(torch, todo) == [(n, 2) for n, _, _ in todo]
+    batches, pools, refs = S.setup(torch, [1, 3], S.DRY["shape"], "cpu", dry=True)
+    o = todo[1][2]()                                                 # batch 3: the same pool and table
+    assert torch.allclose(o.float(), refs[id(batches[1])], atol=2e-2)
+
+
 def _write(path, header, rows):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)

@@ -29,3 +29,18 @@ def test_the_grid_covers_the_shipped_rules():
 def test_usage_is_refused(argv):
     with pytest.raises(SystemExit, match="usage"):
         ragged.main(argv)
+
+
+def test_the_recorded_sweep_is_what_best_makes_of_its_rows():
+    import json
+    from attnlab.explore.measured.reader import measurements_dir
+    rec = json.loads((measurements_dir() / "h200-2026-12-02-ragged.json").read_text())
+    assert ragged.best(rec["rows"]) == rec["best"]
+    assert {r["batch"] for r in rec["rows"]} == set(ragged.BATCHES)
+    assert all(r["max_err"] <= 0.05 for r in rec["rows"])                 # every timed answer was checked
+    per_rule = {}                                                         # no rule reaches 0.95 at batch 4-16
+    fi = {r["batch"]: r["us"] for r in rec["rows"] if r["impl"].startswith("flashinfer")}
+    for r in rec["rows"]:
+        if r["impl"] == "paged" and r["batch"] in (4, 8, 16):
+            per_rule[r["batch"]] = max(per_rule.get(r["batch"], 0.0), fi[r["batch"]] / r["us"])
+    assert max(per_rule.values()) < 0.95 and len(per_rule) == 3

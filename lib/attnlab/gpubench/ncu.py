@@ -11,12 +11,17 @@ and the distillation of its report into that file's shape.
 
 Group "recorded" (the default) is the 2026-12-01 profile; group "scheduled" the plan-driven
 decoder's two kernels at batches 1 and 8 (balanced plan, with and without the 128-token floor);
+group "gaps" `paged_decode` (automatic split) at the long-tailed batches 4, 8 and 16 and the
+d = 64 prefill at 4 x 4K causal (Gluon defaults, Hopper kernel, cuDNN): where targets stayed short;
 group "gluon" the FA3 steps of
 `kernels.gluon_fa3` at 1 x 4K, 32 heads, d = 128 (as in the recorded steps file): the first step
 (TMA + wgmma, 8 warps that load and compute), the defaults and the last step (+ intra-warpgroup
 overlap), without and with the causal mask, beside FlashInfer's FA3 template and cuDNN on the same
 inputs. The raw page also gives every warp-stall reason (cycles per issued instruction), which
 `summarize` collects under "stalls".
+
+The file is long because each group's calls are written out here, one function a group, beside
+the one reader (`summarize`) of the report they make.
 
 Each call is warmed up three times, then made once between cudaProfilerStart and Stop, so the
 report holds exactly the kernels of CALLS, in order (a decode call launches two: split, merge).
@@ -49,7 +54,7 @@ DETAILS = {"Duration": "duration_us", "DRAM Throughput": "dram_pct", "Compute (S
 #: every stall reason of the warp-state section, as ncu --metrics takes them
 STALL_METRICS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 _STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
-GROUPS = ("recorded", "gluon", "scheduled")
+GROUPS = ("recorded", "gluon", "scheduled", "gaps")
 _RULES = ("CPIStall", "TheoreticalOccupancy", "IssueSlotUtilization", "HighPipeUtilization")
 
 
@@ -61,6 +66,8 @@ def calls(torch, dry: bool = False, group: str = "recorded") -> list[tuple[str, 
         return _gluon_calls(torch, dry)
     if group == "scheduled":
         return _scheduled_calls(torch, dry)
+    if group == "gaps":
+        return _gap_calls(torch, dry)
     from attnlab.gpubench.paged import pool
     from attnlab.kernels.decode import split_kv_decode, workspace
     from attnlab.kernels.hopper import flash_attention_hopper
@@ -165,6 +172,36 @@ def _scheduled_calls(torch, dry: bool) -> list:
             dec.load(plan, b.q, b.indptr, b.indices, b.last)
             out.append((f"sched {kind} batch {bsz} ({len(plan.work)} items)", 2,
                         lambda dec=dec, k=k, v=v: dec.run(k, v)))
+    return out
+
+
+def _gap_calls(torch, dry: bool) -> list:
+    """Where issue targets stayed short: `paged_decode` with its automatic split on the long-tailed
+    recorded batches 4, 8 and 16 (split and merge kernels), and prefill at d = 64, batch 4 x 4K
+    causal: the Gluon kernel's defaults, the Hopper kernel and cuDNN."""
+    from attnlab.gpubench import scheduled as S
+    from attnlab.kernels.paged import paged_decode
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    batches, pools, _ = S.setup(torch, [1, 3] if dry else [4, 8, 16], S.DRY["shape"] if dry else S.SHAPE, dev,
+                                dry=dry)
+    out = [(f"paged auto ragged batch {b.q.shape[0]}", 2, lambda b=b: paged_decode(
+        b.q, pools.k, pools.v, b.indptr, b.indices, b.last, page_size=b.page_size)) for b in batches]
+    if dry:
+        return out                      # Gluon kernels do not run under the interpreter
+    from attnlab.kernels.gluon_fa3 import flash_attention_gluon
+    from attnlab.kernels.hopper import flash_attention_hopper
+    torch.manual_seed(0)
+    q = torch.randn(4, 32, 4096, 64, device=dev, dtype=torch.bfloat16)
+    k, v = (torch.randn(4, 8, 4096, 64, device=dev, dtype=torch.bfloat16) for _ in "kv")
+    label = "4x4096 d64 causal"
+    out.append((f"gluon default {label}", 1, lambda: flash_attention_gluon(q, k, v, causal=True)))
+    out.append((f"hopper {label}", 1, lambda: flash_attention_hopper(q, k, v, causal=True)))
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    out.append((f"sdpa-cudnn {label}", 1, cudnn))
     return out
 
 
