@@ -114,10 +114,7 @@ def release_stage(bars, st, V: gl.constexpr, WS: gl.constexpr, EARLY_K: gl.const
     """This consumer is done with stage st's K (V = False) or V tile: EARLY_K frees each on its own
     barrier; otherwise one barrier frees both once V is done (no producer: nothing to free)."""
     if WS:
-        if EARLY_K:
-            if V:
-                mbarrier.arrive(bars[5].index(st), count=1)
-            else:
-                mbarrier.arrive(bars[2].index(st), count=1)
-        elif V:
-            mbarrier.arrive(bars[2].index(st), count=1)
+        if EARLY_K and V:
+            mbarrier.arrive(bars[5].index(st), count=1)         # the V stage, apart
+        elif EARLY_K or V:
+            mbarrier.arrive(bars[2].index(st), count=1)         # the K stage, or K and V together
