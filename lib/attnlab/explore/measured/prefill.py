@@ -2,8 +2,6 @@
 recorded step sweeps of the Hopper and Gluon kernels."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 from matplotlib import colormaps
 
@@ -86,8 +84,7 @@ def prefill_figure(res: dict, batch: int = 1):
 def hopper_steps_summary(name: str = "h200-2026-12-01-hopper-steps.json") -> str:
     """A recorded `python -m attnlab.gpubench.sweeps.hopper` run: each cumulative step of the Hopper kernel
     (TFLOP/s and its gain over the step before), then the best launch, against the best library."""
-    with open(reader.measurements_dir() / name) as f:
-        res = json.load(f)
+    res = reader.recorded(name)
     cases = sorted({(r["N"], r["causal"]) for r in res["rows"]}, key=lambda c: (c[1], c[0]))
     names = ["base", *["+".join(res["steps"][:i + 1]) for i in range(len(res["steps"]))]]
     rows = []
@@ -119,8 +116,7 @@ def gluon_steps_summary(name: str = "h200-2026-12-02-gluon-steps.json") -> str:
     """The recorded step run of the Gluon kernel (`kernels.gluon_fa3`): TFLOP/s of each FA3 step,
     each on top of the one before, per case, beside the Triton Hopper kernel and cuDNN, and the
     best step over cuDNN (above 1: faster than cuDNN)."""
-    with open(reader.measurements_dir() / name) as f:
-        res = json.load(f)
+    res = reader.recorded(name)
     cases = sorted({(r["batch"], r["N"], r["head_dim"], r["causal"]) for r in res["rows"]},
                    key=lambda c: (c[2], c[3], c[0], c[1]))
     cols = {"case": "B x N, d", "mask": "mask", **{s: res["step_labels"][s] for s in res["steps"]},
@@ -143,8 +139,7 @@ def gluon_steps_figure(name: str = "h200-2026-12-02-gluon-steps.json", head_dim:
     """The recorded Gluon step run as bars: per case (batch x N), the TFLOP/s of each step on top
     of the one before, light to dark, with cuDNN's rate in the same run as a black tick; no mask
     and causal side by side, at one head dim. A step whose check failed is refused by name."""
-    with open(reader.measurements_dir() / name) as f:
-        res = json.load(f)
+    res = reader.recorded(name)
     rows = [r for r in res["rows"] if r["head_dim"] == head_dim]
     if not rows:
         raise ValueError(f"{name} has no case at head_dim={head_dim}; it has "

@@ -15,7 +15,7 @@ import re
 from attnlab.gpubench.schema import SCHEMA, own_row
 from attnlab.machine.hardware import data_path
 
-__all__ = ["measurements_dir", "run_files", "load", "newest_run", "live_run", "provenance", "section",
+__all__ = ["measurements_dir", "run_files", "load", "recorded", "newest_run", "live_run", "provenance", "section",
            "profile_summary"]
 
 _RUN = re.compile(r"^([a-z0-9]+)-(\d{4}-\d{2}-\d{2})\.json$")
@@ -44,6 +44,12 @@ def load(path) -> dict:
     """The run file at `path` (see the module's docstring)."""
     with open(path) as f:
         return _view(json.load(f), getattr(path, "name", str(path)))
+
+
+def recorded(name: str) -> dict:
+    """A recorded file of data/measurements/ that is not a run (a sweep, a profile), as stored."""
+    with open(measurements_dir() / name) as f:
+        return json.load(f)
 
 
 def newest_run() -> dict:
@@ -97,8 +103,7 @@ def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
     and the share of those cycles each PROFILE_STALLS reason takes (CTA barrier, fixed-latency
     wait, memory, shared-memory queue). A kernel without stall counters is refused by name."""
     from attnlab.explore import style
-    with open(measurements_dir() / name) as f:
-        res = json.load(f)
+    res = recorded(name)
     rows = []
     if not isinstance(prefix, (str, tuple)) or not prefix:
         raise TypeError(f"prefix must be a call-name prefix or a tuple of them, got {prefix!r}")
