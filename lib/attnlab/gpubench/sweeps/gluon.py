@@ -55,6 +55,7 @@ EARLY = {"default": (None, None, None, (64, 128)),
          "split_pp_ov_ek": (_SPLIT + ("pingpong", "intra_overlap") + _EK, None, None, (64, 128)),
          "split_pp_ov_ek_s3": (_SPLIT + ("pingpong", "intra_overlap") + _EK, 3, None, (64, 128))}
 EARLY_SMOKE = ("split_ek", "split_pp_ek", "split_pp_ov_ek")
+MODES = {"final": FINAL, "default": {"default": FINAL["default"]}, "early_k": EARLY}
 RESULTS: dict = {"cases": []}
 
 
@@ -280,15 +281,11 @@ def main(argv=None) -> int:
     if mode not in ("smoke", "full"):
         raise SystemExit(f"mode must be smoke, full or record; got {mode!r}")
     _torch()
-    if "final" in argv[1:]:
-        VARIANTS.clear()
-        VARIANTS.update(FINAL)
-    if "default" in argv[1:]:
-        VARIANTS.clear()
-        VARIANTS["default"] = FINAL["default"]
-    if "early_k" in argv[1:]:
-        VARIANTS.clear()
-        VARIANTS.update({k: v for k, v in EARLY.items() if mode == "full" or k in EARLY_SMOKE})
+    for flag, table in MODES.items():                   # a mode flag runs its table instead of VARIANTS
+        if flag in argv[1:]:
+            VARIANTS.clear()
+            VARIANTS.update({k: v for k, v in table.items() if not (flag == "early_k" and mode == "smoke")
+                             or k in EARLY_SMOKE})
     t0 = time.time()
     smoke() if mode == "smoke" else full()
     print(f"{mode} done in {time.time() - t0:.0f}s", flush=True)
