@@ -13,6 +13,10 @@ run under Triton's interpreter, so this is where their numbers come from).
     ... smoke early_k / full early_k                  early_k_release (K and V stages freed apart)
                                                       beside the defaults and a 3-stage overlap
     ... smoke default                                 the defaults alone (steps=None)
+    python -m attnlab.gpubench.sweeps.gluon ladder    the lesson's step table: FA3's steps added one at a
+                                                      time at today's defaults, each set checked, then
+                                                      timed REPEATS times in interleaved rounds (the
+                                                      spread of the repeats is the noise band)
     python -m attnlab.gpubench.sweeps.gluon record RUN.json OUT.json DATE COMMIT [early_k]
                                                       a `full` run as data/measurements/'s steps file
 
@@ -33,7 +37,8 @@ import sys
 import time
 import traceback
 
-__all__ = ["STEP_SETS", "SMOKE", "reference", "smoke", "full", "record", "main"]
+__all__ = ["STEP_SETS", "SMOKE", "LADDER", "LADDER_CASES", "reference", "smoke", "full", "ladder", "record",
+           "main"]
 
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 STEP_SETS = {"split": _SPLIT, "split_pp": _SPLIT + ("pingpong",), "split_ov": _SPLIT + ("intra_overlap",),
@@ -55,6 +60,17 @@ EARLY = {"default": (None, None, None, (64, 128)),
          "split_pp_ov_ek": (_SPLIT + ("pingpong", "intra_overlap") + _EK, None, None, (64, 128)),
          "split_pp_ov_ek_s3": (_SPLIT + ("pingpong", "intra_overlap") + _EK, 3, None, (64, 128))}
 EARLY_SMOKE = ("split_ek", "split_pp_ek", "split_pp_ov_ek")
+#: "ladder" mode, the lesson's step table: name -> (label, steps, num_stages), each row adding one
+#: FA3 step to the row before it (the last two: the ring of stages at 2 and 4 where it fits)
+LADDER = {"no_ws": ("TMA + wgmma", ("lpt_order", "tma_store"), 2),
+          "ws": ("+ producer warp", ("warp_specialize", "lpt_order", "tma_store"), 2),
+          "split": ("+ 2 consumers", _SPLIT, 2),
+          "split_pp": ("+ ping-pong", _SPLIT + ("pingpong",), 2),
+          "split_pp_ov": ("+ overlap, 2 stages", _SPLIT + ("pingpong", "intra_overlap"), 2),
+          "split_pp_ov_s3": ("+ 3rd stage", _SPLIT + ("pingpong", "intra_overlap"), 3)}
+#: (B, H, N, d): shapes the defaults were not chosen on (those were 1-4 x 4K, 1 x 8K, 1 x 16K), seed 1
+LADDER_CASES = [(2, 32, 8192, 128), (4, 32, 8192, 64)]
+REPEATS = 5
 MODES = {"final": FINAL, "default": {"default": FINAL["default"]}, "early_k": EARLY}
 RESULTS: dict = {"cases": []}
 
@@ -212,6 +228,53 @@ def full(only=None):
               + f" {best / cu:11.3f} {t.get('gluon_default', math.nan) / cu:14.3f}  {ok}")
 
 
+def ladder(cases=LADDER_CASES, repeats=REPEATS):
+    """The step table with its noise band: per case and mask, every LADDER set NaN-poisoned and
+    checked, then all sets and cuDNN timed `repeats` times in interleaved rounds (one do_bench
+    median each), so drift over the run falls on every set alike."""
+    for (B, H, N, d), causal in itertools.product(cases, (False, True)):
+        q, k, v = inputs(B, H, H, N, N, d, seed=1)
+        ro, rl = reference(q, k, v, causal, d ** -0.5)
+        ref_sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        tol = 2 * (ref_sdpa.float() - ro).abs().max().item() + 1e-3
+        del ref_sdpa
+        flop = 4 * B * H * N * N * d / (2 if causal else 1)
+        rec = {"shape": [B, H, N, d], "causal": causal, "tol_o": tol, "check": {}, "ms": {}}
+        calls = {}
+        for name, (_, st, ns) in LADDER.items():
+            try:
+                kw = dict(causal=causal, steps=st, num_stages=ns)
+                o, lse = flash_attention_gluon(q, k, v, **kw)
+                o.fill_(float("nan"))
+                lse.fill_(float("nan"))
+                o2, lse2 = flash_attention_gluon(q, k, v, **kw)
+                torch.cuda.synchronize()
+                e = errors(o2, lse2, ro, rl)
+                e["ok"] = (not e["nan"]) and e["inf_rows_ok"] and e["err_o"] <= tol and e["err_lse"] <= 1e-2
+                rec["check"][name] = e
+                if e["ok"]:
+                    calls[name] = (lambda kw=kw: flash_attention_gluon(q, k, v, **kw))
+                del o, lse, o2, lse2
+            except Exception as ex:  # noqa: BLE001
+                rec["check"][name] = {"error": f"{type(ex).__name__}: {str(ex)[:300]}"}
+                traceback.print_exc()
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        calls["cudnn"] = cudnn
+        for _ in range(repeats):
+            for name, fn in calls.items():
+                rec["ms"].setdefault(name, []).append(bench(fn))
+        rec["tflops"] = {n: [flop / ms * 1e-9 for ms in t] for n, t in rec["ms"].items()}
+        print(json.dumps({"shape": rec["shape"], "causal": causal,
+                          "tflops": {n: [round(x, 1) for x in t] for n, t in rec["tflops"].items()}}), flush=True)
+        RESULTS["cases"].append(rec)
+        dump("gluon_ladder.json")
+        del q, k, v, ro, rl
+        torch.cuda.empty_cache()
+
+
 def _torch():
     global torch, F, triton, SDPBackend, sdpa_kernel, flash_attention_gluon, flash_attention_hopper
     import torch
@@ -278,9 +341,14 @@ def main(argv=None) -> int:
         with open(argv[2], "w") as f:
             json.dump(rec, f, indent=1)
         return 0
-    if mode not in ("smoke", "full"):
-        raise SystemExit(f"mode must be smoke, full or record; got {mode!r}")
+    if mode not in ("smoke", "full", "ladder"):
+        raise SystemExit(f"mode must be smoke, full, ladder or record; got {mode!r}")
     _torch()
+    if mode == "ladder":
+        t0 = time.time()
+        ladder()
+        print(f"ladder done in {time.time() - t0:.0f}s", flush=True)
+        return 0
     for flag, table in MODES.items():                   # a mode flag runs its table instead of VARIANTS
         if flag in argv[1:]:
             VARIANTS.clear()
