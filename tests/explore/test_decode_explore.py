@@ -210,6 +210,19 @@ def test_merge_curve_and_table():
     assert all(re.fullmatch(r"\de-1[67]", ln.split()[1]) for ln in lines)
 
 
+@pytest.mark.parametrize("dtype,order,seed", [("float32", "reverse", 0), ("float32", "random", 3),
+                                              ("float64", "random", 1)])
+def test_merge_curve_equals_each_point_alone(dtype, order, seed):
+    """The curve folds every split count in lockstep (one merge call a step for all of them); each
+    of its points must be, bit for bit, the merge of that split count computed alone."""
+    grid, fwd, oth, diff = dx.merge_errors(8, dtype, order, seed).curve
+    for i, s in enumerate(grid):
+        r = dx.merge_errors(int(s), dtype, order, seed, curve=False)
+        assert (fwd[i], oth[i], diff[i]) == (r.fwd_max, r.other_max, r.diff_max), s
+    ring = dx.merge_errors(100, dtype, order, seed)                  # off the grid: inserted
+    assert 100 in ring.curve[0] and ring.curve[2][list(ring.curve[0]).index(100)] == ring.other_max
+
+
 def test_merge_table_states_bounds_not_digits():
     q, k, v, ref = _reference(0)
     rows = dx.merge_rows((2, 8, 64), 0)

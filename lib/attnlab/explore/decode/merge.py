@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.validate import as_bool, as_int, choice
-from attnlab.core.decode import split_kv_attention
-from attnlab.core.softmax import attention_state, merge_states
+from attnlab.core.decode import split_bounds
+from attnlab.core.softmax import attention_state, merge, merge_states
 from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import slider, toggle
@@ -86,15 +86,25 @@ def _cast(dtype: str, seed: int, n_keys: int, d: int) -> tuple:
 
 @functools.lru_cache(maxsize=1024)
 def _states(dtype: str, seed: int, splits: int, n_keys: int, d: int) -> tuple:
+    """The chunk states of `split_kv_attention` (the same calls: `attention_state` on each chunk
+    of `split_bounds`), without its merge: the explorer merges them itself, in lockstep."""
     q, k, v = _cast(dtype, seed, n_keys, d)
-    _, _, states = split_kv_attention(q, k, v, splits, return_states=True)
-    return tuple(states)
+    return tuple(attention_state(q, k[a:b], v[a:b]) for a, b in split_bounds(n_keys, splits))
 
 
 def _order(order: str, splits: int, seed: int):
     if order == "random":
         return np.random.default_rng([seed, splits]).permutation(splits)
     return order
+
+
+def _indices(order: str, splits: int, seed: int) -> list[int]:
+    """The fold order of `merge_states(states, _order(order, splits, seed))` as indices."""
+    if order == "forward":
+        return list(range(splits))
+    if order == "reverse":
+        return list(range(splits - 1, -1, -1))
+    return [int(i) for i in _order(order, splits, seed)]
 
 
 @functools.lru_cache(maxsize=2048)
@@ -105,18 +115,38 @@ def _merged(dtype: str, seed: int, splits: int, order: str, n_keys: int, d: int)
     return o
 
 
+def _grid(n_keys: int) -> tuple:
+    return tuple(s for s in MERGE_GRID if s <= n_keys)
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_merged(dtype: str, seed: int, order: str, n_keys: int, d: int) -> tuple:
+    """The forward and the `order` merge at every split count of MERGE_GRID, as two read-only
+    float64 arrays (grid, d). What a dtype, seed or order change costs: one `softmax.merge` call
+    per step for all the folds at once (merge is elementwise over leading dims), each fold padded
+    with the identity state (0, -inf), which leaves a state unchanged bit for bit. Equal, bit for
+    bit, to `merge_states` on each split count's states (tests/explore/test_decode_explore.py)."""
+    folds = []
+    for s in _grid(n_keys):
+        states = _states(dtype, seed, s, n_keys, d)
+        for o in ("forward", order):
+            folds.append([states[i] for i in _indices(o, s, seed)])
+    steps = max(len(f) for f in folds)
+    ident = (np.zeros(d, dtype=dtype), np.asarray(-np.inf, dtype=dtype))
+    column = lambda j: tuple(np.stack(x) for x in zip(*(f[j] if j < len(f) else ident for f in folds)))  # noqa: E731
+    acc = column(0)
+    for j in range(1, steps):
+        acc = merge(acc, column(j))
+    o = np.asarray(acc[0], dtype=np.float64)
+    return readonly(o[0::2], o[1::2])
+
+
 @functools.lru_cache(maxsize=64)
 def _curve(dtype: str, seed: int, order: str, n_keys: int, d: int) -> tuple:
     ref = merge_data(seed, n_keys, d)[3]
-    fwd, oth, diff = [], [], []
-    for s in MERGE_GRID:
-        if s > n_keys:
-            break
-        a = _merged(dtype, seed, s, "forward", n_keys, d)
-        b = _merged(dtype, seed, s, order, n_keys, d)
-        fwd.append(np.abs(a - ref).max()); oth.append(np.abs(b - ref).max()); diff.append(np.abs(a - b).max())
-    n = len(fwd)
-    return readonly(np.array(MERGE_GRID[:n]), np.array(fwd), np.array(oth), np.array(diff))
+    a, b = _grid_merged(dtype, seed, order, n_keys, d)
+    fwd, oth, diff = (np.abs(x).max(axis=1) for x in (a - ref, b - ref, a - b))
+    return readonly(np.array(_grid(n_keys)), fwd, oth, diff)
 
 
 def merge_errors(splits: int = 64, dtype: str = "float32", order: str = "reverse", seed: int = 0,
@@ -143,8 +173,12 @@ def merge_errors(splits: int = 64, dtype: str = "float32", order: str = "reverse
     d = as_int("d", d, 1, None)
     curve = as_bool("curve", curve)
     ref = merge_data(seed, n_keys, d)[3]
-    a = _merged(dtype, seed, splits, "forward", n_keys, d)
-    b = _merged(dtype, seed, splits, order, n_keys, d)
+    grid = _grid(n_keys)
+    if curve and splits in grid:               # the curve's own folds: the ring sits on its line
+        a, b = (x[grid.index(splits)] for x in _grid_merged(dtype, seed, order, n_keys, d))
+    else:
+        a = _merged(dtype, seed, splits, "forward", n_keys, d)
+        b = _merged(dtype, seed, splits, order, n_keys, d)
     errors = readonly(np.abs(a - ref), np.abs(b - ref), np.abs(a - b))
     return MergeErrors(splits, dtype, order, seed, *errors,
                        _with_point(_curve(dtype, seed, order, n_keys, d), splits, errors)
@@ -175,6 +209,14 @@ class MergeExplorer(Explorer):
 
     def __init__(self, splits: int = 8, dtype: str = "float32", order: str = "reverse", seed: int = 0):
         super().__init__(splits=splits, dtype=dtype, order=order, seed=seed)
+        # The other dtype's curve at the opening seed and order, computed now (about as long as one
+        # change): the dtype toggle is the first control a reader tries here, and a curve not yet
+        # cached costs a chunk state per split of every grid point (511 of them) before it draws.
+        other = MERGE_DTYPES[1 - MERGE_DTYPES.index(self.values["dtype"])]
+        _curve(other, self.values["seed"], self.values["order"], MERGE_KEYS, MERGE_D)
+        # The opening picture's background, drawn now with the layout the base froze, so that
+        # the first change blits over it instead of drawing the whole figure (about 100 ms).
+        self.render()
 
     def controls(self):
         return {"splits": slider("splits", 8, 1, MERGE_MAX_SPLITS),
