@@ -360,3 +360,47 @@ def test_fp32_accuracy_rows_stay_within_the_stated_bound_and_the_bound_is_not_va
     assert max(max(r["fa1"], r["fa2"]) for r in rows) > U32
     assert accuracy_bound(257) == 8 * 2.0 ** -24 * 257 ** 0.5
     assert 1e-5 > accuracy_bound(1000) / 2   # a 1e-5 error breaks the bound up to N = 1000
+
+
+# --- sizes refused before anything is allocated --------------------------------------------------
+
+def test_standard_attention_refuses_broadcast_inputs_beyond_max_scores():
+    """A broadcast array has a huge shape without the memory: standard_attention would build its
+    N_q x N_k scores. Refused by name before allocating; just below the limit it runs."""
+    from attnlab.core.attention import MAX_SCORES
+    n = 1 << 16
+    q = np.broadcast_to(np.float32(0.5), (n, 8))
+    with pytest.raises(ValueError, match=r"score entries.*at most 134,217,728"):
+        standard_attention(q, q, q)
+    qi = np.broadcast_to(np.int64(1), (2, 4, 4097, 8))      # ints: refused before the float copy
+    with pytest.raises(ValueError, match="q, k, v of shapes"):
+        standard_attention(qi, qi[:, :2], qi[:, :2])
+    wide = np.broadcast_to(np.float32(1), (1 << 14, 1 << 14))  # output N_q x d_v beyond the limit
+    with pytest.raises(ValueError, match="output entries"):
+        standard_attention(wide[:, :4], wide[:1, :4], wide[:1])
+    assert 64 * 64 <= MAX_SCORES
+    assert standard_attention(q[:64], q[:64], q[:64]).shape == (64, 8)
+
+
+def test_block_sizes_fa2_rule_is_the_transpose_of_the_papers():
+    for d, m in [(64, 100_000), (128, 100_000), (256, 100_000), (5, 33), (7, 1001)]:
+        c = -(-m // (4 * d))
+        assert block_sizes(d, m, rule="fa2") == (c, min(c, d))
+        assert block_sizes(d, m, "fa1") == block_sizes(d, m) == (min(c, d), c)
+    with pytest.raises(ValueError, match="rule"):
+        block_sizes(64, 100_000, rule="fa3")
+
+
+def test_attention_backward_bad_input():
+    from attnlab.core.attention import attention_backward
+    q = np.ones((4, 3))
+    with pytest.raises(ValueError, match="mode"):
+        attention_backward(q, q, q, q, mode="keep")
+    with pytest.raises(ValueError, match="do of shape"):
+        attention_backward(q, q, q, np.ones((3, 3)))
+    with pytest.raises(ValueError, match="do"):
+        attention_backward(q, q, q, np.full((4, 3), np.nan))
+    with pytest.raises(TypeError, match="causal"):
+        attention_backward(q, q, q, q, causal="False")
+    with pytest.raises(ValueError, match="block_r"):
+        attention_backward(q, q, q, q, block_r=0, block_c=2)

@@ -3,6 +3,7 @@ must agree exactly; the lecture's published numbers; how the IO scales with N an
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -289,8 +290,63 @@ def test_lecture_ratio_at_32k():
 
 
 @pytest.mark.parametrize("n", [4096, 8192, 16384, 32768])
-def test_fa2_moves_more_than_fa1_at_d64(n):
+def test_fa2_moves_more_than_fa1_at_d64_only_under_fa1s_rule(n):
+    # under the lecture's rule (B_r <= d) the FA2 order re-reads K, V every 64 query rows ...
     assert flash_io(n, 64, order="fa2") > flash_io(n, 64, order="fa1")
+    # ... under its own tile rule (a tall Q block, B_r = ceil(M/4d)) it moves less than FA1
+    assert flash_io(n, 64, order="fa2", rule="fa2") < flash_io(n, 64, order="fa1")
+
+
+def _fa2_rule(d, sram):
+    """FlashAttention-2's tile rule written out: B_r = ceil(M / 4d), B_c = min(ceil(M / 4d), d)."""
+    b = math.ceil(sram / (4 * d))
+    return b, min(b, d)
+
+
+def test_fa2_rule_numbers_at_32k():
+    """N = 32,768, d = 64: 2Nd (1 + T_r) with T_r = ceil(N / ceil(M/4d)), against FA1's counts;
+    the FA2 count falls with M (as 1/M) instead of staying at 2Nd + 2N^2."""
+    n, d = 32768, 64
+    for sram, t_r in ((100_000, 84), (800_000, 11)):
+        assert -(-n // _fa2_rule(d, sram)[0]) == t_r                 # B_r = 391, 3125
+        assert flash_io(n, d, sram, "fa2", rule="fa2") == 2 * n * d * (1 + t_r)
+    assert flash_io(n, d, 100_000, "fa2", rule="fa2") == 356_515_840          # 357 M
+    assert flash_io(n, d, 100_000, "fa1") == 543_686_656                      # 544 M
+    assert flash_io(n, d, 800_000, "fa2", rule="fa2") == 50_331_648           # 50 M
+    assert flash_io(n, d, 800_000, "fa1") == 74_842_112                       # 75 M
+    assert flash_io(n, d, 100_000, "fa2") == 2 * n * d + 2 * n * n            # FA1's cap: 2.15 G
+    by_m = [flash_io(n, d, m, "fa2", rule="fa2") for m in (25_000, 100_000, 400_000)]
+    assert by_m[0] > 3.5 * by_m[1] > 3.5 * 3.5 * by_m[2]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fa2_rule_counter_equals_closed_form_random_odd_sizes(seed):
+    """The counter of flash_attention(order="fa2", rule="fa2") equals the closed form and the
+    enumeration with the rule's blocks written out, at random odd sizes, causal or not."""
+    rng = np.random.default_rng(100 + seed)
+    n_q, n_k, d = (int(x) * 2 + 1 for x in rng.integers(1, 20, 3))
+    sram = int(rng.integers(4 * d, 40 * d))
+    causal = bool(seed % 2)
+    q, k, v = _qkv(seed, n_q, n_k, d)
+    br, bc = _fa2_rule(d, sram)
+    assert br >= bc
+    for order in ORDERS:
+        hbm = _counted(flash_attention, q, k, v, causal=causal, order=order, sram=sram, rule="fa2")
+        enum = ref.flash_io_ref(n_q, d, n_k=n_k, block_r=br, block_c=bc, order=order, causal=causal)
+        assert hbm.by_tensor() == enum, (n_q, n_k, d, sram, order)
+        assert hbm.total == flash_io(n_q, d, sram, order, causal, n_k=n_k, rule="fa2")
+    # the default rule stays the paper's for either order
+    assert _counted(flash_attention, q, k, v, sram=sram).total == flash_io(n_q, d, sram, "fa2",
+                                                                           n_k=n_k)
+
+
+def test_rule_is_refused_by_name():
+    with pytest.raises(ValueError, match="rule"):
+        flash_io(1024, 64, rule="fa3")
+    with pytest.raises(TypeError, match="rule"):
+        flash_io(1024, 64, rule=2)
+    with pytest.raises(ValueError, match="rule"):
+        flash_attention(np.eye(4), np.eye(4), np.eye(4), rule="own")
 
 
 def test_lecture_sram_sweep_n8192_d128():
@@ -335,6 +391,7 @@ def test_io_table_rows_agree():
         assert r["standard"] == standard_io(n, 64)
         assert r["fa1"] == flash_io(n, 64, order="fa1")
         assert r["fa2"] == flash_io(n, 64, order="fa2")
+        assert r["fa2_own"] == flash_io(n, 64, order="fa2", rule="fa2") < r["fa1"]
         assert r["ratio"] == pytest.approx(r["standard"] / r["fa1"], rel=1e-15)
 
 
@@ -475,3 +532,80 @@ def test_hbm_bytes_exact_for_every_dtype_size():
     hbm.write("O", 1)
     assert hbm.bytes(0.5) == 4 and type(hbm.bytes(0.5)) is int
     assert hbm.bytes(0.125) == 1 and hbm.bytes(np.int64(3)) == 24
+
+
+# --- the backward pass: stored P against recomputation ------------------------------------------
+
+def _grad_ref(q, k, v, do, causal):
+    """dQ, dK, dV of sum(O * dO) by the dense formulas in float64 (P = softmax(S); dV = P^T dO;
+    dS = P * (dP - rowsum(P * dP)); dQ = dS K / sqrt(d); dK = dS^T Q / sqrt(d))."""
+    n_q, n_k, d = len(q), len(k), q.shape[1]
+    mask = ref.ref_mask(n_q, n_k, causal)
+    s = np.where(mask, q @ k.T / math.sqrt(d), -np.inf)
+    m = s.max(axis=1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    l = e.sum(axis=1, keepdims=True)
+    p = np.divide(e, l, out=np.zeros_like(e), where=l > 0)
+    dp = do @ v.T
+    ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+    return ds @ k / math.sqrt(d), ds.T @ q / math.sqrt(d), p.T @ do
+
+
+def test_gradient_reference_against_finite_differences():
+    """The dense formulas above are themselves checked: central differences of sum(O * dO)."""
+    q, k, v = _qkv(5, 4, 5, 3)
+    do = np.random.default_rng(6).standard_normal((4, 3))
+
+    def loss(q, k, v):
+        return float((ref.attention_head(q, k, v, causal=True)[0] * do).sum())
+    grads = _grad_ref(q, k, v, do, True)
+    h = 1e-6
+    for arg, g in zip(range(3), grads):
+        x = [q, k, v]
+        for idx in np.ndindex(x[arg].shape):
+            up = [a.copy() for a in x]; dn = [a.copy() for a in x]
+            up[arg][idx] += h; dn[arg][idx] -= h
+            assert abs((loss(*up) - loss(*dn)) / (2 * h) - g[idx]) < 1e-7
+
+
+@pytest.mark.parametrize("n_q, n_k, d, br, bc, causal", [
+    (7, 7, 3, 2, 3, False), (9, 13, 5, 4, 3, True), (13, 9, 3, 5, 2, True), (11, 11, 5, 3, 5, True),
+    (5, 3, 1, 7, 7, False)])
+def test_backward_gradients_and_counter_equal_closed_forms(n_q, n_k, d, br, bc, causal):
+    from attnlab.core.attention import attention_backward
+    from attnlab.core.iomodel import backward_io, recompute_flops
+    q, k, v = _qkv(n_q + 7 * n_k, n_q, n_k, d)
+    do = np.random.default_rng(d).standard_normal((n_q, d))
+    want = _grad_ref(q, k, v, do, causal)
+    totals = {}
+    for mode in ("recompute", "stored"):
+        hbm = HBM(trace=True)
+        got = attention_backward(q, k, v, do, causal=causal, block_r=br, block_c=bc, mode=mode,
+                                 hbm=hbm)
+        for g, w in zip(got, want):
+            assert np.abs(g - w).max() < 1e-13
+        assert hbm.total == backward_io(n_q, d, mode=mode, causal=causal, n_k=n_k, block_r=br,
+                                        block_c=bc)
+        totals[mode] = hbm.total
+        bt = hbm.by_tensor()
+        assert bt["dK"] == (0, n_k * d) and bt["dV"] == (0, n_k * d)      # written once
+        assert ("lse" in bt) is (mode == "recompute") and ("P" in bt) is (mode == "stored")
+        area = sum((e.rows[1] - e.rows[0]) * (e.cols[1] - e.cols[0])
+                   for e in hbm.events if e.kind == "compute")
+        if mode == "stored":
+            assert bt["P"] == (area, 0)                  # each visited tile of P read once
+        else:
+            f = recompute_flops(n_q, d, causal=causal, n_k=n_k, block_r=br, block_c=bc)
+            assert f["scores"] == f["exps"] == area and f["qk_flops"] == 2 * d * area
+    assert totals["stored"] >= totals["recompute"]
+
+
+def test_backward_closed_form_default_blocks_and_arrays():
+    from attnlab.core.iomodel import backward_io
+    n, d = 4096, 64                                     # B_c = 391, T_c = 11 (the paper's rule)
+    assert backward_io(n, d) == 2 * n * d + n + 4 * n * d + 11 * n * (4 * d + 2)
+    assert backward_io(n, d, mode="stored") == 2 * n * d + n + 4 * n * d + 11 * n * (4 * d + 1) + n * n
+    arr = backward_io(np.array([300, 4096]), d, causal=True)
+    assert arr.tolist() == [backward_io(300, d, causal=True), backward_io(4096, d, causal=True)]
+    with pytest.raises(ValueError, match="mode"):
+        backward_io(64, 8, mode="kept")

@@ -10,10 +10,14 @@ Conventions (tests rely on them):
       q2: x x x x x
   A query row that sees no key outputs 0 and lse = -inf, never NaN.
 - lse is the natural-log log-sum-exp of the scaled logits.
-- `sram` (M) is in elements, as in the paper; Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d).
+- `sram` (M) is in elements, as in the paper. Two tile rules set the blocks that are not given
+  (`block_sizes`): rule="fa1", the paper's and the lecture's, B_c = ceil(M / 4d),
+  B_r = min(ceil(M / 4d), d) (the default, for either loop order); rule="fa2", FlashAttention-2's
+  shape, the same budget with the roles swapped: B_r = ceil(M / 4d), B_c = min(ceil(M / 4d), d).
 
-What this leaves out on purpose: dropout, the backward pass (recomputation from m and l), and
-real SRAM capacity checks for explicit block sizes: the accounting follows the paper's dataflow.
+What this leaves out on purpose: dropout and real SRAM capacity checks for explicit block sizes:
+the accounting follows the paper's dataflow. The backward pass is `attention_backward` (numpy,
+S and P stored or recomputed from the saved lse, every tile counted).
 What the kernels take (tile sizes, causal mask, q, k, v checked) is `attnlab.core.inputs`.
 """
 from __future__ import annotations
@@ -24,13 +28,68 @@ import numpy as np
 
 from attnlab.validate import as_array, as_bool, as_int, choice
 from attnlab.core.hbm import HBM
-from attnlab.core.inputs import as_hbm, block_sizes, causal_mask, prepare_qkv, query_heads
+from attnlab.core import inputs
+from attnlab.core.inputs import as_hbm, causal_mask, prepare_qkv, query_heads
 from attnlab.core.softmax import _overflow, softmax
 
-__all__ = ["standard_attention", "flash_attention", "fa2_head", "Tiles", "block_sizes", "causal_mask", "ORDERS",
-           "prepare_qkv", "query_heads"]
+__all__ = ["standard_attention", "flash_attention", "fa2_head", "attention_backward", "Tiles", "block_sizes",
+           "causal_mask", "ORDERS", "RULES", "BACKWARD_MODES", "prepare_qkv", "query_heads", "MAX_SCORES"]
 
 ORDERS = ("fa1", "fa2")
+RULES = ("fa1", "fa2")
+BACKWARD_MODES = ("recompute", "stored")
+#: the most score entries (batch x heads x N_q x N_k) standard_attention builds: 2^27, 1 GiB of float64
+MAX_SCORES = 1 << 27
+
+
+def block_sizes(d: int, sram: int = 100_000, rule: str = "fa1") -> tuple[int, int]:
+    """(B_r, B_c): query rows and key rows of one tile, from the SRAM size M (elements).
+
+    rule="fa1" (the default): the FlashAttention paper's rule, the lecture's §3.3,
+        B_c = ceil(M / 4d), B_r = min(ceil(M / 4d), d).
+      The K/V block, which stays on chip while every query block passes (FA1's inner loop), takes
+      half of M (K_j and V_j, B_c x d each); the streamed Q block is capped at d rows so that the
+      score tile B_r x B_c stays within M / 4.
+    rule="fa2": FlashAttention-2's tile shape, the same budget with the roles swapped,
+        B_r = ceil(M / 4d), B_c = min(ceil(M / 4d), d).
+      In FA2's loop the Q block stays on chip while K and V stream past, so the tall block is Q's:
+      Q_i and the accumulator O_i (B_r x d each) take half of M, the streamed K_j, V_j are capped
+      at d rows, and the score tile is again at most d x ceil(M / 4d), about M / 4.
+
+    SRAM budget, the same for both rules: on chip at once are the resident block pair
+    (2 d ceil(M/4d), about M/2), the streamed pair (2 d min(ceil(M/4d), d) <= 2 d^2), the score tile
+    (<= d ceil(M/4d), about M/4) and m, l of the B_r rows: 2d(B_r + B_c) + B_r B_c + 2 B_r
+    elements, 84,046 for rule "fa2" at d = 64, M = 100,000. Like the paper's rule it is a budget in
+    order, not a capacity check: it fits in M while 2 d^2 stays below about M/4 (d <= 64 at
+    M = 100,000); at d = 128 it is 8 % over.
+
+    The SRAM must hold at least one row each of Q, K, V and O (M >= 4d), else ValueError.
+
+    >>> block_sizes(64, 100_000), block_sizes(64, 100_000, rule="fa2")
+    ((64, 391), (391, 64))
+    >>> block_sizes(256, 100_000, "fa2")     # ceil(M / 4d) = 98 < d: both rules give 98 x 98
+    (98, 98)
+    """
+    rule = choice("rule", rule, RULES)
+    br, bc = inputs.block_sizes(d, sram)
+    return (br, bc) if rule == "fa1" else (bc, br)
+
+
+def _score_size(q, k, v):
+    """Refuse, by name and before anything is allocated, inputs whose dense scores (batch x query
+    heads x N_q x N_k, broadcast over GQA) or output (batch x query heads x N_q x d_v) pass
+    MAX_SCORES entries: a broadcast array (np.broadcast_to) has that shape without the memory."""
+    if not all(isinstance(a, np.ndarray) and a.ndim in (2, 4) for a in (q, k, v)) \
+            or not q.ndim == k.ndim == v.ndim:
+        return                                       # prepare_qkv refuses these by name
+    qs, ks, vs = ((1, 1) * (a.ndim == 2) + a.shape for a in (q, k, v))
+    n = qs[0] * qs[1] * qs[2] * ks[2]
+    out = qs[0] * qs[1] * qs[2] * vs[3]
+    if max(n, out) > MAX_SCORES:
+        raise ValueError(f"q, k, v of shapes {q.shape}, {k.shape}, {v.shape} give {n:,} score "
+                         f"entries (batch x heads x N_q x N_k) and {out:,} output entries; valid: "
+                         f"at most {MAX_SCORES:,} each (beyond, use flash_attention or the closed "
+                         f"forms of attnlab.core.iomodel)")
 
 
 def _finite_output(fn):
@@ -58,7 +117,9 @@ def standard_attention(q, k, v, *, causal: bool = False, scale: float | None = N
 
     Per head: 2 N_q d + 2 N_k d + 4 N_q N_k elements when d_v = d; for N >> d the 4 N^2 term
     (write S, read S, write P, read P) dominates. Computed in the inputs' float dtype.
-    q, k, v: finite real numbers; `causal` a bool; `scale` a positive finite real.
+    q, k, v: finite real numbers; `causal` a bool; `scale` a positive finite real. The dense
+    scores (batch x heads x N_q x N_k, GQA broadcast included) are limited to MAX_SCORES entries:
+    larger inputs are refused by name before anything is allocated.
 
     >>> hbm = HBM()
     >>> _ = standard_attention(np.eye(4), np.eye(4), np.eye(4), hbm=hbm)
@@ -67,6 +128,7 @@ def standard_attention(q, k, v, *, causal: bool = False, scale: float | None = N
     """
     causal = as_bool("causal", causal)
     hbm = as_hbm(hbm)
+    _score_size(q, k, v)                             # before prepare_qkv's dtype copies
     q, k, v, scale, single = prepare_qkv(q, k, v, scale)
     n_q, n_k = q.shape[2], k.shape[2]
     mask = causal_mask(n_q, n_k) if causal else None
@@ -128,7 +190,8 @@ class Tiles:
 @_finite_output
 def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
                     sram: int = 100_000, block_r: int | None = None, block_c: int | None = None,
-                    order: str = "fa2", hbm: HBM | None = None, return_lse: bool = False):
+                    order: str = "fa2", hbm: HBM | None = None, return_lse: bool = False,
+                    rule: str = "fa1"):
     """Tiled exact attention with online softmax; S and P live only "on chip".
 
     order="fa1" (the FlashAttention paper's Algorithm 1): the outer loop runs over K/V blocks
@@ -142,8 +205,10 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     blocks are masked element-wise. N need not divide by the block sizes.
     The initialisation of O, l, m in HBM (fa1) is not counted, as in the paper's analysis.
     In fa1, lse = m + log l is derived from the statistics it already stored (no extra traffic).
-    `sram` (elements, an int >= 4d) sets the block sizes that are not given explicitly; it is
-    checked even when both are given. q, k, v: finite real numbers; flags are bools.
+    `sram` (elements, an int >= 4d) sets the block sizes that are not given explicitly, by the
+    tile rule `rule` ("fa1", the paper's, the default; "fa2", FlashAttention-2's tall Q block:
+    see `block_sizes`); it is checked even when both are given. q, k, v: finite real numbers;
+    flags are bools.
 
     Returns O, or (O, lse) with return_lse=True.
 
@@ -159,6 +224,7 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     True
     """
     order = choice("order", order, ORDERS)
+    rule = choice("rule", rule, RULES)
     causal = as_bool("causal", causal)
     return_lse = as_bool("return_lse", return_lse)
     hbm = as_hbm(hbm)
@@ -166,7 +232,7 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     q, k, v, scale, single = prepare_qkv(q, k, v, scale)
     n_q, n_k, d = q.shape[2], k.shape[2], q.shape[3]
     if block_r is None or block_c is None:
-        br, bc = block_sizes(d, sram)
+        br, bc = block_sizes(d, sram, rule)
         block_r = br if block_r is None else block_r
         block_c = bc if block_c is None else block_c
     block_r = as_int("block_r", block_r, 1, None)
@@ -297,3 +363,98 @@ def _fa1_head(q, k, v, tiles, br, bc, hbm):
                 hbm.write("l", r1 - r0, rows=(r0, r1)); hbm.write("m", r1 - r0, rows=(r0, r1))
     lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf).astype(q.dtype)
     return o, lse
+
+
+def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None = None,
+                       sram: int = 100_000, block_r: int | None = None, block_c: int | None = None,
+                       mode: str = "recompute", hbm: HBM | None = None):
+    """dQ, dK, dV of one head's O = softmax(scale Q K^T) V for the upstream gradient dO, tiled as
+    FlashAttention-2's backward, every tile moved reported to `hbm`. q (N_q, d), k (N_k, d),
+    v (N_k, d_v), do (N_q, d_v); returns (dq, dk, dv).
+
+    The forward pass runs first (`fa2_head`, not counted: it is the forward's traffic) and leaves
+    O and lse in HBM. Then, counted:
+
+    0. read O, dO; write D = rowsum(dO * O)               (2 N_q d_v reads, N_q writes)
+    1. outer loop over K/V blocks j: read K_j, V_j; dK_j, dV_j accumulate on chip and are written
+       once at the end of the block (N_k (d + d_v) reads, as many writes);
+    2. inner loop over the Q blocks i the mask leaves: read Q_i, dO_i, D_i and
+       mode="recompute": read lse_i and recompute S_ij = scale Q_i K_j^T, P_ij = exp(S_ij - lse_i)
+                         on chip (FlashAttention's recomputation: 2 B_r B_c d FLOPs more, B_r B_c
+                         exponentials);
+       mode="stored":    read the tile P_ij that the forward pass stored in HBM (B_r B_c elements);
+       then dV_j += P_ij^T dO_i, dP_ij = dO_i V_j^T, dS_ij = P_ij * (dP_ij - D_i),
+       dK_j += scale dS_ij^T Q_i, and dQ_i += scale dS_ij K_j as a read-modify-write of dQ_i in
+       HBM (FA2 accumulates dQ with atomic adds): B_r (3d + d_v + 2) elements per visit recomputing,
+       B_r (3d + d_v + 1) + B_r B_c storing.
+
+    `iomodel.backward_io` is this count in closed form. Block sizes not given come from
+    `block_sizes(d, sram)` (the paper's rule, the one its backward, Algorithm 4, uses too).
+    Every visited tile is traced as "compute" (its area is what recomputation redoes). Mode
+    "stored" needs P dense: N_q N_k <= MAX_SCORES. Computed in the inputs' float dtype.
+    """
+    mode = choice("mode", mode, BACKWARD_MODES)
+    do = as_array("do", do, ndim=2, shape="(N_q, d_v)")
+    sram = as_int("sram", sram, 1, None)
+    d = as_array("q", q, ndim=2, shape="(N_q, d)").shape[1]
+    if block_r is None or block_c is None:
+        br, bc = block_sizes(d, sram)
+        block_r = br if block_r is None else block_r
+        block_c = bc if block_c is None else block_c
+    q, k, v, block_r, block_c, tiles, hbm, _ = _head_args(
+        q, k, v, scale, block_r, block_c, causal, hbm, False, None)
+    n_q, n_k, dv = q.shape[0], k.shape[0], v.shape[1]
+    if do.shape != (n_q, dv):
+        raise ValueError(f"do of shape {do.shape} must match the output's shape (N_q, d_v) = "
+                         f"{(n_q, dv)}")
+    if mode == "stored" and n_q * n_k > MAX_SCORES:
+        raise ValueError(f"mode='stored' keeps P dense: N_q x N_k = {n_q * n_k:,} entries; valid: "
+                         f"at most {MAX_SCORES:,} (mode='recompute' has no such limit)")
+    do = do.astype(q.dtype, copy=False)
+    if not np.isfinite(do).all():
+        raise ValueError("do must hold finite real numbers; valid: no NaN or inf")
+    o, lse = fa2_head(q, k, v, block_r=block_r, block_c=block_c, tiles=tiles,
+                      return_lse=True)                    # the forward pass: O, lse in HBM
+    if mode == "stored":                                  # the forward also stored P
+        with np.errstate(over="ignore", invalid="ignore"):
+            p_hbm = np.exp(tiles.scores(q, k, 0, 0) - _safe(lse)[:, None])
+    dq, dk, dvv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    if hbm is not None:                                   # 0. D = rowsum(dO * O)
+        hbm.read("O", o); hbm.read("dO", do); hbm.write("D", n_q)
+    D = (do * o).sum(axis=1)
+    scale = tiles.scale
+    for c0 in range(0, n_k, block_c):                     # 1. outer loop: K_j, V_j on chip
+        c1 = min(c0 + block_c, n_k)
+        kj, vj = _load(hbm, "K", k, c0, c1), _load(hbm, "V", v, c0, c1)
+        dkj, dvj = np.zeros_like(kj), np.zeros_like(vj)
+        for r0 in range(0, n_q, block_r):                 # 2. inner loop: the Q blocks left
+            r1 = min(r0 + block_r, n_q)
+            if not tiles.active(r0, r1, c0, c1):
+                continue
+            qi, doi = _load(hbm, "Q", q, r0, r1), _load(hbm, "dO", do, r0, r1)
+            di = D[r0:r1]
+            if hbm is not None:
+                hbm.read("D", r1 - r0, rows=(r0, r1))
+            if mode == "recompute":
+                li = lse[r0:r1]
+                if hbm is not None:
+                    hbm.read("lse", r1 - r0, rows=(r0, r1))
+                s = tiles.scores(qi, kj, r0, c0, hbm)     # S_ij again, from Q_i and K_j
+                p = np.exp(s - _safe(li)[:, None])        # P_ij from the saved lse
+            else:
+                if hbm is not None:
+                    hbm.read("P", (r1 - r0) * (c1 - c0), rows=(r0, r1))
+                    hbm.compute((r0, r1), (c0, c1))
+                p = p_hbm[r0:r1, c0:c1]
+            dvj += p.T @ doi
+            ds = p * (doi @ vj.T - di[:, None])
+            dkj += scale * (ds.T @ qi)
+            _load(hbm, "dQ", dq, r0, r1)                  # dQ_i += scale dS_ij K_j in HBM
+            dq[r0:r1] += scale * (ds @ kj)
+            _store(hbm, "dQ", dq, r0, r1)
+        dk[c0:c1], dvv[c0:c1] = dkj, dvj
+        _store(hbm, "dK", dk, c0, c1); _store(hbm, "dV", dvv, c0, c1)
+    for name, g in (("dq", dq), ("dk", dk), ("dv", dvv)):
+        if not np.isfinite(g).all():
+            raise _overflow("do", f"the gradient {name}", g.dtype)
+    return dq, dk, dvv
