@@ -15,7 +15,7 @@ from attnlab.explore.roofline import (GRID, I_MAX, I_MIN, SOFTMAX_FLOPS, attenti
                                       RooflineExplorer, roofline_points, spec_sources)
 from attnlab.explore.roofline import memory_table
 from attnlab.explore.roofline.explorer import KEY as _KEY
-from attnlab.machine.hardware import data_path
+from attnlab.machine.hardware import data_path, get_gpu, gpus
 from attnlab.machine.models import attention_linear_crossover, linear_flops_per_token
 
 
@@ -333,3 +333,32 @@ def test_key_explains_the_hollow_marker():
     dot = next(l for l in ex.figure.axes[0].lines
                if l.get_marker() == "o" and l.get_markerfacecolor() == "white")
     assert dot.get_xdata()[0] == pytest.approx(2048.0)
+
+
+def test_labels_stay_off_the_lines_on_every_chip_and_dtype():
+    """No operator label is crossed by the ridge line (the two with leader lines on the flat roof sit
+    on a white box), covers a marker or another label; the region labels sit on a box drawn over
+    your kernel's dotted line (fp32 on the H100: the line at 10
+    FLOP/byte passes under "memory-bound", standard attention's 31 sits just right of the ridge)."""
+    for gpu in gpus():
+        for dtype in get_gpu(gpu).dtypes:
+            ex = RooflineExplorer(gpu, dtype, 10.0)
+            fig, ax = ex.figure, ex.figure.axes[0]
+            fig.canvas.draw()
+            renderer = fig.canvas.get_renderer()
+            ridge = ax.transData.transform((roofline_points(gpu, dtype).ridge, 1.0))[0]
+            labels = [(t.get_text(), Text.get_window_extent(t, renderer)) for t in ax.texts
+                      if type(t).__name__ == "Annotation" and t.get_text()]
+            boxed = {t.get_text() for t in ax.texts if t.get_bbox_patch() is not None}
+            dots = [ax.transData.transform((o.intensity, o.attainable / 1e12))
+                    for o in roofline_points(gpu, dtype).operators]
+            where = f"{gpu} {dtype}"
+            for i, (text, b) in enumerate(labels):
+                assert text in boxed or not b.x0 <= ridge <= b.x1, f"{where}: the ridge line crosses {text!r}"
+                assert not any(b.x0 - 3 <= x <= b.x1 + 3 and b.y0 - 3 <= y <= b.y1 + 3 for x, y in dots), \
+                    f"{where}: {text!r} covers a marker"
+                assert not any(b.overlaps(b2) for _, b2 in labels[i + 1:]), f"{where}: {text!r} overlaps"
+            user = next(ln for ln in ax.lines if ln.get_linestyle() == ":")
+            for region in ("memory-bound", "compute-bound"):
+                t = _label(ex, region)
+                assert t.get_bbox_patch() is not None and t.get_zorder() > user.get_zorder(), region

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from matplotlib.text import Text
+
 from attnlab.machine.hardware import get_gpu, gpus
 from attnlab.explore import style
 from attnlab.explore._base import Explorer
@@ -34,6 +36,10 @@ _LEADER = {"matmul", "flash_l2"}
 # remain to its right (fp8 and fp4 put it at 4,096 and 8,192 FLOP/byte)
 _L2_LABEL_ROOM = 0.6
 _L2_LABEL_LEFT = ((-3, 26), "right", "bottom")
+
+#: the box under the region labels and the two leader-line labels (which may span the ridge line
+#: on the flat roof): white, so a line passing behind them does not cross the text
+_LABEL_BOX = {"boxstyle": "square,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.9}
 
 KEY = ("orange: memory-bound, purple: compute-bound; the number is the operator's FLOP/byte\n"
        "elementwise, softmax: over a 4096 x 4096 matrix;  decode: one query, 4096 keys, MHA\n"
@@ -82,17 +88,20 @@ class RooflineExplorer(Explorer):
         self.roof, = ax.plot([], [], color="k", lw=2)
         self.ridge_line = ax.axvline(295, color=c["bound"], ls="--", lw=1)
         self.ridge_text = ax.text(0, 0, "", fontsize=style.SMALL, color="#404040", ha="right", va="bottom")
+        # the two region labels sit on a white box over the lines (your kernel's dotted line
+        # passes under "memory-bound" wherever the slider puts it below the label)
         self.mem_text = ax.text(0, 0.025, "memory-bound", color=c["memory"], ha="right", va="bottom",
-                                transform=ax.get_xaxis_transform())
+                                transform=ax.get_xaxis_transform(), zorder=6, bbox=_LABEL_BOX)
         self.cmp_text = ax.text(0, 0.025, "compute-bound", color=c["compute"], ha="left", va="bottom",
-                                transform=ax.get_xaxis_transform())
+                                transform=ax.get_xaxis_transform(), zorder=6, bbox=_LABEL_BOX)
         self.dots, self.labels = {}, {}
         for k, (off, ha, va) in _LABEL_POS.items():
             self.dots[k], = ax.plot([], [], "o", ms=7, mec="k", mew=0.6, zorder=3)
             leader = ({"arrowstyle": "-", "lw": 0.7, "color": "#555555", "shrinkA": 1, "shrinkB": 4.5}
                       if k in _LEADER else None)
             self.labels[k] = ax.annotate("", (1, 1), xytext=off, textcoords="offset points",
-                                         fontsize=style.SMALL, ha=ha, va=va, zorder=4, arrowprops=leader)
+                                         fontsize=style.SMALL, ha=ha, va=va, zorder=4, arrowprops=leader,
+                                         bbox=_LABEL_BOX if k in _LEADER else None)
         self.dots["flash_l2"].set_markerfacecolor("white")
         self.user_line, = ax.plot([], [], ":", color=c["highlight"], lw=1.5, zorder=2)
         self.user_dot, = ax.plot([], [], "*", ms=16, color=c["highlight"], mec="k", mew=0.8, zorder=5,
@@ -100,6 +109,23 @@ class RooflineExplorer(Explorer):
         fig.get_layout_engine().set(rect=(0.012, 0.17, 0.976, 0.82))   # room for the key under the axes
         return [self.shade, self.roof, self.ridge_line, self.ridge_text, self.mem_text, self.cmp_text,
                 *self.dots.values(), *self.labels.values(), self.user_line, self.user_dot, ax.title]
+
+    def _clear_of_ridge(self, lab, pos, ridge: float) -> None:
+        """Put an operator's label on its side of the marker, or on the other side where the ridge
+        line would run through the text (fp32's ridge of 20 next to standard attention's 31)."""
+        (dx, dy), ha, va = pos
+        lab.xyann = (dx, dy)
+        lab.set_horizontalalignment(ha)
+        lab.set_verticalalignment(va)
+        renderer = self.canvas.get_renderer()
+        lab.update_positions(renderer)
+        box = Text.get_window_extent(lab, renderer)
+        x = self.ax.transData.transform((ridge, 1.0))[0]
+        if box.x0 - 2 <= x <= box.x1 + 2:          # to the other side; a label below the roof
+            below = dy < 0                          # goes above it there, away from the marker
+            lab.xyann = (-dx, -dy if below else dy)  # below-left on the slope
+            lab.set_horizontalalignment("left" if ha == "right" else "right")
+            lab.set_verticalalignment("bottom" if below else va)
 
     def draw(self, r: RooflinePoints) -> str:
         c, tf = style.COLORS, 1e12
@@ -122,6 +148,8 @@ class RooflineExplorer(Explorer):
             lab = self.labels[k]
             lab.xy = (o.intensity, y)
             lab.set_text(f"{o.short} {intensity_label(o.intensity)}")
+            if k not in _LEADER:
+                self._clear_of_ridge(lab, _LABEL_POS[k], ridge)
             if k == "flash_l2":
                 room = math.log10(I_MAX / o.intensity) >= _L2_LABEL_ROOM
                 off, ha, _va = _LABEL_POS[k] if room else _L2_LABEL_LEFT

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,9 @@ from attnlab.machine.hardware import DTYPE_BYTES, attainable, dtype_name, get_gp
 from attnlab.core.iomodel import flash_io, standard_io
 from attnlab.machine.models import get_model, linear_flops_per_token
 from attnlab.explore._base import readonly
+
+#: the widest line of a printed list (a URL, which cannot break, may be longer)
+WIDTH = 100
 
 __all__ = ["attention_share", "memory_levels", "spec_sources", "Operator", "operators",
            "RooflinePoints", "roofline_points", "fusion_traffic", "fusion_rows", "MEMORY_FIELDS",
@@ -122,12 +126,19 @@ def spec_sources(gpu, fields=MEMORY_FIELDS) -> str:
     used = sorted({i for f in present for i, s in enumerate(docs) if f in s["supports"]})
     for i in used:
         url = docs[i]["url"] or "(no URL: measured)"
-        lines.append(f"  [{i + 1}] {docs[i]['document']}\n      {url}")
+        lines.append(textwrap.fill(f"[{i + 1}] {docs[i]['document']}", WIDTH, initial_indent="  ",
+                                   subsequent_indent="      ") + f"\n      {url}")
     cites = []
     for f in present:
         idx = [str(i + 1) for i, s in enumerate(docs) if f in s["supports"]]
         cites.append(f"{f} [{','.join(idx) if idx else 'none'}]")
-    lines.append("  " + "   ".join(cites))
+    row = ""
+    for c in cites:                                   # whole citations per line, lines of <= WIDTH
+        if row and len(row) + 3 + len(c) > WIDTH - 2:
+            lines.append("  " + row)
+            row = ""
+        row = f"{row}   {c}" if row else c
+    lines.append("  " + row)
     return "\n".join(lines)
 
 
@@ -153,7 +164,7 @@ def _operators(dtype: str, N: int, d: int, sram: int, matmul_n: int, context: in
          f"4N²d FLOPs; flash_io, FA2 order, M={sram:,}: K, V re-read per Q block"),
         ("matmul", "matmul", f"matmul {matmul_n}x{matmul_n}x{matmul_n}", float(mm),
          3 * matmul_n ** 2 * b, "2n³ FLOPs; A, B read and C written once"),
-        ("flash_l2", "FA, L2", f"FlashAttention, N={N:,} (re-reads hit L2)", float(attn),
+        ("flash_l2", "FA, L2", f"FlashAttention, N={N:,} (L2 re-reads)", float(attn),
          4 * N * d * b, "4N²d FLOPs; Q, K, V read and O written once"),
     )
     return tuple(Operator(k, sh, lab, f, float(by), f / by, how) for k, sh, lab, f, by, how in ops)

@@ -23,8 +23,8 @@ def share_table(model="Llama-3-8B", Ns=(1024, 4096, 16384, 32768, 131072),
     """`attention_share` as a text table: FLOPs per token, attention's share, S and KV sizes."""
     return style.table(
         attention_share(model, Ns, dtype),
-        {"N": "N (tokens)", "linear_flops": "linear GFLOP/token", "attn_flops": "attention GFLOP/token",
-         "attn_share": "attention share", "score_bytes": "S, one head", "kv_bytes": "KV read per decode step"},
+        {"N": "N (tokens)", "linear_flops": "linear GFLOP/tok", "attn_flops": "attention GFLOP/tok",
+         "attn_share": "attn share", "score_bytes": "S, one head", "kv_bytes": "KV read per decode step"},
         {"N": ",", "linear_flops": lambda x: f"{x / 1e9:.2f}", "attn_flops": lambda x: f"{x / 1e9:.2f}",
          "attn_share": ".1%", "score_bytes": style.binary_bytes, "kv_bytes": style.binary_bytes})
 
@@ -35,8 +35,8 @@ def memory_table(names=None) -> str:
     return style.table(
         memory_levels(names),
         {"gpu": "GPU", "hbm_bytes": "HBM", "hbm_bandwidth": "HBM bandwidth", "sram_per_sm": "SRAM per SM",
-         "sms": "SMs", "sram_total": "SRAM, all SMs", "l2_bytes": "L2", "hbm_per_l2": "HBM / L2",
-         "sram_bandwidth": "SRAM bandwidth"},
+         "sms": "SMs", "sram_total": "all SMs", "l2_bytes": "L2", "hbm_per_l2": "HBM / L2",
+         "sram_bandwidth": "SRAM BW"},
         {"hbm_bytes": lambda x: f"{x / 2 ** 30:.1f} GiB", "hbm_bandwidth": lambda x: f"{x / 1e12:.2f} TB/s",
          "sram_per_sm": lambda x: f"{x / 2 ** 10:.0f} KiB", "sram_total": lambda x: f"{x / 2 ** 20:.2f} MiB",
          "l2_bytes": lambda x: f"{x / 2 ** 20:.0f} MiB", "hbm_per_l2": lambda x: f"{x:,.0f}x",
@@ -79,14 +79,15 @@ def operator_table(gpu="H100-SXM", dtype: str = "bf16") -> str:
     """The operators of `roofline_points` as a text table: FLOPs, bytes, intensity, the roofline's
     attainable throughput and lower bound on time, and the verdict."""
     r = roofline_points(gpu, dtype)
-    return style.table(
-        [dataclasses.asdict(o) for o in r.operators],
-        {"label": "operator", "flops": "FLOPs", "bytes": "HBM bytes", "intensity": "FLOP/byte",
-         "attainable": "attainable", "fraction": "of peak", "time_s": "time >=", "bound": "bound by"},
-        {"label": str, "flops": lambda x: style.si(x), "bytes": lambda x: style.si(x, "B"),
-         "intensity": intensity_label, "attainable": lambda x: f"{x / 1e12:,.1f} TFLOP/s",
-         "fraction": lambda x: f"{100 * x:.1f} %", "time_s": style.seconds,
-         "bound": lambda v: v.replace("-bound", "")})
+    return ("bytes: to and from HBM; TFLOP/s: attainable under the roofline; time: its lower bound\n"
+            + style.table(
+                [dataclasses.asdict(o) for o in r.operators],
+                {"label": "operator", "flops": "FLOPs", "bytes": "bytes", "intensity": "FLOP/B",
+                 "attainable": "TFLOP/s", "fraction": "of peak", "time_s": "time >=", "bound": "bound"},
+                {"label": str, "flops": lambda x: style.si(x), "bytes": lambda x: style.si(x, "B"),
+                 "intensity": intensity_label, "attainable": lambda x: f"{x / 1e12:,.1f}",
+                 "fraction": lambda x: f"{100 * x:.1f}%", "time_s": style.seconds,
+                 "bound": lambda v: v.replace("-bound", "")}))
 
 
 def fusion_table(ks=(1, 2, 3, 4, 6, 8), N: int = 32768, gpu="H100-SXM", dtype: str = "bf16") -> str:
