@@ -74,3 +74,13 @@ def test_an_early_k_run_is_recorded_under_its_own_step_names(tmp_path):
     assert {r["impl"]: r["checked"] for r in rec["rows"]} == {"split_ek": True, "cudnn": None}
     with pytest.raises(SystemExit, match="usage"):
         gluon.main(["record", "a.json", "b.json", "d", "c", "late_k"])
+
+
+def test_record_ladder_keeps_every_repeat_and_its_check():
+    run = {"device": "X", "torch": "t", "triton": "3.6", "cases": [
+        {"shape": [2, 4, 256, 128], "causal": False, "check": {"ws": {"ok": True, "err_o": 1e-3}},
+         "tflops": {"ws": [3.0, 1.0, 2.0], "cudnn": [5.0, 4.0, 6.0]}}]}
+    rec = gluon.record_ladder(run, date="2026-12-04", commit="abc")
+    got = {r["impl"]: (r["tflops"], r["checked"]) for r in rec["rows"]}
+    assert got == {"ws": ([1.0, 2.0, 3.0], True), "cudnn": ([4.0, 5.0, 6.0], True)}
+    assert rec["repeats"] == 3 and rec["steps"] == list(gluon.LADDER)

@@ -2,7 +2,7 @@
 
     roofline/   notebook 01   numbers, tables, RooflineExplorer
     standard/   notebook 02   Algorithm 0's traffic, prefill cost; StandardTrafficExplorer, PrefillCostExplorer
-    flash/      notebook 03   OnlineSoftmaxExplorer, TileGridExplorer, IOExplorer
+    flash/      notebook 03   OnlineSoftmaxExplorer, TileGridExplorer, IOExplorer, PipelineExplorer
     decode/     notebook 04   IntensityExplorer, SplitKVExplorer, MergeExplorer, CascadeExplorer
     flashinfer/ notebook 05   paged KV, composable formats, variants, tile sizes, the scheduler
     since/      notebook 06   backends measured, MLA decode, FA4RoofExplorer, LowPrecExplorer

@@ -37,6 +37,9 @@ with the steps on it runs at that bound once the pipeline is full. Under `lockst
 `pingpong` every unit serves a fixed order, so the schedule is a longest path and more stages
 never make it slower.
 
+This file is long because the step graph, its solver and the switches' rules are one model
+and read best together.
+
 What this leaves out on purpose: latencies (a load takes its bandwidth time, a GEMM its rate
 time), issue slots and register moves, the causal mask, the epilogue, and L2's own bandwidth.
 """

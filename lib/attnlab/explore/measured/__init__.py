@@ -3,7 +3,7 @@
 
     reader       run_files, load, newest_run, live_run, provenance, section
     prefill      notebook 03: prefill_summary, prefill_figure, hopper_steps_summary, gluon_steps_summary,
-                 gluon_steps_figure
+                 gluon_steps_figure;  steps: the one step table with its noise band (ladder_summary)
     decode       notebook 04: decode_summary, decode_figure, decode_bandwidth_summary
     flashinfer   notebook 05: paged_summary, cascade_summary, variants_summary, schedules_*
 
@@ -19,8 +19,10 @@ from attnlab.explore.measured.prefill import *  # noqa: F401,F403
 from attnlab.explore.measured.prefill import __all__ as _prefill
 from attnlab.explore.measured.reader import *  # noqa: F401,F403
 from attnlab.explore.measured.reader import __all__ as _reader
+from attnlab.explore.measured.steps import *  # noqa: F401,F403
+from attnlab.explore.measured.steps import __all__ as _steps
 
-__all__ = ["not_live", *_reader, *_prefill, *_decode, *_flashinfer]
+__all__ = ["not_live", *_reader, *_prefill, *_steps, *_decode, *_flashinfer]
 
 
 def not_live() -> str:

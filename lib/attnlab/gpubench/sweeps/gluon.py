@@ -17,8 +17,11 @@ run under Triton's interpreter, so this is where their numbers come from).
                                                       time at today's defaults, each set checked, then
                                                       timed REPEATS times in interleaved rounds (the
                                                       spread of the repeats is the noise band)
-    python -m attnlab.gpubench.sweeps.gluon record RUN.json OUT.json DATE COMMIT [early_k]
+    python -m attnlab.gpubench.sweeps.gluon record RUN.json OUT.json DATE COMMIT [early_k | ladder]
                                                       a `full` run as data/measurements/'s steps file
+
+This file is long because each mode's table of step sets sits beside the loop that checks and
+times it, and `record` beside both.
 
 Results go to $OUT/gluon_check.json (or gluon_smoke.json), $OUT defaulting to the current folder.
 Timing is triton.testing.do_bench (median, eager: the host's launch and descriptor creation are
@@ -38,7 +41,7 @@ import time
 import traceback
 
 __all__ = ["STEP_SETS", "SMOKE", "LADDER", "LADDER_CASES", "reference", "smoke", "full", "ladder", "record",
-           "main"]
+           "record_ladder", "main"]
 
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 STEP_SETS = {"split": _SPLIT, "split_pp": _SPLIT + ("pingpong",), "split_ov": _SPLIT + ("intra_overlap",),
@@ -331,15 +334,40 @@ def record(run: dict, *, date: str, commit: str, sms: int = 132, steps: dict = R
             "rows": rows}
 
 
+def record_ladder(run: dict, *, date: str, commit: str, sms: int = 132) -> dict:
+    """A `ladder` run as data/measurements/'s ladder file (`explore.measured.steps` reads it): one
+    row per (case, implementation) with every repeat's TFLOP/s, the check's verdict beside it."""
+    rows = []
+    for c in run["cases"]:
+        B, H, N, d = c["shape"]
+        for name, runs in c["tflops"].items():
+            chk = c["check"].get(name, {})
+            rows.append({"batch": B, "heads": H, "N": N, "head_dim": d, "causal": c["causal"], "impl": name,
+                         "tflops": sorted(runs), "checked": chk.get("ok", True if name == "cudnn" else None),
+                         "max_err": chk.get("err_o")})
+    return {"device": run["device"], "sms": sms, "torch": run["torch"], "triton": run["triton"], "date": date,
+            "commit": commit, "repeats": len(run["cases"][0]["tflops"]["cudnn"]),
+            "method": "each step set's output NaN-poisoned, then checked against a float32 reference within "
+                      "2 x SDPA bf16's error + 1e-3; then every set and cuDNN timed in interleaved rounds "
+                      "(one triton.testing.do_bench median per round, eager, after one round not kept); "
+                      "flop = 4 B H N^2 d, halved when causal; 32 query and 32 KV heads, bf16, seed 1",
+            "steps": list(LADDER), "step_labels": {k: v[0] for k, v in LADDER.items()},
+            "step_meaning": {k: (", ".join(v[1]) + f"; {v[2]} stages") for k, v in LADDER.items()},
+            "peers": {"cudnn": "SDPA cuDNN"}, "rows": rows}
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     mode = argv[0] if argv else "full"
     if mode == "record":
-        if len(argv) not in (5, 6) or argv[5:] not in ([], ["early_k"]):
-            raise SystemExit("usage: ... record RUN.json OUT.json DATE COMMIT [early_k]")
+        if len(argv) not in (5, 6) or argv[5:] not in ([], ["early_k"], ["ladder"]):
+            raise SystemExit("usage: ... record RUN.json OUT.json DATE COMMIT [early_k | ladder]")
         with open(argv[1]) as f:
-            rec = record(json.load(f), date=argv[3], commit=argv[4],
-                         steps=RECORD_EARLY if argv[5:] else RECORD_STEPS)
+            run = json.load(f)
+        if argv[5:] == ["ladder"]:
+            rec = record_ladder(run, date=argv[3], commit=argv[4])
+        else:
+            rec = record(run, date=argv[3], commit=argv[4], steps=RECORD_EARLY if argv[5:] else RECORD_STEPS)
         with open(argv[2], "w") as f:
             json.dump(rec, f, indent=1)
         return 0
