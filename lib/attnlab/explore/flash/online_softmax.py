@@ -29,30 +29,29 @@ MAX_ABS = 1e300
 
 def parse_vector(text: str) -> np.ndarray:
     """'1, 3, 2, 5, 4' -> array([1., 3., 2., 5., 4.]); commas or spaces; '-inf' allowed (a masked
-    entry). ValueError names what is wrong: no numbers, too many, NaN, +inf, a magnitude above
-    1e300 (its differences would overflow), or text that is not a number.
+    entry; a row of nothing but -inf is a fully masked row, whose softmax is all zeros). The
+    errors name the vector x as the explorer labels it: no numbers, too many, NaN, +inf, a
+    magnitude above 1e300 (its differences would overflow), or text that is not a number.
 
     >>> parse_vector("1, 3 2,5  4")
     array([1., 3., 2., 5., 4.])
     """
     if not isinstance(text, str):
-        raise TypeError(f"text must be a string of numbers, got {text!r} ({type(text).__name__})")
+        raise TypeError(f"x must be a string of numbers, got {text!r} ({type(text).__name__})")
     parts = [p for p in text.replace(",", " ").split() if p]
     if not parts:
-        raise ValueError("text holds no numbers; type e.g. '1, 3, 2, 5, 4'")
+        raise ValueError("x holds no numbers; type e.g. '1, 3, 2, 5, 4'")
     if len(parts) > MAX_VALUES:
-        raise ValueError(f"text holds {len(parts)} numbers; valid: 1 to {MAX_VALUES}")
+        raise ValueError(f"x holds {len(parts)} numbers; valid: 1 to {MAX_VALUES}")
     try:
         x = np.array([float(p) for p in parts])
     except ValueError:
-        raise ValueError(f"text={text!r} is not a list of numbers") from None
+        raise ValueError(f"x = {text!r} is not a list of numbers") from None
     if np.isnan(x).any() or np.isposinf(x).any():
-        raise ValueError(f"text={text!r} holds nan or +inf; valid: finite numbers or -inf (masked)")
+        raise ValueError(f"x = {text!r} holds nan or +inf; valid: finite numbers or -inf (masked)")
     big = np.isfinite(x) & (np.abs(x) > MAX_ABS)
     if big.any():
-        raise ValueError(f"text holds {x[big][0]:g}; valid: |x| <= {MAX_ABS:g} (or -inf, masked)")
-    if np.isneginf(x).all():
-        raise ValueError("every entry of text is -inf: no entry left to take the softmax over")
+        raise ValueError(f"x holds {x[big][0]:g}; valid: |x| <= {MAX_ABS:g} (or -inf, masked)")
     return x
 
 
@@ -77,7 +76,7 @@ def softmax_steps(x, chunk: int = 2) -> SoftmaxSteps:
     chunk = as_int("chunk", chunk, 1, MAX_VALUES)
     trace = tuple(online_softmax_trace(x, chunk))
     p = online_softmax(x, chunk)
-    err = float(np.abs(p - softmax(x)).max())
+    err = float(np.abs(p - softmax(x)).max())         # an all -inf row: both are zeros
     return SoftmaxSteps(readonly(x), chunk, trace, readonly(p), err)
 
 
@@ -156,7 +155,8 @@ class OnlineSoftmaxExplorer(Explorer):
                 bar.set_color(c["fa1"] if (i // r.chunk) % 2 == 0 else c["fa2"])
         masked = np.flatnonzero(~finite)
         self.masked.set_data(masked, np.zeros(masked.size))
-        lo, hi = min(x[finite].min(), 0.0), max(x[finite].max(), 0.0)
+        seen = x[finite] if finite.any() else np.zeros(1)       # an all -inf row: only crosses
+        lo, hi = min(seen.min(), 0.0), max(seen.max(), 0.0)
         pad = 0.12 * (hi - lo) if hi > lo else 1.0
         self.ax_x.set_ylim(lo - pad, hi + pad)
         self.ax_x.set_xlim(-0.6, n - 0.4)
