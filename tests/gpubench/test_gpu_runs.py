@@ -133,8 +133,10 @@ def test_prefill_summary_ratios_come_from_the_rows():
     res = runs.newest_run()
     sec = runs.section(res, "prefill")
     text = runs.prefill_summary(res)
-    assert res["device"] in text and res["flashinfer"] in text and res["commits_by_section"]["prefill"][:7] in text
-    lines = _cells(text, r"\d+ x \d+K\s")
+    assert res["device"] in text and res["flashinfer"] in text
+    ours, libs = text.split("the libraries")
+    assert len(_cells(libs, r"\d+ x \d+K\s")) == len(_cells(ours, r"\d+ x \d+K\s"))
+    lines = _cells(ours, r"\d+ x \d+K\s")
     assert len(lines) == len({(r["batch"], r["N"], r["causal"]) for r in sec["rows"]})
     for cells in lines:
         b, n, causal = int(cells[0]), int(cells[2][:-1]) * 1024, cells[3] == "causal"
