@@ -137,7 +137,9 @@ def test_split_tables():
     assert "recommended" in best[0]                  # 8 splits: fastest and the fewest within 1 %
     tail = dx.split_rows_table(256, 32768, 8).splitlines()
     marked = {ln.split()[0]: ln.split("<- ")[1] for ln in tail if "<-" in ln}
-    assert marked == {"4": "recommended (fewest within 1%)", "16": "fastest"}
+    assert marked == {"4": "recommended", "16": "fastest"}
+    assert "recommended: the fewest splits within 1% of the fastest" in tail[1]
+    assert max(map(len, tail)) <= 100 and max(map(len, rows.splitlines())) <= 100
 
 
 # --- 4.3 merge ----------------------------------------------------------------------------------
@@ -231,7 +233,7 @@ def test_merge_table_states_bounds_not_digits():
         assert np.abs(hand - ref).max() < 16 * 2.0 ** -24      # a merge written by hand keeps it too
         assert r.within_bounds and r.f64 < 16 * 2.0 ** -53 and r.f32 < 16 * 2.0 ** -24
     assert [r.orders_equal for r in rows] == [True, False, False]
-    lines = dx.merge_table().splitlines()[3:]
+    lines = dx.merge_table().splitlines()[4:]           # a caption of two lines, header, rule
     assert lines[0].split()[-2:] == ["bitwise", "equal"]
     assert all("< 1.8e-15 (16 u)" in ln and "< 9.5e-7 (16 u)" in ln for ln in lines)
     assert all("differ, < 9.5e-7 (16 u)" in ln for ln in lines[1:])
@@ -319,3 +321,23 @@ def test_split_slider_only_blits():
         ex.set(splits=s)
     assert ex.full_draws == full
     assert "Best split count here: <b>16</b>" in ex.summary.value
+
+
+def test_measured_tables_fit_and_agree_with_the_run_rows():
+    """Notebook 04's two tables of the recorded run: at most 100 characters a line, no commit, and
+    each split row's speedup and ratio worked out here from the run file's own times."""
+    from attnlab.explore import runs
+    run = runs.newest_run()
+    sec = runs.section(run, "decode")
+    text = dx.split_measured_table(sec)
+    band = dx.bandwidth_table(run)
+    for t in (text, band):
+        assert max(map(len, t.splitlines())) <= 100 and "commit" not in t
+    lines = [ln.split() for ln in text.splitlines() if re.match(r"\s*\d+\s+\d+\s+\d+\s+\d+\s", ln)]
+    assert len(lines) == len(sec["rows"])
+    for r, cells in zip(sec["rows"], lines):
+        base = next(x["us"] for x in sec["rows"] if (x["batch"], x["context"], x["splits"]) == (r["batch"], r["context"], 1))
+        assert [int(c) for c in cells[:4]] == [r["batch"], r["context"], r["splits"], r["blocks"]]
+        assert float(cells[7]) == pytest.approx(r["us"] / r["model_us_measured_bw"], abs=0.005)
+        assert float(cells[8]) == pytest.approx(base / r["us"], abs=0.005)
+    assert "1 x 32K" in band and "best / copy ceiling" in band

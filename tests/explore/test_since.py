@@ -107,7 +107,8 @@ def test_mla_verdicts_per_gpu():
     assert set(v["gqa_view"].values()) == {"memory-bound"}
     text = mla_statement()
     assert "gqa_view          126.0" in text and "absorbed          234.8" in text
-    assert "compute-bound (1.14x)" in text and "memory-bound (0.80x)" in text
+    assert "compute (1.14x)" in text and "memory (0.80x)" in text
+    assert max(map(len, mla_statement(("A100", "H100", "H200", "B200")).splitlines())) <= 100
     with pytest.raises(TypeError, match="gpus"):
         mla_verdicts("H100")
     with pytest.raises(ValueError, match="gpus"):
@@ -224,3 +225,22 @@ def test_lowprec_explorer_format_readable_and_n():
         LowPrecExplorer(n=8)
     with pytest.raises(TypeError, match="n"):
         LowPrecExplorer(n="256")
+
+
+def test_tables_fit_in_100_characters_and_name_no_commit():
+    """06's tables as committed: at most 100 characters a line (a URL apart), every measured case
+    in the fastest-library table under its phase, the library by its short name, and no commit."""
+    from attnlab.explore.since import SHORT, fa4_table, fastest_table, lowprec_table, models_side_by_side
+    run = newest_run()
+    text = fastest_table(run)
+    assert max(map(len, text.splitlines())) <= 100 and "commit" not in text
+    lines = text.splitlines()
+    for r in fastest_per_case(run):
+        row = next(ln for ln in lines if ln.startswith(r["case"] + "  "))
+        assert row.split("  ")[1:] and SHORT[r["impl"]] in row, r["case"]
+        assert lines.index(r["phase"]) < lines.index(row)
+    for t in (fa4_table(), lowprec_table(n=256), models_side_by_side()):
+        assert max(map(len, t.splitlines())) <= 100
+    side = models_side_by_side(("DeepSeek-V3", "Llama-3.1-70B"), "H200", batch=64, context=8192)
+    assert "70,272 B" in side and "327,680 B" in side and "(does not fit)" in side
+    assert "234.8 (absorbed)" in side and "126.0" in side      # the mla_forms rows at 8K, bf16

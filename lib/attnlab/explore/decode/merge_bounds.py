@@ -6,6 +6,8 @@ The numbers come from `merge.merge_errors`.
 """
 from __future__ import annotations
 
+import textwrap
+
 from dataclasses import dataclass
 
 from attnlab.explore import style
@@ -63,7 +65,8 @@ def merge_table(splits=(2, 8, 64), seed: int = 0) -> str:
     bit. `merge_digits` prints the differences themselves."""
     rows = merge_rows(splits, seed)
     head = (f"one query, {MERGE_KEYS:,} keys, d = {MERGE_D}, seed {seed}: max |difference| over the output, "
-            f"against 16 units of roundoff u of the dtype\n")
+            f"against 16 units of roundoff u of the dtype")
+    head = textwrap.fill(head, 100) + "\n"
     return head + style.table(
         [{"splits": r.splits, "f64": _bounded(r.f64, "float64"), "f32": _bounded(r.f32, "float32"),
           "f32r": "bitwise equal" if r.orders_equal else "differ, " + _bounded(r.f32_orders, "float32")}
@@ -79,7 +82,8 @@ def merge_digits(splits=(2, 8, 64), seed: int = 0) -> str:
     compared."""
     rows = merge_rows(splits, seed)
     head = (f"one query, {MERGE_KEYS:,} keys, d = {MERGE_D}, seed {seed}: max |difference| over the output "
-            f"(this machine's digits)\n")
+            f"(this machine's digits)")
+    head = textwrap.fill(head, 100) + "\n"
     return head + style.table(
         [vars(r) for r in rows],
         {"splits": "splits", "f64": "fp64 merged vs one pass", "f32": "fp32 merged vs fp64 one pass",

@@ -48,18 +48,23 @@ def split_vs_context(batch: int = 256, contexts=(1024, 4096, 32768), splits=(1, 
 
 def wave_tail(batch: int = 256, context: int = 32768, kv_heads: int = 8, splits=(1, 64),
               gpu="H100-SXM") -> str:
-    """Where the time goes for each split count: blocks over SMs, whole waves, the time an ideal
-    (tail-free) schedule would need, the tail it wastes, and the merge."""
+    """Where the time goes for each split count: blocks over SMs, whole waves, the tail that the
+    last, partial wave wastes (against an ideal schedule with no tail), and the merge."""
     G = get_gpu(gpu)
-    lines = [f"batch {batch}, context {context:,}, {kv_heads} KV heads, {G.name} ({G.sms} SMs)"]
+    rows = []
     for s in splits:
         r = decode_time(batch, context, kv_heads, s, G)
         ideal = r.attn_time * (r.blocks / G.sms) / r.waves
-        lines.append(f"{s:>3} split{'s' if s > 1 else ' '}: {r.blocks:>7,} blocks / {G.sms} = "
-                     f"{r.blocks / G.sms:7.2f} -> {r.waves:>4} waves; attention {r.attn_time * 1e6:8,.0f} µs "
-                     f"(tail {(r.attn_time - ideal) * 1e6:4,.0f} µs) + merge {r.merge_time * 1e6:4,.0f} µs "
-                     f"= {r.time * 1e6:8,.0f} µs")
-    return "\n".join(lines)
+        rows.append({"splits": s, "blocks": r.blocks, "per_sm": r.blocks / G.sms, "waves": r.waves,
+                     "attn": r.attn_time * 1e6, "tail": (r.attn_time - ideal) * 1e6,
+                     "merge": r.merge_time * 1e6, "time": r.time * 1e6})
+    head = (f"batch {batch}, context {context:,}, {kv_heads} KV heads, {G.name} ({G.sms} SMs); "
+            f"times in µs\n")
+    return head + style.table(
+        rows, {"splits": "splits", "blocks": "blocks", "per_sm": f"blocks / {G.sms}", "waves": "waves",
+               "attn": "attention", "tail": "of it tail", "merge": "merge", "time": "total"},
+        {"blocks": ",", "per_sm": ".2f", "waves": ",", "attn": ",.0f", "tail": ",.0f", "merge": ",.0f",
+         "time": ",.0f"})
 
 
 def split_rows_table(batch: int = 2, context: int = 16384, kv_heads: int = 8, gpu="H100-SXM") -> str:
@@ -70,15 +75,16 @@ def split_rows_table(batch: int = 2, context: int = 16384, kv_heads: int = 8, gp
     rec = recommended_split(batch, context, kv_heads, gpu)[0]
 
     def note(s):
-        marks = ["fastest"] * (s == p.best.splits) + [f"recommended (fewest within {SPLIT_MARGIN:.0%})"] * (s == rec)
+        marks = ["fastest"] * (s == p.best.splits) + ["recommended"] * (s == rec)
         return "<- " + ", ".join(marks) if marks else ""
     rows = [{"splits": r.splits, "blocks": r.blocks, "waves": r.waves, "util": r.utilization,
              "attn": r.attn_time, "merge": r.merge_time, "time": r.time,
              "speedup": p.base.time / r.time, "best": note(r.splits)} for r in p.runs]
-    head = f"batch {batch}, context {context:,}, {kv_heads} KV heads, {p.gpu} ({p.sms} SMs)\n"
+    head = (f"batch {batch}, context {context:,}, {kv_heads} KV heads, {p.gpu} ({p.sms} SMs)\n"
+            f"recommended: the fewest splits within {SPLIT_MARGIN:.0%} of the fastest; speedup: against no split\n")
     return head + style.table(
         rows, {"splits": "splits", "blocks": "blocks", "waves": "waves", "util": "utilization",
-               "attn": "attention", "merge": "merge", "time": "total", "speedup": "vs no split",
+               "attn": "attention", "merge": "merge", "time": "total", "speedup": "speedup",
                "best": "note"},
         {"blocks": ",", "waves": ",", "util": ".0%", "attn": style.seconds,
          "merge": lambda t: style.seconds(t) if t else "-", "time": style.seconds,

@@ -10,15 +10,22 @@ from __future__ import annotations
 import textwrap
 
 from attnlab.explore import style
-from attnlab.explore.runs import provenance
+from attnlab.explore.decode.measured_tables import run_header
 
-__all__ = ["PEERS", "PHASES", "ENGINE_CHOICES", "fastest_per_case", "fastest_table", "engine_table"]
+__all__ = ["PEERS", "SHORT", "PHASES", "ENGINE_CHOICES", "fastest_per_case", "fastest_table", "engine_table"]
 
 #: impl name in the run file (page size suffixes dropped) -> what it is, as an engine would name it
 PEERS = {"sdpa-cudnn": "cuDNN (PyTorch SDPA)", "sdpa-flash": "FlashAttention-2 (PyTorch SDPA)",
          "flex": "FlexAttention (Triton)", "flashinfer-fa2": "FlashInfer, FA2 template",
          "flashinfer-fa3": "FlashInfer, FA3 template", "flashinfer-tc": "FlashInfer, tensor-core decode",
          "flashinfer": "FlashInfer, CUDA-core decode", "flashinfer-cascade": "FlashInfer, cascade"}
+#: the same libraries in a table's column (`SHORT_KEY` says what each stands for)
+SHORT = {"sdpa-cudnn": "cuDNN", "sdpa-flash": "SDPA FA2", "flex": "FlexAttention", "flashinfer-fa2": "FI FA2",
+         "flashinfer-fa3": "FI FA3", "flashinfer-tc": "FI TC decode", "flashinfer": "FI CUDA-core decode",
+         "flashinfer-cascade": "FI cascade"}
+SHORT_KEY = ("cuDNN and SDPA FA2: PyTorch SDPA's cuDNN and FlashAttention-2 backends; FlexAttention: "
+             "compiled by Triton; FI: FlashInfer (its FA2 and FA3 prefill templates, its tensor-core (TC), "
+             "CUDA-core and cascade decode)")
 #: run-file section -> the phase it measures
 PHASES = {"prefill": "prefill", "paged": "decode", "cascade": "decode, shared prefix",
           "scheduled": "decode, long-tailed batch"}
@@ -65,19 +72,27 @@ def fastest_per_case(run: dict) -> list[dict]:
         first, us = ranked[0]
         second, us2 = ranked[1] if len(ranked) > 1 else ("-", float("nan"))
         rows.append({"phase": PHASES[key[0]], "section": key[0], "case": key[1], "fastest": PEERS[first],
-                     "impl": first, "us": us, "runner_up": PEERS.get(second, second), "margin": us2 / us - 1,
+                     "impl": first, "us": us, "runner_up": PEERS.get(second, second), "runner_up_impl": second,
+                     "margin": us2 / us - 1,
                      "peers": len(ranked)})
     return rows
 
 
 def fastest_table(run: dict) -> str:
-    """`fastest_per_case` as text, under the run's provenance."""
+    """`fastest_per_case` as text under the run's header, one table per phase, at most 100
+    characters wide (the libraries by their `SHORT` names, with the key above)."""
     rows = fastest_per_case(run)
-    return (provenance(run) + "\nfastest peer library per measured case (our own kernels left out); "
-            "margin = how much slower the runner-up was\n" +
-            style.table(rows, {"phase": "phase", "case": "case", "fastest": "fastest library", "us": "µs",
-                               "runner_up": "runner-up", "margin": "margin", "peers": "peers"},
-                        {"us": ".1f", "margin": lambda m: "-" if m != m else f"{m:.0%}"}))
+    out = [run_header(run),
+           textwrap.fill("fastest peer library per measured case (our own kernels left out); margin = how much "
+                         "slower the runner-up was; " + SHORT_KEY, 100)]
+    for phase in dict.fromkeys(r["phase"] for r in rows):
+        at = [dict(r, fastest=SHORT[r["impl"]], runner_up=SHORT.get(r["runner_up_impl"], "-"))
+              for r in rows if r["phase"] == phase]
+        out.append("\n" + phase + "\n" + style.table(
+            at, {"case": "case", "fastest": "fastest library", "us": "µs", "runner_up": "runner-up",
+                 "margin": "margin", "peers": "peers"},
+            {"us": ".1f", "margin": lambda m: "-" if m != m else f"{m:.0%}"}))
+    return "\n".join(out)
 
 
 def engine_table() -> str:

@@ -7,6 +7,8 @@ Pure part: `fa4_numbers(gpu, d, poly_share, skip)` -> FA4Numbers from `attnlab.m
 """
 from __future__ import annotations
 
+import textwrap
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,7 +54,8 @@ def fa4_table(dims=(64, 128, 256), poly_share: float = 0.0, skip: float = 0.0) -
             rows.append({"gpu": g, "d": d, "mma": t.mma * PS, "exp": t.exp_mufu * PS, "fma": t.fma * PS,
                          "ratio": t.exp_mufu / t.mma, "binds": t.binding, "util": t.tensor_utilization})
     head = (f"ps per score (one query row x one key); poly share {poly_share:.0%}, rescales skipped {skip:.0%}, "
-            f"tiles of 128 keys; units overlapped, the slowest sets the pace\n")
+            f"tiles of 128 keys; units overlapped, the slowest sets the pace")
+    head = textwrap.fill(head, 100) + "\n"
     return head + style.table(rows, {"gpu": "GPU", "d": "d", "mma": "tensor cores", "exp": "exp (MUFU)",
                                      "fma": "FMA pipe", "ratio": "exp / mma", "binds": "binds",
                                      "util": "tensor-core busy"},

@@ -7,6 +7,8 @@ Pure part: `lowprec_numbers(fmt, block, strength, transform)` -> LowPrecNumbers 
 """
 from __future__ import annotations
 
+import textwrap
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +62,8 @@ def lowprec_table(fmts=("fp8_e4m3", "fp4_e2m1"), strengths=(0, 30), block: int =
             for r in lp.compare_methods(fmt, s, block, n=n, d=d, seed=seed):
                 rows.append({"fmt": fmt, "strength": float(s), **r})
     head = (f"N = {n:,} queries and keys, d = {d}, 4 outlier key channels of the given strength, seed {seed}; "
-            f"Q, K, V rounded, attention in float64; blocks of {block} rows; 'gain' = per-tensor RMSE / this RMSE\n")
+            f"Q, K, V rounded, attention in float64; blocks of {block} rows; 'gain' = per-tensor RMSE / this RMSE")
+    head = textwrap.fill(head, 100) + "\n"
     return head + style.table(rows, {"fmt": "format", "strength": "outlier", "method": "method", "rmse": "RMSE",
                                      "relative": "relative", "amax": "max |q|,|k|", "gain": "gain"},
                               {"strength": ".0f", "rmse": ".2e", "relative": ".1%", "amax": ".1f", "gain": ".2f"})

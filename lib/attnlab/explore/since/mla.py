@@ -10,6 +10,8 @@ them on each GPU's bf16 roofline.
 """
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from attnlab.core.decode import intensity
@@ -17,7 +19,8 @@ from attnlab.machine.hardware import DTYPE_BYTES, attainable, dtype_name, get_gp
 from attnlab.core.mla import DEEPSEEK_V3, FORM_LABELS, FORMS, MLAShape, mla_forms
 from attnlab.explore import style
 
-__all__ = ["mla_cases", "mla_rows", "mla_table", "mla_figure", "mla_verdicts", "mla_statement"]
+__all__ = ["mla_cases", "mla_rows", "mla_table", "mla_figure", "mla_verdicts", "mla_statement",
+           "models_side_by_side"]
 
 
 def mla_cases(l_kv: int = 8192) -> dict:
@@ -95,15 +98,42 @@ def mla_statement(gpus=("H100-SXM", "H200-SXM"), l_kv: int = 8192, l_qo: int = 1
     verdicts = mla_verdicts(gpus, l_kv, l_qo, dtype=dtype)
     names = list(next(iter(verdicts.values())))
     ridges = {n: ridge_point(get_gpu(n), dtype) for n in names}
-    heads = [f"{n} (ridge {r:.0f})" for n, r in ridges.items()]
-    cells = {f: [f"{verdicts[f][n]} ({i / ridges[n]:.2f}x)" for n in names] for f, i in forms.items()}
+    heads = [f"{n} ({r:.0f})" for n, r in ridges.items()]
+    cells = {f: [f"{verdicts[f][n].replace('-bound', '')} ({i / ridges[n]:.2f}x)" for n in names]
+             for f, i in forms.items()}
     widths = [max(len(h), *(len(c[j]) for c in cells.values())) for j, h in enumerate(heads)]
     wf = max(map(len, FORMS))
-    lines = [f"MLA decode (DeepSeek-V3 shape), context {l_kv:,}, {l_qo} quer{'y' if l_qo == 1 else 'ies'} "
-             f"per head, {dtype}, from attnlab.core.mla.mla_forms; verdict (intensity / ridge) per GPU",
+    caption = (f"MLA decode (DeepSeek-V3 shape), context {l_kv:,}, {l_qo} quer{'y' if l_qo == 1 else 'ies'} "
+               f"per head, {dtype}, from attnlab.core.mla.mla_forms; per GPU (its ridge point in FLOP/byte): "
+               f"memory- or compute-bound, and intensity / ridge")
+    lines = [*textwrap.wrap(caption, 100),
              "  ".join([f"{'form':<{wf}}", "FLOP/byte", *(h.ljust(w) for h, w in zip(heads, widths))]).rstrip(),
              "  ".join(["-" * wf, "-" * 9, *("-" * w for w in widths)])]
     for f, i in forms.items():
         lines.append("  ".join([f"{f:<{wf}}", f"{i:9.1f}", *(c.ljust(w) for c, w in zip(cells[f], widths))]).rstrip())
     lines += [f"  {f}: {FORM_LABELS[f]}" for f in FORMS]
     return "\n".join(lines)
+
+
+def models_side_by_side(names=("DeepSeek-V3", "Llama-3.1-70B"), gpu="H200", *, batch: int = 64,
+                        context: int = 8192, dtype: str = "bf16") -> str:
+    """Notebook 00's report of a model (`attnlab.course.your_model.your_model`) for two or more
+    models side by side, in 100 characters: the KV cache and the decode intensity against the
+    GPU's ridge point."""
+    from attnlab.course.your_model import your_model      # the report notebook 00 prints
+    rs = [your_model(n, gpu, batch=batch, context=context, dtype=dtype) for n in names]
+
+    def kind(m):
+        return f"MLA, latent {m.head_dim}" if m.mla else f"GQA, group {m.group}" if m.group > 1 else "MHA"
+    lines = {"attention": [kind(r.model) for r in rs],
+             "KV bytes per token": [f"{r.kv_bytes_per_token:,.0f} B" for r in rs],
+             "KV cache": [f"{style.binary_bytes(r.kv_cache_bytes)}" + ("" if r.kv_cache_bytes <= r.hbm_bytes
+                                                                      else " (does not fit)") for r in rs],
+             "decode FLOP/byte": [f"{r.intensity:,.1f}" + (" (absorbed)" if r.model.mla else "") for r in rs],
+             "  in the g = 128 view": [f"{r.gqa_view_intensity:,.1f}" if r.model.mla else "-" for r in rs],
+             f"vs ridge {rs[0].ridge:,.0f}": ["memory-bound" if r.memory_bound else "compute-bound" for r in rs]}
+    rows = [{"what": k, **{i: v[i] for i in range(len(rs))}} for k, v in lines.items()]
+    head = (f"{rs[0].gpu} ({style.binary_bytes(rs[0].hbm_bytes)} HBM), {rs[0].dtype}, batch {batch}, "
+            f"context {context:,}\n")
+    return head + style.table(rows, {"what": "", **{i: r.model.name for i, r in enumerate(rs)}},
+                              {i: str for i in range(len(rs))})
