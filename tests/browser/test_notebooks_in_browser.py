@@ -11,7 +11,8 @@ Safety: JupyterLab serves a temporary copy of notebooks/, with autosave turned o
 settings directory, and the last test checks that no notebook in the repository changed.
 
 Needs the `playwright` pip package (in the test extra) and a system Chromium; never
-`playwright install`. Without Chromium the test fails under CI=true and skips loudly elsewhere.
+`playwright install`, and a font with Chinese glyphs (`fc-list :lang=zh`; Debian: fonts-noto-cjk)
+for the bilingual headings. Without either the test fails under CI=true and skips loudly elsewhere.
 Run it with `pytest tests/browser` (a plain `pytest tests` leaves it out, see pyproject.toml).
 """
 from __future__ import annotations
@@ -36,6 +37,8 @@ NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb"))
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+CJK_CHECK = "fc-list :lang=zh"
+CJK_HINT = "install one with `apt-get install fonts-noto-cjk` (Debian/Ubuntu; .ci/run does this)"
 INSTALL_HINT = ("install it with `apt-get install chromium` (Debian/Ubuntu; .ci/run does this), "
                 "or set ATTNLAB_CHROMIUM to a Chromium/Chrome binary")
 SERVER_START_S = 90       # JupyterLab up and answering
@@ -79,7 +82,17 @@ def browser_tools(config):
             "the `playwright` package is not installed (it is in the test extra: pip install -e '.[test]')")
     chromium = find_chromium()
     require(config, chromium is not None, f"no Chromium/Chrome found; {INSTALL_HINT}")
+    require(config, has_cjk_font(), f"no font with Chinese glyphs ({CJK_CHECK} lists none), so the "
+                                    f"notebooks' Chinese headings would show as empty boxes; {CJK_HINT}")
     return sync_playwright, chromium
+
+
+def has_cjk_font() -> bool:
+    """Whether fontconfig knows a font that covers Chinese (what Chromium on Linux falls back to)."""
+    if not shutil.which("fc-list"):
+        return False
+    out = subprocess.run(CJK_CHECK.split(), capture_output=True, text=True, check=False).stdout
+    return bool(out.strip())
 
 
 def require(config, ok: bool, what: str) -> None:
