@@ -3,10 +3,11 @@
 `prefill_cost` answers the question section 1 of the lecture asks: how much longer does a whole
 prefill take if attention writes S and P to HBM (Algorithm 0) instead of keeping them on chip?
 
-Example: Llama-3-8B on an H100 SXM at N = 32,768 tokens: the matmuls take 0.82 s at bf16 peak,
-the extra S/P traffic of standard attention 1.33 s, so the prefill is 2.6x slower; and the S
-matrices of one layer alone are 32 x 32768^2 x 2 bytes = 64 GiB (128 GiB with P), more than the
-card's 80 GB.
+Example: Llama-3-8B on an H100 SXM at N = 32,768 tokens, every kernel at its roofline: the
+matmuls would take 0.82 s at bf16 peak, but FlashAttention's kernel is held by its own traffic
+(no L2 counted), so its prefill takes 1.19 s; standard attention's three memory-bound kernels make
+it 3.17 s, 2.66x slower; and the S matrices of one layer alone are 32 x 32768^2 x 2 bytes =
+64 GiB (128 GiB with P), more than the card's 80 GB.
 
 This file is long because the model catalogue and the prefill cost model (scalar and vectorised,
 equal field by field) belong together; each part is short. Notebooks 02 and 07 import
@@ -22,7 +23,7 @@ from typing import Mapping
 import numpy as np
 
 from attnlab.catalog import find, freeze, load
-from attnlab.validate import as_counts, as_int
+from attnlab.validate import as_bool, as_counts, as_int, choice
 from attnlab.machine.hardware import DTYPE_BYTES, get_gpu, peak
 from attnlab.core.iomodel import flash_io, standard_io
 
@@ -152,27 +153,32 @@ def attention_linear_crossover(model) -> float:
 
 @dataclass(frozen=True)
 class PrefillCost:
-    """Result of `prefill_cost`: times in seconds (never negative), sizes in bytes.
+    """Result of `prefill_cost`: times in seconds, sizes in bytes. One accounting for both
+    implementations (`prefill_cost` states it): each kernel takes max(FLOPs / peak, bytes /
+    bandwidth), kernels one after another.
 
     N                   prompt length (tokens)
-    compute_s           linear layers + causal QK^T and PV at dense peak
-    extra_io_s          the time standard attention's HBM traffic adds over FlashAttention's:
-                        max(0, standard_minus_flash_io_s); 0 where FA1 moves more (flash_moves_more)
-    total_ratio         (compute_s + extra_io_s) / compute_s, >= 1: standard over FlashAttention
+    compute_s           linear layers + causal QK^T and PV at dense peak: the time FlashAttention
+                        would take if its own kernel were compute-bound
+    standard_s          one prefill with standard attention: linear layers + Algorithm 0's three
+                        kernels per layer, each at its roofline
+    flash_s             one prefill with FlashAttention: linear layers + its one kernel per layer
+                        at its roofline, max(attention FLOPs / peak, flash_io_s)
+    extra_io_s          what standard attention adds: max(0, standard_s - flash_s)
+    total_ratio         standard_s / flash_s: below 1 where FA1's count moves more than standard
+                        attention (flash_moves_more), e.g. head_dim 256 at M = 100,000
     s_bytes_per_layer   all heads' S of one layer at once
     sp_bytes_per_layer  S and P: 2 x s_bytes_per_layer
     fits                sp_bytes_per_layer <= the GPU's HBM
     standard_io_s       all of standard attention's HBM traffic (all layers and heads) / bandwidth
-    flash_io_s          all of FA1's HBM traffic / bandwidth, the traffic the model assumes hidden
-    standard_minus_flash_io_s  standard_io_s - flash_io_s: a signed difference, not a time; it is
-                        negative exactly when flash_moves_more
+    flash_io_s          all of FlashAttention's HBM traffic / bandwidth: FA1 order, the lecture's
+                        tile rule, causal blocks skipped (`flash_io(..., "fa1", causal=True)`)
+    standard_minus_flash_io_s  standard_io_s - flash_io_s: a signed difference of traffic times
     flash_moves_more    FA1's accounting moves more elements than standard attention at this
                         head dim and SRAM (d^2 close to M: head_dim 256 at M = 100,000, Gemma-2)
-    flash_io_hidden     flash_io_s <= compute_s: whether the model's premise (FlashAttention's own
-                        traffic hides under compute) holds. Where it does not, FlashAttention takes
-                        at least flash_io_s, not compute_s, and total_ratio overstates standard
-                        attention's penalty (Llama-3-8B on the H100 already at N = 32,768 with FA1's
-                        unmasked accounting: 1.31 s of traffic against 0.82 s of compute)
+    flash_io_hidden     flash_io_s <= the attention FLOPs' time: FlashAttention's kernel is
+                        compute-bound, so flash_s = compute_s. Where it is not (Llama-3-8B on the
+                        H100 at every N: no L2 in this count), its traffic sets its time
     """
 
     N: int
@@ -187,57 +193,61 @@ class PrefillCost:
     standard_minus_flash_io_s: float
     flash_moves_more: bool
     flash_io_hidden: bool
+    standard_s: float = 0.0
+    flash_s: float = 0.0
 
 
-def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16") -> PrefillCost:
-    """Cost of one N-token prefill with standard attention, relative to FlashAttention.
+def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16", order: str = "fa1",
+                 rule: str = "fa1", causal_skip: bool = True) -> PrefillCost:
+    """Cost of one N-token prefill with standard attention and with FlashAttention.
 
-    Time model (one sequence, causal attention, every query head of every layer; `PrefillCost`
-    documents every field):
+    One accounting for both: the roofline applied to every kernel. A kernel takes
+    max(its FLOPs / peak(gpu, dtype), its HBM bytes / bandwidth), and the kernels of a prefill
+    run one after another (nothing overlaps across kernels). One sequence, causal attention, every
+    query head of every layer, L layers of H query heads of dim d, b = DTYPE_BYTES[dtype]:
 
-        compute_s   = (linear_flops_per_token * N + 2 * layers * q_heads * N**2 * head_dim)
-                      / peak(gpu, dtype)
-                      -- 2 FLOPs per parameter per token (`linear_flops_per_token`: the usual
-                         2 x params, input embedding included) plus causal attention's QK^T and
-                         PV (half of 4 N^2 d because of the causal mask), at dense peak;
-        standard_io_s = layers * q_heads * standard_io(N, head_dim) * bytes_per_element / bandwidth
-        flash_io_s    = layers * q_heads * flash_io(N, head_dim, sram, "fa1") * bytes_per_element
-                        / bandwidth
-                      -- iomodel's counts in elements; bytes_per_element = DTYPE_BYTES[dtype];
-        extra_io_s  = max(0, standard_io_s - flash_io_s)
-                      -- the traffic standard attention adds over FlashAttention; where FA1's
-                         accounting moves more (flash_moves_more: d^2 close to M, e.g. Gemma-2's
-                         head_dim 256 at M = 100,000) standard adds nothing and extra_io_s = 0;
-                         the signed value is standard_minus_flash_io_s;
-        total_ratio = (compute_s + extra_io_s) / compute_s
-                      -- FlashAttention's own traffic is assumed hidden under compute
-                         (flash_io_hidden says whether it is);
-        s_bytes_per_layer  = q_heads * N**2 * bytes_per_element (all heads' S of one layer at once);
-        sp_bytes_per_layer = 2 * s_bytes_per_layer (S and P); fits = sp_bytes_per_layer <= hbm_bytes.
+        linear layers   2 params N FLOPs (`linear_flops_per_token`), compute-bound; their weights'
+                        reads (params x b once per prefill: 4.8 ms for Llama-3-8B on the H100)
+                        are left out, as in notebook 01
+        FlashAttention  one fused kernel per layer: the causal 2 L H N^2 d FLOPs (half of QK^T
+                        and PV: the blocks above the diagonal are skipped) and
+                        L H flash_io(N, d, M, "fa1", causal=True) b bytes
+        standard        Algorithm 0's three kernels per layer, each head:
+                          S = QK^T   2 N^2 d FLOPs (a GEMM computes the masked entries too),
+                                     Q, K read, S written: 2 N d + N^2 elements
+                          softmax    S read, P written: 2 N^2 (its few operations per element
+                                     are not counted)
+                          O = PV     2 N^2 d FLOPs; P, V read, O written: N^2 + 2 N d
+                        (their elements add up to standard_io(N, d)).
 
-    A simplification: the compute takes the causal half, but FA1's traffic is counted without
-    causal block skipping (`flash_io(..., "fa1")`, causal=False). A causal FlashAttention kernel
-    skips the blocks above the diagonal and moves about half as much (at N = 32,768, d = 128:
-    1.08e9 instead of 2.14e9 elements per head), so the model understates the extra traffic of
-    standard attention, which cannot skip anything.
-    `sram` M is in elements, as in `iomodel`. `model` and `gpu` are names or objects; N an int,
-    1 <= N <= 2^53 (closed forms: 16M tokens take microseconds).
+        compute_s   = (2 params N + 2 L H N^2 d) / peak
+        flash_s     = 2 params N / peak + max(2 L H N^2 d / peak, flash_io_s)
+        standard_s  = 2 params N / peak + sum over the three kernels of max(FLOPs / peak, bytes / BW)
+        extra_io_s  = max(0, standard_s - flash_s);  total_ratio = standard_s / flash_s
 
-    Example: `prefill_cost("Llama-3-8B", "H100-SXM", 32768)` gives compute 0.82 s, extra 1.33 s,
-    total_ratio 2.6, s_bytes_per_layer 68.7e9 (64 GiB) and fits False.
+    s_bytes_per_layer = H N^2 b (all heads' S of one layer at once); sp_bytes_per_layer twice
+    that (S and P); fits = sp_bytes_per_layer <= hbm_bytes. No L2: on a GPU many of FA1's K/V
+    re-reads hit the cache, so flash_io_s is an upper bound of FlashAttention's traffic.
+    `sram` M is in elements, as in `iomodel`. `order`, `rule` and `causal_skip` choose
+    FlashAttention's count (defaults: FA1 order under the lecture's tile rule, masked blocks
+    skipped; order="fa2", rule="fa2" is FlashAttention-2's loop with its own tiles). `model` and
+    `gpu` are names or objects; N an int, 1 <= N <= 2^53 (closed forms: 16M tokens take
+    microseconds).
 
     >>> c = prefill_cost("Llama-3-8B", "H100-SXM", 32768)
-    >>> round(c.compute_s, 3), round(c.extra_io_s, 3), round(c.total_ratio, 2), c.fits
-    (0.816, 1.325, 2.62, False)
-    >>> g = prefill_cost("Gemma-2-9B", "H100-SXM", 32768)    # head_dim 256: FA1 moves more
-    >>> g.flash_moves_more, g.extra_io_s, g.total_ratio, round(g.standard_minus_flash_io_s, 2)
-    (True, 0.0, 1.0, -1.67)
+    >>> round(c.compute_s, 3), round(c.flash_s, 3), round(c.standard_s, 3), round(c.total_ratio, 2)
+    (0.816, 1.193, 3.168, 2.66)
+    >>> g = prefill_cost("Gemma-2-9B", "H100-SXM", 32768)    # head_dim 256: B_c = 98, no gain
+    >>> g.flash_moves_more, round(g.extra_io_s, 3), round(g.total_ratio, 2)
+    (False, 0.028, 1.01)
     """
     m = get_model(model)
     g = get_gpu(gpu)
     N = as_int("N", N, 1, 1 << 53)
     p = peak(g, dtype)                       # validates dtype for this chip
-    return PrefillCost(**_prefill(m, g, N, sram, p, DTYPE_BYTES[dtype.strip().lower()]))
+    flash = (choice("order", order, ("fa1", "fa2")), choice("rule", rule, ("fa1", "fa2")),
+             as_bool("causal_skip", causal_skip))
+    return PrefillCost(**_prefill(m, g, N, sram, p, DTYPE_BYTES[dtype.strip().lower()], flash))
 
 
 def _float(x):
@@ -245,28 +255,36 @@ def _float(x):
     return float(x) if not isinstance(x, np.ndarray) else x.astype(np.float64)
 
 
-def _prefill(m: Model, g, N, sram, p: float, bpe) -> dict:
+def _prefill(m: Model, g, N, sram, p: float, bpe, flash=("fa1", "fa1", True)) -> dict:
     """prefill_cost's fields for a checked model, GPU, peak and bytes per element. N is an int or
     an object array of Python ints: the counts are exact integers either way, each time is rounded
     once, so a curve equals the scalar results exactly."""
     d = m.head_dim
     heads = m.layers * m.q_heads
+    bw = g.hbm_bandwidth
     scalar = not isinstance(N, np.ndarray)
     std = heads * (standard_io(N, d) if scalar else standard_io(N.astype(np.int64), d).astype(object))
-    fa1 = heads * (flash_io(N, d, sram, "fa1") if scalar else
-                   flash_io(N.astype(np.int64), d, sram, "fa1").astype(object))
-    compute_s = _float(linear_flops_per_token(m) * N + 2 * heads * N * N * d) / p
-    standard_io_s = _float(std * bpe) / g.hbm_bandwidth
-    flash_io_s = _float(fa1 * bpe) / g.hbm_bandwidth
-    signed_s = _float((std - fa1) * bpe) / g.hbm_bandwidth
-    extra_io_s = np.maximum(0.0, signed_s)
+    order, rule, skip = flash
+    fa = heads * (flash_io(N, d, sram, order, skip, rule=rule) if scalar else
+                  flash_io(N.astype(np.int64), d, sram, order, skip, rule=rule).astype(object))
+    linear_s = _float(linear_flops_per_token(m) * N) / p
+    attention_s = _float(2 * heads * N * N * d) / p          # causal QK^T and PV
+    gemm_s = _float(2 * heads * N * N * d) / p                # one full GEMM of Algorithm 0
+    qk_io = _float(heads * (2 * N * d + N * N) * bpe) / bw    # kernel 1: Q, K in, S out
+    soft_io = _float(heads * 2 * N * N * bpe) / bw            # kernel 2: S in, P out
+    pv_io = _float(heads * (N * N + 2 * N * d) * bpe) / bw    # kernel 3: P, V in, O out
+    standard_io_s = _float(std * bpe) / bw
+    flash_io_s = _float(fa * bpe) / bw
+    compute_s = linear_s + attention_s
+    flash_s = linear_s + np.maximum(attention_s, flash_io_s)
+    standard_s = linear_s + np.maximum(gemm_s, qk_io) + soft_io + np.maximum(gemm_s, pv_io)
     s_bytes = m.q_heads * N * N * bpe
-    out = dict(N=N, compute_s=compute_s, extra_io_s=extra_io_s,
-               total_ratio=(compute_s + extra_io_s) / compute_s,
+    out = dict(N=N, compute_s=compute_s, extra_io_s=np.maximum(0.0, standard_s - flash_s),
+               total_ratio=standard_s / flash_s,
                s_bytes_per_layer=s_bytes, sp_bytes_per_layer=2 * s_bytes,
                fits=2 * s_bytes <= g.hbm_bytes, standard_io_s=standard_io_s, flash_io_s=flash_io_s,
-               standard_minus_flash_io_s=signed_s, flash_moves_more=fa1 > std,
-               flash_io_hidden=flash_io_s <= compute_s)
+               standard_minus_flash_io_s=_float((std - fa) * bpe) / bw, flash_moves_more=fa > std,
+               flash_io_hidden=flash_io_s <= attention_s, standard_s=standard_s, flash_s=flash_s)
     if scalar:
         return {k: (bool(v) if isinstance(v, (bool, np.bool_)) else
                     float(v) if isinstance(v, np.floating) else v) for k, v in out.items()}
@@ -294,18 +312,16 @@ def prefill_cost_curve(model, gpu, Ns, *, sram: int = 100_000, dtype: str = "bf1
     'flash_moves_more' and 'flash_io_hidden' bool; the rest float64):
 
         N, compute_s, extra_io_s, total_ratio, s_bytes_per_layer, sp_bytes_per_layer, fits,
-        standard_io_s, flash_io_s, standard_minus_flash_io_s, flash_moves_more, flash_io_hidden
+        standard_io_s, flash_io_s, standard_minus_flash_io_s, flash_moves_more, flash_io_hidden,
+        standard_s, flash_s
 
     Each entry equals the `prefill_cost` field at that N exactly (same integer counts, same
     rounding). `extra_io_s` is never negative: where FA1's accounting moves more than standard
-    attention (d^2 close to M, e.g. head_dim 256 at M = 100,000, Gemma-2-9B) it is 0 and
-    `standard_minus_flash_io_s` keeps the signed difference. 1 <= N <= 2^24.
-
-    Example: `prefill_cost_curve("Llama-3-8B", "H100", [16384, 32768])["total_ratio"]` is
-    about [1.99, 2.62].
+    attention (d^2 close to M, e.g. head_dim 256 at M = 100,000, Gemma-2-9B) it is 0, the ratio
+    is below 1 and `standard_minus_flash_io_s` keeps the signed traffic difference. 1 <= N <= 2^24.
 
     >>> prefill_cost_curve("Llama-3-8B", "H100", [16384, 32768])["total_ratio"].round(2)
-    array([1.99, 2.62])
+    array([2.14, 2.66])
     """
     m = get_model(model)
     g = get_gpu(gpu)

@@ -4,8 +4,8 @@ and how much one headline ratio depends on what is counted.
 
 Pure parts: `prefill_curves` -> PrefillCurves; `max_fitting_n`, `crossover_rows`,
 `ratio_conventions`; text tables `prefill_table`, `crossover_table`, `conventions_table`.
-The time model is `models.prefill_cost`'s (see its docstring): this module only evaluates it over
-many N at once. What it leaves out on purpose: sliding windows and soft-capping, L2 hits, kernel
+The time model is `models.prefill_cost`'s (see its docstring: one accounting for both
+implementations, every kernel at its roofline): this module only evaluates it over many N at once. What it leaves out on purpose: sliding windows and soft-capping, L2 hits, kernel
 launches, the KV cache and the weights' own memory.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ import numpy as np
 from attnlab.validate import as_int, choice
 from attnlab.core.attention import block_sizes
 from attnlab.machine.hardware import DTYPE_BYTES, get_gpu, gpus, peak, ridge_point
-from attnlab.core.iomodel import flash_io, standard_io
 from attnlab.machine.models import Model, get_model, models, prefill_cost, prefill_cost_curve
 from attnlab.explore import style
 from attnlab.explore._base import readonly
@@ -72,9 +71,9 @@ def with_head_dim(model, head_dim: int) -> Model:
 
 
 def _crossover(m: Model, g, key: str = "extra_io_s") -> float | None:
-    """N (tokens) where `prefill_cost_curve`'s `key` (standard attention's extra HBM time, or
-    FlashAttention's own traffic time with key='flash_io_s') first equals the compute time,
-    interpolated on a 32-points-per-octave grid from 256 to 4M; None if it never does there."""
+    """N (tokens) where `prefill_cost_curve`'s `key` (standard attention's extra time by default)
+    first equals the compute time, interpolated on a 32-points-per-octave grid from 256 to 4M;
+    None if it never does there."""
     r = prefill_cost_curve(m, g, _CROSS_GRID, sram=SRAM, dtype=DTYPE)
     diff = np.log(np.maximum(r[key], 1e-300)) - np.log(r["compute_s"])
     above = np.nonzero(diff >= 0)[0]
@@ -90,8 +89,10 @@ def _crossover(m: Model, g, key: str = "extra_io_s") -> float | None:
 
 @dataclass(frozen=True)
 class PrefillCurves:
-    """One prefill of N tokens with standard attention against N = 1K .. 128K (arrays on the
-    grid N) and the same numbers at N = n (the `at_n` dict). Times in seconds, memory in bytes."""
+    """One prefill of N tokens with standard attention and with FlashAttention against
+    N = 1K .. 128K (arrays on the grid N) and the same numbers at N = n (the `at_n` dict), by
+    `models.prefill_cost`'s one accounting (each kernel at its roofline). Times in seconds,
+    memory in bytes."""
     model: str
     gpu: str
     head_dim: int               # the head dim used (the model's own unless reshaped)
@@ -102,14 +103,15 @@ class PrefillCurves:
     block_c: int                # FA1's K/V block at M = SRAM
     N: np.ndarray
     compute_s: np.ndarray       # matmuls at peak
-    extra_s: np.ndarray         # standard attention's extra HBM time, never negative
-    extra_raw_s: np.ndarray     # standard minus FA1 traffic time: negative where FA1 moves more
-    flash_s: np.ndarray         # FlashAttention's own traffic time (FA1 accounting, assumed hidden)
+    standard_s: np.ndarray      # the prefill with standard attention
+    flash_s: np.ndarray         # the prefill with FlashAttention
+    extra_s: np.ndarray         # standard_s - flash_s, never negative
+    extra_raw_s: np.ndarray     # standard_s - flash_s, signed
+    flash_io_s: np.ndarray      # FlashAttention's own traffic time (FA1, causal skipping, no L2)
     sp_bytes: np.ndarray        # S and P of one layer
     ml_bytes: np.ndarray        # FlashAttention's m and l (fp32) of one layer
     at_n: dict                  # the arrays' values at N = n, plus N, total_ratio, fits
-    crossover_n: float | None   # where extra time reaches compute (None: not below 4M tokens)
-    flash_crossover_n: float | None   # where FlashAttention's own traffic time does
+    crossover_n: float | None   # where the extra time reaches compute (None: not below 4M tokens)
 
     @property
     def reshaped(self) -> bool:
@@ -118,20 +120,20 @@ class PrefillCurves:
 
 def prefill_curves(model: str = "Llama-3-8B", gpu: str = "H100-SXM", head_dim: int | None = None,
                    n: int = 32768) -> PrefillCurves:
-    """One prefill with standard attention against N, and at N = n (bf16, M = 100,000):
+    """One prefill with standard attention and with FlashAttention against N, and at N = n
+    (bf16, M = 100,000), every kernel at its roofline (`models.prefill_cost`):
 
-        compute_s  = (2 params N + 2 layers heads N^2 d) / peak
-        extra_s    = max(0, layers heads (standard_io - flash_io FA1) 2 bytes / HBM bandwidth)
-        flash_s    = layers heads flash_io FA1 2 bytes / HBM bandwidth   (assumed hidden)
+        compute_s   = (2 params N + 2 layers heads N^2 d) / peak
+        flash_s     = 2 params N / peak + max(attention FLOPs / peak, flash_io_s)
+        standard_s  = 2 params N / peak + Algorithm 0's three kernels, each max(FLOPs/peak, bytes/BW)
+        extra_s     = max(0, standard_s - flash_s)
 
-    `extra_s` is never negative: where FA1's accounting moves MORE than standard attention
-    (d = 256, where d^2 is close to M), standard attention adds no traffic beyond what the model
-    already assumes hidden; `extra_raw_s` keeps the signed difference. `head_dim=None` keeps the
-    model's own; another value reshapes it keeping q_heads x head_dim (`with_head_dim`).
+    `head_dim=None` keeps the model's own; another value reshapes it keeping q_heads x head_dim
+    (`with_head_dim`).
 
     >>> r = prefill_curves("Llama-3-8B", "H100-SXM", n=32768)
     >>> round(r.at_n["total_ratio"], 2), r.at_n["fits"]
-    (2.62, False)
+    (2.66, False)
     """
     own = dense_model(model)
     m = with_head_dim(model, own.head_dim if head_dim is None else head_dim)
@@ -140,17 +142,16 @@ def prefill_curves(model: str = "Llama-3-8B", gpu: str = "H100-SXM", head_dim: i
     Ns = np.append(N_GRID, n)
     r = prefill_cost_curve(m, g, Ns, sram=SRAM, dtype=DTYPE)
     ml = m.q_heads * Ns.astype(np.float64) * 2 * 4
-    curves = {"compute_s": r["compute_s"], "extra_s": r["extra_io_s"],
-              "extra_raw_s": r["standard_minus_flash_io_s"],
-              "flash_s": r["flash_io_s"], "sp_bytes": r["sp_bytes_per_layer"], "ml_bytes": ml}
+    curves = {"compute_s": r["compute_s"], "standard_s": r["standard_s"], "flash_s": r["flash_s"],
+              "extra_s": r["extra_io_s"], "extra_raw_s": r["standard_s"] - r["flash_s"],
+              "flash_io_s": r["flash_io_s"], "sp_bytes": r["sp_bytes_per_layer"], "ml_bytes": ml}
     point = {k: float(v[-1]) for k, v in curves.items()}
-    point.update(N=n, total_ratio=(point["compute_s"] + point["extra_s"]) / point["compute_s"],
+    point.update(N=n, total_ratio=float(r["total_ratio"][-1]),
                  fits=bool(point["sp_bytes"] <= g.hbm_bytes))
     _, bc = block_sizes(m.head_dim, SRAM)
     return PrefillCurves(m.name, g.name, m.head_dim, own.head_dim, m.q_heads, m.layers,
                          float(g.hbm_bytes), bc, N_GRID,
-                         *readonly(*(v[:-1] for v in curves.values())), point,
-                         _crossover(m, g), _crossover(m, g, "flash_io_s"))
+                         *readonly(*(v[:-1] for v in curves.values())), point, _crossover(m, g))
 
 
 def max_fitting_n(model, gpu, dtype: str = DTYPE) -> int:
@@ -168,20 +169,22 @@ def max_fitting_n(model, gpu, dtype: str = DTYPE) -> int:
     return n
 
 
-def crossover_rows(model: str = "Llama-3-8B", head_dim: int | None = None, names=None) -> list[dict]:
+def crossover_rows(model: str = "Llama-3-8B", head_dim: int | None = None, names=None,
+                   n: int = 32768) -> list[dict]:
     """Per GPU, for one prefill of `model` (`with_head_dim` if `head_dim` is given): the bf16
-    ridge point and the prompt lengths where standard attention's extra HBM time ('extra_n') and
-    FlashAttention's own traffic time by the same FA1 accounting ('flash_n') reach the compute
-    time (`prefill_curves`' time model; None where it never does below 4M tokens).
+    ridge point, the prompt length where standard attention's extra time reaches the compute
+    time ('extra_n'; None where it never does below 4M tokens) and standard / FlashAttention at
+    N = n ('ratio'), by `models.prefill_cost`'s accounting.
 
-    Example: Llama-3-8B on the H100 SXM: extra_n about 16,700 tokens, flash_n about 16,900.
+    Example: Llama-3-8B on the H100 SXM: extra_n about 11,200 tokens, ratio 2.66 at 32K.
     """
     m = dense_model(model) if head_dim is None else with_head_dim(model, head_dim)
+    n = as_int("n", n, 1, N_STEPS[-1])
     rows = []
     for name in (gpus() if names is None else names):
         g = get_gpu(name)
         rows.append({"gpu": g.name, "ridge": ridge_point(g, DTYPE), "extra_n": _crossover(m, g),
-                     "flash_n": _crossover(m, g, "flash_io_s")})
+                     "ratio": prefill_cost(m, g, n, sram=SRAM, dtype=DTYPE).total_ratio})
     return rows
 
 
@@ -190,69 +193,68 @@ def crossover_table(model: str = "Llama-3-8B", head_dim: int | None = None) -> s
     k = lambda v: "never" if v is None else f"{round(v, -2):,.0f}"      # noqa: E731
     return style.table(crossover_rows(model, head_dim),
                        {"gpu": "GPU", "ridge": "ridge (bf16, FLOP/B)",
-                        "extra_n": "extra HBM = compute at N",
-                        "flash_n": "FlashAttn's traffic = compute at N"},
-                       {"ridge": ".0f", "extra_n": k, "flash_n": k})
+                        "extra_n": "extra = compute at N", "ratio": "standard / FlashAttn at 32K"},
+                       {"ridge": ".0f", "extra_n": k, "ratio": ".2f"})
 
 
 def ratio_conventions(model: str = "Llama-3-8B", gpu: str = "H100-SXM", N: int = 32768) -> list[dict]:
     """The standard / FlashAttention prefill ratio of `prefill_cost` (bf16, M = 100,000) under
-    other reasonable choices of what counts, to show how much a single number like the
-    lecture's "about 2.5x" depends on them. One row per convention, changing one thing each:
+    other choices of what counts, to show how much a single number like the lecture's
+    "about 2.5x" depends on them. One row per convention, changing one thing each:
 
-        ours              prefill_cost: 2 x params per token (embedding included), causal
-                          attention FLOPs (2 L H N^2 d), extra = standard_io - flash_io FA1 (no
-                          causal skipping)
+        ours              prefill_cost: every kernel at its roofline; FlashAttention's traffic
+                          FA1 order, the lecture's tile rule, masked blocks skipped
+        hidden            FlashAttention's own traffic assumed hidden under its compute
+                          (flash time = compute_s), the accounting the lecture's numbers suggest
+        no skipping       FlashAttention's traffic counted without causal block skipping
+        FA2 own tiles     FA2 order with its own tile rule (B_r = ceil(M/4d)), masked blocks skipped
         no embedding      linear FLOPs without the input embedding (2 x vocab x hidden per token)
-        full attention    attention FLOPs without the causal half: 4 L H N^2 d
-        causal FA1        FlashAttention skips the blocks above the diagonal (flash_io causal=True),
-                          so standard attention's extra traffic is larger
 
-    Each row: convention, compute_s, extra_s, ratio = (compute_s + extra_s) / compute_s.
-
-    Example: Llama-3-8B, H100 SXM, 32K: 2.62 (ours), 2.70, 2.20, 3.42.
+    Each row: convention, standard_s, flash_s, ratio = standard_s / flash_s.
     """
     m = dense_model(model)
     g = get_gpu(gpu)
     N = as_int("N", N, 1, N_STEPS[-1])
-    base = prefill_cost(m, g, N, sram=SRAM, dtype=DTYPE)
-    p, bpe, d = peak(g, DTYPE), DTYPE_BYTES[DTYPE], m.head_dim
-    heads = m.layers * m.q_heads
-    embed = 2 * m.vocab * m.hidden * N / p
-    causal_fa1 = flash_io(N, d, SRAM, "fa1", causal=True)
-    causal_extra = heads * (standard_io(N, d) - causal_fa1) * bpe / g.hbm_bandwidth
+    cost = lambda **kw: prefill_cost(m, g, N, sram=SRAM, dtype=DTYPE, **kw)  # noqa: E731
+    base = cost()
+    embed = 2 * m.vocab * m.hidden * N / peak(g, DTYPE)
     variants = [
-        ("ours: 2 x params per token + causal attention; FA1 without causal skipping",
-         base.compute_s, base.extra_io_s),
-        ("linear FLOPs without the input embedding (a lookup)", base.compute_s - embed, base.extra_io_s),
-        ("attention FLOPs without the causal half (4 L H N^2 d)",
-         base.compute_s + 2 * heads * N * N * d / p, base.extra_io_s),
-        ("FlashAttention skips masked blocks (causal FA1 traffic)", base.compute_s, causal_extra),
+        ("ours: each kernel at its roofline; FA1 traffic, masked blocks skipped",
+         base.standard_s, base.flash_s),
+        ("FlashAttention's traffic assumed hidden under its compute", base.standard_s, base.compute_s),
+        ("FlashAttention's traffic without causal block skipping", base.standard_s,
+         cost(causal_skip=False).flash_s),
+        ("FA2 order with its own tiles (B_r = ceil(M/4d))", base.standard_s,
+         cost(order="fa2", rule="fa2").flash_s),
+        ("linear FLOPs without the input embedding (a lookup)", base.standard_s - embed,
+         base.flash_s - embed),
     ]
-    return [{"convention": c, "compute_s": t, "extra_s": e, "ratio": (t + e) / t} for c, t, e in variants]
+    return [{"convention": c, "standard_s": t, "flash_s": f, "ratio": t / f} for c, t, f in variants]
 
 
 def conventions_table(model: str = "Llama-3-8B", gpu: str = "H100-SXM", N: int = 32768) -> str:
     """`ratio_conventions` as a text table."""
     return style.table(ratio_conventions(model, gpu, N),
-                       {"convention": "what changes", "compute_s": "compute", "extra_s": "extra HBM",
-                        "ratio": "standard / FlashAttn"},
-                       {"compute_s": style.seconds, "extra_s": style.seconds, "ratio": ".2f"})
+                       {"convention": "what changes", "standard_s": "standard", "flash_s": "FlashAttn",
+                        "ratio": "ratio"},
+                       {"standard_s": style.seconds, "flash_s": style.seconds, "ratio": ".2f"})
 
 
 def prefill_table(model: str = "Llama-3-8B", gpu: str = "H100-SXM", Ns=N_STEPS) -> str:
-    """`models.prefill_cost` at each N as a text table: compute, extra HBM time, their ratio,
-    S+P of one layer and whether it fits in the GPU's HBM."""
+    """`models.prefill_cost` at each N as a text table: compute at peak, the prefill with
+    FlashAttention and with standard attention, the extra time over compute, their ratio, S+P of
+    one layer and whether it fits in the GPU's HBM."""
     g = get_gpu(gpu)
     rows = []
     for N in Ns:
         c = prefill_cost(model, g, int(N), sram=SRAM, dtype=DTYPE)
-        rows.append({"N": c.N, "compute": c.compute_s, "extra": c.extra_io_s,
+        rows.append({"N": c.N, "compute": c.compute_s, "flash": c.flash_s, "standard": c.standard_s,
                      "extra/compute": c.extra_io_s / c.compute_s, "ratio": c.total_ratio,
                      "sp": c.sp_bytes_per_layer, "fits": c.fits})
-    return style.table(rows, {"N": "N", "compute": "compute", "extra": "extra HBM (std)",
-                              "extra/compute": "extra/compute", "ratio": "total / FlashAttn",
-                              "sp": "S+P per layer", "fits": f"fits {binary_bytes(g.hbm_bytes)}"},
-                       {"N": ",", "compute": style.seconds, "extra": style.seconds,
-                        "extra/compute": ".2f", "ratio": ".2f", "sp": binary_bytes,
-                        "fits": lambda f: "yes" if f else "no"})
+    return style.table(rows, {"N": "N", "compute": "compute", "flash": "FlashAttn",
+                              "standard": "standard", "extra/compute": "extra/compute",
+                              "ratio": "std / FlashAttn", "sp": "S+P per layer",
+                              "fits": f"fits {binary_bytes(g.hbm_bytes)}"},
+                       {"N": ",", "compute": style.seconds, "flash": style.seconds,
+                        "standard": style.seconds, "extra/compute": ".2f", "ratio": ".2f",
+                        "sp": binary_bytes, "fits": lambda f: "yes" if f else "no"})

@@ -18,8 +18,8 @@ class PrefillCostExplorer(Explorer):
     """Controls: prompt length N, GPU, head dim (picking a model sets its own; another value
     reshapes it keeping heads x d), model.
 
-    Left: time of one prefill against N (log-log): compute at peak, standard attention's extra HBM
-    time, FlashAttention's own traffic time by the same accounting; N marked. Right: S + P of one
+    Left: time of one prefill against N (log-log), every kernel at its roofline: with standard
+    attention, with FlashAttention, the extra time between them and the compute at peak; N marked. Right: S + P of one
     layer against N, FlashAttention's m and l beside it, the GPU's HBM as a horizontal line.
     """
     name = "prefill_cost"
@@ -30,6 +30,7 @@ class PrefillCostExplorer(Explorer):
         m = dense_model(model)
         super().__init__(n=n, gpu=get_gpu(gpu).name, model=m.name,
                          head_dim=m.head_dim if head_dim is None else head_dim)
+        self.render()         # the frozen layout's background now: the first move is a blit
 
     def controls(self):
         return {"n": steps("prompt length N", [(style.k_label(v), v) for v in N_STEPS], 32768),
@@ -47,15 +48,12 @@ class PrefillCostExplorer(Explorer):
     def build(self, fig):
         ax_t, ax_m = self.ax_t, self.ax_m = fig.subplots(1, 2)
         c = style.COLORS
-        # at d = 128 the two HBM curves nearly coincide (FA1 moves about half of standard
-        # attention's traffic, the extra is the other half): a wide pale red band under a thin
-        # dashed blue line with markers keeps both visible
-        self.t_comp, = ax_t.plot([], [], color=c["compute"], lw=2, label="compute (matmuls at peak)")
-        self.t_extra, = ax_t.plot([], [], color=c["standard"], lw=5, alpha=0.55, solid_capstyle="butt",
-                                  label="extra HBM time of standard attention", zorder=2)
-        self.t_flash, = ax_t.plot([], [], color=c["fa1"], lw=1.4, ls=(0, (4, 2)), marker="o", ms=3,
-                                  markevery=4, zorder=3,
-                                  label="FlashAttention's own traffic (FA1 accounting, assumed hidden)")
+        self.t_comp, = ax_t.plot([], [], color=c["compute"], lw=1.5, ls=(0, (1, 1.5)),
+                                 label="compute at peak (matmuls)")
+        self.t_std, = ax_t.plot([], [], color=c["standard"], lw=2, label="prefill, standard attention")
+        self.t_flash, = ax_t.plot([], [], color=c["fa1"], lw=2, ls=(0, (5, 2)), label="prefill, FlashAttention")
+        self.t_extra, = ax_t.plot([], [], color=c["standard"], lw=5, alpha=0.3, solid_capstyle="butt",
+                                  label="extra: standard − FlashAttention", zorder=2)
         self.t_dots, = ax_t.plot([], [], "o", color="black", ms=5, zorder=3)
         self.t_mark = ax_t.axvline(32768, color="black", lw=1.2, ls=":")
         self.t_note = ax_t.text(0.97, 0.04, "", transform=ax_t.transAxes, ha="right", va="bottom",
@@ -84,29 +82,31 @@ class PrefillCostExplorer(Explorer):
         mt = [2.0 ** k for k in range(20, 44, 5)]
         ax_m.set_yticks(mt, [style.binary_bytes(v) for v in mt])
         ax_m.set_ylabel("memory for one layer (bytes)")
-        # two legends, one shown at a time: no red entry when there is no extra time to draw
-        self.leg_all = style.legend_below(ax_t, [self.t_comp, self.t_extra, self.t_flash], ncol=1)
-        self.leg_no_extra = style.legend_below(ax_t, [self.t_comp, self.t_flash], ncol=1)
+        # two legends, one shown at a time: no extra entry when there is no extra time to draw
+        self.leg_all = style.legend_below(ax_t, [self.t_comp, self.t_std, self.t_flash, self.t_extra], ncol=2)
+        self.leg_no_extra = style.legend_below(ax_t, [self.t_comp, self.t_std, self.t_flash], ncol=2)
         ax_t.add_artist(self.leg_all)
+        self.leg_all.set_clip_on(False)
         style.legend_below(ax_m, ncol=1)
-        return [self.t_comp, self.t_extra, self.t_flash, self.t_dots, self.t_mark, self.t_note,
-                self.leg_all, self.leg_no_extra, self.m_sp, self.m_ml, self.m_hbm, self.m_hbm_txt, self.m_dots, self.m_mark,
-                ax_t.title, ax_m.title]
+        return [self.t_comp, self.t_std, self.t_flash, self.t_extra, self.t_dots, self.t_mark, self.t_note,
+                self.leg_all, self.leg_no_extra, self.m_sp, self.m_ml, self.m_hbm, self.m_hbm_txt, self.m_dots,
+                self.m_mark, ax_t.title, ax_m.title]
 
     def draw(self, r: PrefillCurves) -> str:
         x, p, n = r.N, r.at_n, r.at_n["N"]
         self.t_comp.set_data(x, r.compute_s)
-        self.t_extra.set_data(x, np.where(r.extra_s > 0, r.extra_s, np.nan))   # log axes: hide 0
+        self.t_std.set_data(x, r.standard_s)
         self.t_flash.set_data(x, r.flash_s)
+        self.t_extra.set_data(x, np.where(r.extra_s > 0, r.extra_s, np.nan))   # log axes: hide 0
         has_extra = bool(np.any(r.extra_s > 0))
         self.leg_all.set_visible(has_extra)
         self.leg_no_extra.set_visible(not has_extra)
         self.t_note.set_text("" if has_extra else
-                             f"no red band: at d = {r.head_dim} with M = {SRAM:,}, FA1's\n"
-                             f"accounting moves MORE than standard attention,\n"
+                             f"no extra band: at d = {r.head_dim} with M = {SRAM:,}, FA1's\n"
+                             f"count moves as much as standard attention,\n"
                              f"so this model cannot show FlashAttention's benefit")
-        self.t_dots.set_data([n] * 3, [p["compute_s"], p["extra_s"] if p["extra_s"] > 0 else np.nan,
-                                       p["flash_s"]])
+        self.t_dots.set_data([n] * 3, [p["standard_s"], p["flash_s"],
+                                       p["extra_s"] if p["extra_s"] > 0 else np.nan])
         self.m_sp.set_data(x, r.sp_bytes); self.m_ml.set_data(x, r.ml_bytes)
         self.m_hbm.set_ydata([r.hbm_bytes] * 2)
         self.m_hbm_txt.set_position((x[0] * 1.1, r.hbm_bytes * 1.15))
@@ -121,28 +121,29 @@ class PrefillCostExplorer(Explorer):
 
 
 def summary(r: PrefillCurves) -> str:
-    """The explorer's summary line: the ratio and crossover, or why this model shows none."""
+    """The explorer's summary line: both prefill times and their ratio, or why this model shows
+    no gain."""
     p = r.at_n
     own = (f"hypothetical reshape, width kept; its own d = {r.own_head_dim}" if r.reshaped
            else "its own shape")
     head = (f"{r.model} ({r.heads} heads × d = {r.head_dim}, {own}) on {r.gpu}, "
-            f"N = {p['N']:,}: compute {style.seconds(p['compute_s'])}")
+            f"N = {p['N']:,}, every kernel at its roofline: compute {style.seconds(p['compute_s'])}")
     fit = "fits" if p["fits"] else "<b>does not fit</b>"
     memory = (f"S+P of one layer {style.binary_bytes(p['sp_bytes'])} vs HBM "
               f"{style.binary_bytes(r.hbm_bytes)}: {fit}; FlashAttention keeps "
               f"{style.binary_bytes(p['ml_bytes'])} of m, ℓ.")
-    if p["extra_raw_s"] > 0:
+    bound = (f"its kernel held by its own traffic, {style.seconds(p['flash_io_s'])}"
+             if p["flash_s"] > p["compute_s"] else "its kernel compute-bound")
+    times = (f"FlashAttention {style.seconds(p['flash_s'])} ({bound}), standard attention "
+             f"{style.seconds(p['standard_s'])}")
+    if p["total_ratio"] >= 1.05:
         cross = r.crossover_n
-        where = (f"extra passes compute near N ≈ {round(cross, -2):,.0f}" if cross is not None
-                 else "extra stays below compute up to 4M tokens")
-        return (f"{head}, standard attention's extra HBM time {style.seconds(p['extra_s'])} "
-                f"→ <b>{p['total_ratio']:.2f}x</b> the FlashAttention time ({where}); "
-                f"FlashAttention's own traffic {style.seconds(p['flash_s'])}. {memory}")
-    std = p["flash_s"] + p["extra_raw_s"]
-    return (f"{head}. At d = {r.head_dim} with M = {SRAM:,} elements, FA1's accounting "
-            f"(B<sub>c</sub> = {r.block_c}) moves {p['flash_s'] / std:.2f}x "
-            f"MORE HBM traffic than standard attention ({style.seconds(p['flash_s'])} against "
-            f"{style.seconds(std)}), so <b>this traffic model cannot show FlashAttention's benefit "
-            f"here</b>: no extra time is charged, and the ratio 1.00 does not mean FlashAttention "
-            f"gains nothing. {memory} That memory benefit stands, and on real GPUs most K/V re-reads "
-            f"hit L2, which this model does not count.")
+        where = (f"the extra passes compute near N ≈ {round(cross, -2):,.0f}" if cross is not None
+                 else "the extra stays below compute up to 4M tokens")
+        return (f"{head}; {times} → <b>{p['total_ratio']:.2f}x</b> ({where}). {memory}")
+    return (f"{head}; {times}: <b>{p['total_ratio']:.2f}x</b>. At d = {r.head_dim} with "
+            f"M = {SRAM:,} elements FA1's tiles are {r.block_c} rows, and its count moves about as "
+            f"much HBM traffic as standard attention, so <b>this traffic model cannot show "
+            f"FlashAttention's benefit here</b>; a ratio near 1 does not mean FlashAttention gains "
+            f"nothing. {memory} That memory benefit stands, and on real GPUs most K/V re-reads hit "
+            f"L2, which this model does not count.")

@@ -127,6 +127,7 @@ class StandardTrafficExplorer(Explorer):
 
     def __init__(self, d: int = 64, n: int = 4096):
         super().__init__(d=d, n=n)
+        self.render()         # the frozen layout's background now: the first move is a blit
 
     def controls(self):
         return {"d": steps("head dim d", TRAFFIC_DIMS, 64),
@@ -158,7 +159,9 @@ class StandardTrafficExplorer(Explorer):
         self.a_n2, = ax_a.plot([], [], color=c["standard"], lw=1.5, ls="--", label="S, P: 4N²")
         self.a_nd, = ax_a.plot([], [], color=c["fa1"], lw=1.5, ls="--", label="Q, K, V, O: 4Nd")
         self.a_eq = ax_a.axvline(64, color=c["bound"], lw=1, ls=":")
-        self.a_eq_txt = ax_a.text(64, 2e11, "", fontsize=style.SMALL, color="#555555", va="top")
+        self.a_eq_txt = ax_a.text(64, 2e11, "", fontsize=style.SMALL, color="#555555", va="top",
+                                  zorder=4, bbox={"boxstyle": "round,pad=0.2", "fc": "white",
+                                                  "ec": "none", "alpha": 0.9})
         self.a_mark = ax_a.axvline(4096, color="black", lw=1.2, ls="--")
         self.a_dot, = ax_a.plot([], [], "o", color="black", ms=5)
         style.log_axis(ax_a, "y", 1e2, 1e12, ticks=[1e2, 1e4, 1e6, 1e8, 1e10, 1e12],
@@ -171,7 +174,8 @@ class StandardTrafficExplorer(Explorer):
             ax.set_xlabel("sequence length N (tokens)")
             ax.grid(True, alpha=0.25)
         return [*self.fills.values(), self.s_mark, self.s_dot, self.s_txt, self.a_tot, self.a_n2,
-                self.a_nd, self.a_eq, self.a_eq_txt, self.a_mark, self.a_dot, ax_s.title, ax_a.title]
+                self.a_nd, self.a_eq, self.a_mark, self.a_dot, ax_s.title, ax_a.title,
+                self.a_eq_txt]                # last: its white box covers the read-off line
 
     def draw(self, r: TrafficCurves) -> str:
         x, d, n = r.N, r.d, r.n
@@ -191,7 +195,11 @@ class StandardTrafficExplorer(Explorer):
         self.s_txt.set_text(f"S, P: {100 * p['share']:.1f} %")
         self.a_tot.set_data(x, r.total); self.a_n2.set_data(x, r.n2); self.a_nd.set_data(x, r.nd)
         self.a_eq.set_xdata([d, d])
-        self.a_eq_txt.set_position((d * 1.15, 2e11))
+        # the label sits beside its dotted line, on the side away from the read-off line (the
+        # label spans about a factor 8 in N); left only where it fits inside the axis
+        left = d < n <= 8 * d and d / 8 >= TRAFFIC_GRID[0]
+        self.a_eq_txt.set_position((d / 1.15 if left else d * 1.15, 2e11))
+        self.a_eq_txt.set_horizontalalignment("right" if left else "left")
         self.a_eq_txt.set_text(f"N = d = {d}:\nequal parts")
         self.a_dot.set_data([n], [p["total"]])
         self.ax_s.set_title(f"Where Algorithm 0's traffic goes (d = {d})")
