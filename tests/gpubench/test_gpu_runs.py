@@ -254,14 +254,15 @@ def test_gluon_steps_figure_draws_every_checked_step_of_the_file(name, tmp_path,
 def test_profile_summary_shares_are_the_recorded_stalls_over_cycles_per_issue(tmp_path, monkeypatch):
     with open(reader.measurements_dir() / "h200-2026-12-02-ncu.json") as f:
         rec = {k["call"]: k for k in json.load(f)["kernels"]}
-    lines = [ln for ln in runs.profile_summary(("gluon", "sdpa-cudnn")).splitlines()
-             if ln.startswith(("gluon", "sdpa-cudnn"))]
-    assert len(lines) == sum(c.startswith(("gluon", "sdpa-cudnn")) for c in rec) == 8
-    for line in lines:
-        k = rec[line[:line.index("  ")]]
-        cells = line.split()
-        assert cells[-5:] == [f"{k['stalls'][s] / k['cycles_per_issue']:.0%}" for s in reader.PROFILE_STALLS]
-        assert cells[-9] == f"{k['tensor_pipe_active_pct']:.0f}"
+    text = runs.profile_summary(("gluon", "sdpa-cudnn"))
+    assert max(len(ln) for ln in text.splitlines()) <= 100
+    units, waits = ([ln for ln in part.splitlines() if ln.startswith(("gluon", "sdpa-cudnn"))]
+                    for part in text.split("where the warps wait"))
+    assert len(units) == len(waits) == sum(c.startswith(("gluon", "sdpa-cudnn")) for c in rec) == 8
+    for unit, wait in zip(units, waits):
+        k = rec[unit[:unit.index("  ")].replace("no mask", "non-causal")]
+        assert wait.split()[-5:] == [f"{k['stalls'][s] / k['cycles_per_issue']:.0%}" for s in reader.PROFILE_STALLS]
+        assert unit.split()[-3] == f"{k['tensor_pipe_active_pct']:.0f}"
     for bad, exc in (("", TypeError), (["gluon"], TypeError), ("nothing-like-this", ValueError)):
         with pytest.raises(exc, match="prefix|no call"):
             runs.profile_summary(bad)

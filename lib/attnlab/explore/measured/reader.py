@@ -95,13 +95,16 @@ def section(res: dict, name: str) -> dict:
 
 #: the warp-stall reasons a profile table shows, as shares of all warp cycles
 PROFILE_STALLS = ("barrier", "wait", "long_scoreboard", "mio_throttle", "short_scoreboard")
+STALL_HEADS = {"barrier": "barrier", "wait": "wait", "long_scoreboard": "long sb", "mio_throttle": "mio",
+               "short_scoreboard": "short sb"}
 
 
 def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
     """A recorded Nsight Compute profile (`gpubench.ncu --summarize`), the kernels of the calls
-    whose names start with `prefix` (a string or a tuple of them): duration, tensor pipe busy, warp cycles per issued instruction
-    and the share of those cycles each PROFILE_STALLS reason takes (CTA barrier, fixed-latency
-    wait, memory, shared-memory queue). A kernel without stall counters is refused by name."""
+    whose names start with `prefix` (a string or a tuple of them), in two tables that fit 100
+    characters: duration, tensor pipe busy, threads and registers; then the share of all warp
+    cycles each PROFILE_STALLS reason takes (CTA barrier, fixed-latency wait, memory, the
+    shared-memory queue, a short dependency). A kernel without stall counters is refused by name."""
     from attnlab.explore import style
     res = recorded(name)
     rows = []
@@ -119,10 +122,16 @@ def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
                      **{s: k["stalls"].get(s, 0.0) / cpi for s in PROFILE_STALLS}})
     if not rows:
         raise ValueError(f"{name} has no call starting with {prefix!r}")
-    head = (f"{res['device']}, {res['date']}: {res['tool']}; torch {res['torch']}, Triton {res['triton']}, "
-            f"FlashInfer {res['flashinfer']}\nstall columns: share of all warp cycles (cycles per issued "
-            "instruction of that reason / all cycles per issued instruction)\n")
-    cols = {"call": "call", "kernel": "kernel", "us": "µs", "tensor": "tensor pipe %", "cpi": "cycles/issue",
-            "threads": "threads", "regs": "regs", **{s: s.replace("_", " ") for s in PROFILE_STALLS}}
-    return head + style.table(rows, cols, {"us": ".1f", "tensor": ".0f", "cpi": ".1f", "regs": ".0f",
-                                           **{s: ".0%" for s in PROFILE_STALLS}})
+    head = (f"{res['device']}, {res['date']}:\n{res['tool']};\ntorch {res['torch']}, Triton {res['triton']}, "
+            f"FlashInfer {res['flashinfer']}\n\n")
+    for r in rows:
+        r["call"] = r["call"].replace("non-causal", "no mask")
+    for r in rows:
+        r["short"] = r["kernel"][:18]
+    cols = {"call": "call", "short": "kernel", "us": "µs", "tensor": "tensor pipe %", "threads": "threads",
+            "regs": "regs"}
+    stalls = {"call": "call", "short": "kernel", **{s: STALL_HEADS[s] for s in PROFILE_STALLS}}
+    return (head + style.table(rows, cols, {"us": ".1f", "tensor": ".0f", "regs": ".0f"})
+            + "\n\nwhere the warps wait: each reason's share of all warp cycles (its cycles per issued "
+              "instruction\nover all cycles per issued instruction); sb: scoreboard, mio: the MIO throttle\n"
+            + style.table(rows, stalls, {s: ".0%" for s in PROFILE_STALLS}))
