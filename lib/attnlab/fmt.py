@@ -3,13 +3,29 @@ report of your model, the GPU harness's tables): one definition of each, so no m
 from __future__ import annotations
 
 import math
+import numbers
 
 __all__ = ["binary_bytes", "si", "seconds", "magnitude", "table"]
 
 
+def _real(name: str, x) -> float:
+    """x as a float; a string or a bool is not a number to format (TypeError naming `name`), and
+    an integer beyond float64 is a ValueError."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):          # numpy bools are not Real
+        raise TypeError(f"{name} must be a real number, got {x!r:.60} ({type(x).__name__})")
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(f"{name} is beyond float64 (an integer of {x.bit_length()} bits); valid: "
+                         f"|{name}| < 1.8e308") from None
+
+
 def binary_bytes(b: float) -> str:
-    """Bytes in binary units, 3 significant digits: 68719476736 -> '64 GiB', 262144 -> '256 KiB'."""
-    b = float(b)
+    """Bytes in binary units, 3 significant digits: 68719476736 -> '64 GiB', 262144 -> '256 KiB'.
+    b >= 0 (a count of bytes)."""
+    b = _real("b", b)
+    if not b >= 0:
+        raise ValueError(f"b={b!r} is out of range; valid: a byte count >= 0")
     for f, p in ((2 ** 40, "TiB"), (2 ** 30, "GiB"), (2 ** 20, "MiB"), (2 ** 10, "KiB")):
         if abs(b) >= f:
             return f"{b / f:.3g} {p}"
@@ -18,7 +34,7 @@ def binary_bytes(b: float) -> str:
 
 def si(x: float, unit: str = "", digits: int = 3) -> str:
     """Engineering format: si(9_355_264) -> '9.36 M', si(3.35e12, 'B/s') -> '3.35 TB/s'."""
-    x = float(x)
+    x = _real("x", x)
     for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= f:
             return f"{x / f:.{digits}g} {p}{unit}"
@@ -26,8 +42,10 @@ def si(x: float, unit: str = "", digits: int = 3) -> str:
 
 
 def seconds(t: float) -> str:
-    """'1.32 s', '83.1 ms', '12.4 µs'."""
-    t = float(t)
+    """'1.32 s', '83.1 ms', '12.4 µs': a duration t >= 0 in seconds (inf prints 'inf s')."""
+    t = _real("t", t)
+    if not t >= 0:
+        raise ValueError(f"t={t!r} is out of range; valid: a duration in seconds, t >= 0")
     if t >= 1:
         return f"{t:.3g} s"
     if t >= 1e-3:
@@ -39,7 +57,7 @@ def magnitude(x: float) -> str:
     """An error to one significant digit: 1.1e-16 -> '1e-16', 5.2e-08 -> '5e-8', 0 -> '0'.
     One digit is what such an error means (the next digits move with the BLAS and the CPU), and
     it keeps a ratio honest: 5e-8 against 3.7e-7 is 7x, not the 37x that '~1e-8' suggests."""
-    x = abs(float(x))
+    x = abs(_real("x", x))
     if x == 0:
         return "0"
     if not math.isfinite(x):

@@ -9,12 +9,14 @@ equality of records that hold arrays: one place, so every message reads the same
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping, Set
 from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["short", "as_int", "as_float", "as_bool", "choice", "as_dtype", "as_array", "as_counts",
-           "as_reals", "as_dtype_bytes", "ARRAY_LIMIT", "check_bytes", "as_rng", "fields_equal"]
+__all__ = ["short", "as_int", "as_index", "as_float", "as_bool", "choice", "as_dtype", "as_array",
+           "as_counts", "as_reals", "as_dtype_bytes", "as_sequence", "ARRAY_LIMIT", "check_bytes", "as_rng",
+           "fields_equal"]
 
 #: The most bytes of arrays one call may allocate; a larger request is refused by name before
 #: numpy is asked (it would end in MemoryError, or swap).
@@ -29,11 +31,26 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def short(value, limit: int = 60) -> str:
-    """repr(value), cut to `limit` characters (arrays can be long)."""
+    """repr(value), cut to `limit` characters (arrays can be long; an integer too long for repr is
+    described by its number of digits).
+
+    >>> short(10**5000)
+    'an integer of 5001 digits'
+    """
     if isinstance(value, np.ndarray) and value.size > 8:
         return f"array of shape {value.shape}, dtype {value.dtype}"
+    if isinstance(value, int) and value.bit_length() > 4 * limit:     # repr may refuse (4300 digits)
+        digits = _digits(value)
+        return f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _digits(n: int) -> int:
+    """Decimal digits of |n| without str() (which refuses more than 4300 digits)."""
+    n = abs(n)
+    d = max(1, int((n.bit_length() - 1) * 0.30102999566398120) + 1)   # digits of 2^(bits - 1)
+    return d + 1 if n >= 10 ** d else d
 
 
 def as_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
@@ -55,8 +72,25 @@ def as_int(name: str, value, lo: int | None = None, hi: int | None = None) -> in
             raise TypeError(f"{name} must be an integer, got {short(value)} ({type(value).__name__})")
     value = int(value)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise ValueError(f"{name}={value} is out of range; valid: {_range(lo, hi, name)}")
+        raise ValueError(f"{name}={short(value)} is out of range; valid: {_range(lo, hi, name)}")
     return value
+
+
+def as_index(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
+    """`value` as an int in [lo, hi], for an index or an id: only integers (Python or numpy) are
+    indices, so a float (even 1.0), a bool or a string is a TypeError; outside the range a
+    ValueError.
+
+    >>> as_index("i", np.int32(2), 0, 3)
+    2
+    >>> as_index("i", 1.0, 0, 3)
+    Traceback (most recent call last):
+    ...
+    TypeError: i must be an integer index, got 1.0 (float)
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer index, got {short(value)} ({type(value).__name__})")
+    return as_int(name, value, lo, hi)
 
 
 def as_float(name: str, value, lo: float | None = None, hi: float | None = None, *,
@@ -159,13 +193,20 @@ def as_array(name: str, value, *, ndim=None, shape: str | None = None, kinds: st
         a = np.asarray(value)
     except (TypeError, ValueError) as e:          # ragged lists, objects numpy cannot convert
         raise TypeError(f"{name} must be an array of real numbers, got {short(value)} ({e})") from None
+    if not a.size and isinstance(value, (list, tuple)) and a.dtype.kind not in kinds:
+        a = a.astype({"i": np.int64, "u": np.uint64, "b": bool}.get(kinds[0], np.float64))  # [] is any kind
     as_dtype(name, a, kinds)
+    if isinstance(value, (list, tuple)) and "b" not in kinds and a.size and _holds_bool(value):
+        raise TypeError(f"{name} must hold real numbers, got a bool among them in {short(value)}; "
+                        f"valid: integers or floats (True is not 1)")
     if ndim is not None:
         ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if a.ndim not in ranks:
             want = shape or " or ".join(f"{r}-D" for r in ranks)
             raise ValueError(f"{name} must be {want}, got shape {a.shape}")
     if finite and a.dtype.kind == "f":
+        check_bytes(f"{name} of shape {a.shape} ({a.size:,} values, each checked for NaN and inf)",
+                    a.size * (2 if neginf else 1))
         ok = np.isfinite(a)
         if neginf:
             ok |= np.isneginf(a)
@@ -179,6 +220,36 @@ def as_array(name: str, value, *, ndim=None, shape: str | None = None, kinds: st
     return a
 
 
+def _holds_bool(value) -> bool:
+    """Whether a (nested) list or tuple holds a bool: numpy reads True as 1 without a word."""
+    try:
+        flat = np.asarray(value, dtype=object).reshape(-1)
+    except (TypeError, ValueError):
+        return False
+    return any(isinstance(x, (bool, np.bool_)) for x in flat.tolist())
+
+
+def as_sequence(name: str, value, what: str = "a list") -> list:
+    """`value` as a list of its entries, in order: a list, tuple, range, array or generator. A
+    string, a dict and a set are refused with TypeError: their entries have no order the caller
+    chose (a set iterates in hash order), or they are not a sequence of entries at all.
+
+    >>> as_sequence("rids", (2, 0))
+    [2, 0]
+    >>> as_sequence("rids", {2, 0})
+    Traceback (most recent call last):
+    ...
+    TypeError: rids must be a list (entries in order), got {0, 2} (set)
+    """
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be {what} (entries in order), got {short(value)} "
+                        f"({type(value).__name__})")
+    if isinstance(value, (Mapping, Set)):
+        raise TypeError(f"{name} must be {what} (entries in order), got {short(value)} "
+                        f"({type(value).__name__})")
+    return list(value)
+
+
 def as_counts(name: str, value, lo: int | None = None, hi: int | None = None):
     """An integer or an array of integers in [lo, hi]: (Python int, True) for a scalar,
     (int64 array, False) for an array (lists, tuples, ranges, numpy arrays of any rank). Integral floats
@@ -188,6 +259,9 @@ def as_counts(name: str, value, lo: int | None = None, hi: int | None = None):
     if not isinstance(value, (list, tuple, range, np.ndarray)):
         return as_int(name, value, lo, hi), True
     flat = np.asarray(value, dtype=object).reshape(-1) if not isinstance(value, np.ndarray) else None
+    if flat is not None and any(isinstance(v, (bool, np.bool_)) for v in flat.tolist()):
+        raise TypeError(f"{name} must hold integers, got a bool among them in {short(value)} "
+                        f"(True is not 1)")
     if flat is not None and flat.size and all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
         big = [v for v in flat if not -_INT64_MAX <= v <= _INT64_MAX]
         if big:                                   # numpy would make an object array of these
@@ -255,21 +329,29 @@ def as_dtype_bytes(name: str, value):
 
 
 def check_bytes(what: str, nbytes, limit: int = ARRAY_LIMIT) -> int:
-    """`nbytes` (a Python int, computed before allocating) if it is at most `limit`, else ValueError
-    saying what asked for it and the limit.
+    """`nbytes` (an integer, computed before allocating) as an int if it is in [0, limit], else
+    ValueError saying what asked for it and the limit. A byte count that is not an integer (a
+    float, even 2^31 + 0.9; a bool; a string) is a TypeError: rounding it would undercount.
 
     >>> check_bytes("num_blocks x block_size", 2**40)
     Traceback (most recent call last):
     ...
     ValueError: num_blocks x block_size needs 1 TiB of arrays; valid: at most 2 GiB
     """
+    if isinstance(nbytes, (bool, np.bool_)) or not isinstance(nbytes, numbers.Integral):
+        raise TypeError(f"{what}: the byte count must be an integer, got {short(nbytes)} "
+                        f"({type(nbytes).__name__})")
     nbytes = int(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"{what}: the byte count {short(nbytes)} is negative; valid: 0 .. {_bytes(limit)}")
     if nbytes > limit:
         raise ValueError(f"{what} needs {_bytes(nbytes)} of arrays; valid: at most {_bytes(limit)}")
     return nbytes
 
 
 def _bytes(n: int) -> str:
+    if n >= 2**1000:                              # n / size would not fit a float
+        return f"more than 2^{n.bit_length() - 1} B"
     for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
@@ -289,9 +371,9 @@ def as_rng(name: str, value) -> np.random.Generator:
 def fields_equal(a, b) -> bool:
     """Equality of two dataclass instances field by field, arrays by shape, dtype and values (the
     generated __eq__ would ask an array for one truth value). NotImplemented for other types."""
-    if type(a) is not type(b):
+    from dataclasses import fields, is_dataclass
+    if type(a) is not type(b) or not is_dataclass(a):
         return NotImplemented
-    from dataclasses import fields
     for f in fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
         if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):

@@ -15,13 +15,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from attnlab.validate import as_array, as_bool, as_counts, as_dtype_bytes, as_int, as_reals
+from attnlab.validate import (as_array, as_bool, as_counts, as_dtype_bytes, as_int, as_reals, as_sequence,
+                              check_bytes, short)
 from attnlab.core.softmax import _order, attention_state, merge, merge_states
 
 __all__ = ["intensity", "decode_cost", "DecodeCost", "split_bounds", "split_kv_attention",
            "cascade_attention", "CascadeResult", "cascade_intensity"]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
+#: The most chunks `split_bounds` lists (and `split_kv_attention` computes a state for).
+MAX_SPLITS = 1 << 20
 
 
 class DecodeCost(NamedTuple):
@@ -63,12 +66,15 @@ def decode_cost(g, l_qo, l_kv, d, *, batch=1, dtype_bytes=2) -> DecodeCost:
     if all(scalar for _, scalar in parts.values()):
         g, l_qo, l_kv, d, batch = (x for x, _ in parts.values())
         elements = batch * (2 * g * l_qo * d + 2 * l_kv * d)
-        return DecodeCost(batch * 4 * g * l_qo * l_kv * d, elements * b)
+        return DecodeCost(batch * 4 * g * l_qo * l_kv * d, _times(elements, b, "g, l_qo, l_kv, d, batch"))
+    shapes = {name: np.shape(x) for name, (x, _) in parts.items()}
     try:
-        g, l_qo, l_kv, d, batch = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x, _ in parts.values()))
+        shape = np.broadcast_shapes(*shapes.values())
     except ValueError:
-        shapes = {name: np.shape(x) for name, (x, _) in parts.items()}
         raise ValueError(f"g, l_qo, l_kv, d, batch do not broadcast together: shapes {shapes}") from None
+    check_bytes(f"decode_cost: g, l_qo, l_kv, d, batch broadcast to shape {shape} (int64 and float64 "
+                f"results and temporaries)", int(np.prod(shape, dtype=object)) * 8 * 8)
+    g, l_qo, l_kv, d, batch = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x, _ in parts.values()))
     big = float(np.max(4.0 * g * l_qo * l_kv * d * batch, initial=0.0))
     if big > 2.0 ** 62:
         raise ValueError(f"g, l_qo, l_kv, d, batch give {big:.3g} FLOPs, beyond int64; valid: "
@@ -76,6 +82,16 @@ def decode_cost(g, l_qo, l_kv, d, *, batch=1, dtype_bytes=2) -> DecodeCost:
     flops = batch * 4 * g * l_qo * l_kv * d
     elements = batch * (2 * g * l_qo * d + 2 * l_kv * d)
     return DecodeCost(flops, elements * b if isinstance(b, int) else elements.astype(np.float64) * b)
+
+
+def _times(elements: int, b, names: str):
+    """elements x b bytes: an int for whole-byte dtypes, else a float, refused past float64."""
+    try:
+        return elements * b
+    except OverflowError:
+        raise ValueError(f"{names} give {short(elements)} elements, whose bytes at dtype_bytes={b} "
+                         f"are beyond float64 (1.8e308); valid: smaller sizes, or a whole-byte dtype "
+                         f"for exact integer bytes") from None
 
 
 def intensity(g, l_qo, l_kv, *, dtype_bytes=2):
@@ -94,6 +110,13 @@ def intensity(g, l_qo, l_kv, *, dtype_bytes=2):
     """
     vals = [as_reals(name, x, 0.0, lo_open=True) for name, x in (("g", g), ("l_qo", l_qo), ("l_kv", l_kv))]
     b = as_dtype_bytes("dtype_bytes", dtype_bytes)
+    shapes = {name: np.shape(x) for name, (x, _) in zip(("g", "l_qo", "l_kv"), vals)}
+    try:
+        shape = np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        raise ValueError(f"g, l_qo, l_kv do not broadcast together: shapes {shapes}") from None
+    check_bytes(f"intensity: g, l_qo, l_kv broadcast to shape {shape} (float64 result and three "
+                f"temporaries)", int(np.prod(shape, dtype=object)) * 8 * 4)
     g, l_qo, l_kv = (np.float64(x) if scalar else x for x, scalar in vals)
     with np.errstate(over="ignore"):
         out = (2 * g * l_qo * l_kv) / (np.float64(b) * (g * l_qo + l_kv))
@@ -105,13 +128,14 @@ def intensity(g, l_qo, l_kv, *, dtype_bytes=2):
 def split_bounds(l_kv: int, splits: int) -> list[tuple[int, int]]:
     """Half-open (start, stop) of each of `splits` chunks of l_kv keys, sizes differing by <= 1.
 
-    Edge i is round(i * l_kv / splits), ties to even, computed in integers (exact at any size).
+    Edge i is round(i * l_kv / splits), ties to even, computed in integers (exact at any size);
+    splits <= l_kv and at most 2^20 (a list of that many chunks is already ~100 MiB).
 
     >>> split_bounds(10, 4)
     [(0, 2), (2, 5), (5, 8), (8, 10)]
     """
     l_kv = as_int("l_kv", l_kv, 1, None)
-    splits = as_int("splits", splits, 1, l_kv)
+    splits = as_int("splits", splits, 1, min(l_kv, MAX_SPLITS))
 
     def edge(i):
         q, r = divmod(i * l_kv, splits)
@@ -183,9 +207,9 @@ def cascade_attention(queries, prefix_k, prefix_v, unique_kv, *, scale: float | 
     n, d = queries.shape
     if n < 1 or d < 1:
         raise ValueError(f"queries has shape {queries.shape}; valid: (n, d) with n >= 1, d >= 1")
-    if isinstance(unique_kv, (str, bytes, np.ndarray)) or not hasattr(unique_kv, "__iter__"):
+    if isinstance(unique_kv, np.ndarray):
         raise TypeError(f"unique_kv must be a sequence of n={n} pairs (k_i, v_i), got {type(unique_kv).__name__}")
-    unique_kv = list(unique_kv)
+    unique_kv = as_sequence("unique_kv", unique_kv, f"a sequence of n={n} pairs (k_i, v_i)")
     if len(unique_kv) != n:
         raise ValueError(f"unique_kv has {len(unique_kv)} entries; it needs one (k, v) per request (n={n})")
     pk = as_array("prefix_k", prefix_k, ndim=2, shape="(P, d)")

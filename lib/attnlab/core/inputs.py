@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.validate import as_array, as_int
+from attnlab.validate import as_array, as_int, check_bytes
 from attnlab.core.hbm import HBM
 from attnlab.core.softmax import softmax_scale
 
@@ -34,7 +34,8 @@ def block_sizes(d: int, sram: int = 100_000) -> tuple[int, int]:
 
 
 def causal_mask(n_q: int, n_k: int) -> np.ndarray:
-    """Boolean (n_q, n_k) mask, True where query i may see key j (bottom-right aligned).
+    """Boolean (n_q, n_k) mask, True where query i may see key j (bottom-right aligned); at most
+    2 GiB with its int64 position vectors, checked before any is made.
 
     >>> causal_mask(3, 5).astype(int)
     array([[1, 1, 1, 0, 0],
@@ -43,6 +44,8 @@ def causal_mask(n_q: int, n_k: int) -> np.ndarray:
     """
     n_q = as_int("n_q", n_q, 0, None)
     n_k = as_int("n_k", n_k, 0, None)
+    check_bytes(f"causal_mask: n_q={n_q} x n_k={n_k} (bool, and int64 positions)",
+                n_q * n_k + 8 * (2 * n_q + n_k))
     i = np.arange(n_q)[:, None]
     j = np.arange(n_k)[None, :]
     return j <= i + (n_k - n_q)

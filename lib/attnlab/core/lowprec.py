@@ -57,6 +57,8 @@ _X_MAX = _F32_MAX / 2           # |x| quantise takes: float32's range, with room
 _TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
 _CACHE_BYTES = 1 << 26          # inputs and references cached only up to this size each
 _ROWS_BYTES = 1 << 26           # attention64 works in row blocks of at most 64 MiB of scores
+#: The largest n `attention_error` takes: its two n x n float64 attentions take a few seconds there.
+MAX_ERROR_N = 8192
 
 
 def _round(x32: np.ndarray, fmt: str) -> np.ndarray:
@@ -77,6 +79,7 @@ def quantise(x, fmt: str = "fp8_e4m3", block: int | None = None, *, scale: float
     A group of zeros keeps scale 1. Values that land beyond the format's range saturate to its
     largest finite value. |x| at most 1.7e38 (float32's range, halved); a given scale in
     [1.2e-38, 3.4e38 / (2 format_max)], so that neither x / scale nor the result leaves float32.
+    x and its temporaries at most 2 GiB (x.size x (x's bytes + 21)), checked before any is made.
 
     >>> quantise(np.array([0.3, 1.0, 7.0]), "fp4_e2m1", scale=1.0).tolist()
     [0.5, 1.0, 6.0]
@@ -84,7 +87,10 @@ def quantise(x, fmt: str = "fp8_e4m3", block: int | None = None, *, scale: float
     [448.0, -448.0]
     """
     choice("fmt", fmt, tuple(FORMATS))
-    x = as_array("x", x, kinds="f")
+    x = as_array("x", x, kinds="f", finite=False)
+    check_bytes(f"quantise: x of shape {x.shape} ({x.size:,} values: |x|, a float32 copy, the scaled, "
+                f"clipped and rounded values)", x.size * (x.dtype.itemsize + 21))
+    x = as_array("x", x, kinds="f")                 # NaN and inf refused, now that the size is known
     if x.size and float(np.abs(x).max()) > _X_MAX:
         raise ValueError(f"x holds {float(np.abs(x).max()):.4g}; valid: |x| <= {_X_MAX:.3g} "
                          f"(quantise works in float32)")
@@ -166,7 +172,8 @@ def outlier_inputs(n: int = 512, d: int = 64, strength: float = 30.0, n_outliers
 def attention64(q, k, v) -> np.ndarray:
     """softmax(q k^T / sqrt(d)) v in float64 (the reference): q (N_q, d), k (N_k, d), v (N_k, d_v),
     finite. Computed in blocks of query rows (at most 64 MiB of scores each), so memory is
-    O(N_k) per row, not N_q x N_k."""
+    O(N_k) per row, not N_q x N_k. Scores beyond float64 (|q k^T / sqrt(d)| > 1.8e308) are
+    refused by name: softmax of them would be inf - inf = NaN."""
     q = as_array("q", q, ndim=2, shape="(N_q, d)").astype(np.float64, copy=False)
     k = as_array("k", k, ndim=2, shape="(N_k, d)").astype(np.float64, copy=False)
     v = as_array("v", v, ndim=2, shape="(N_k, d_v)").astype(np.float64, copy=False)
@@ -178,11 +185,21 @@ def attention64(q, k, v) -> np.ndarray:
     rows = max(1, _ROWS_BYTES // (8 * k.shape[0]))
     c = np.sqrt(q.shape[-1])
     if rows >= q.shape[0]:
-        return _softmax_v(q @ k.T / c, v)
+        return _softmax_v(_scores(q, k, c), v)
     out = np.empty((q.shape[0], v.shape[1]))
     for a in range(0, q.shape[0], rows):
-        out[a:a + rows] = _softmax_v(q[a:a + rows] @ k.T / c, v)
+        out[a:a + rows] = _softmax_v(_scores(q[a:a + rows], k, c), v)
     return out
+
+
+def _scores(q, k, c):
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = q @ k.T / c
+    if not np.isfinite(s).all():
+        raise ValueError(f"q k^T / sqrt(d) overflows float64 (beyond 1.8e308) although q and k are "
+                         f"finite; q and k hold values too large for a float64 reference "
+                         f"(max |q| {np.abs(q).max():.3g}, max |k| {np.abs(k).max():.3g}): scale them down")
+    return s
 
 
 def _softmax_v(s, v):
@@ -223,10 +240,13 @@ def attention_error(fmt: str = "fp8_e4m3", block: int | None = None, transform: 
                     strength: float = 30.0, n: int = 512, d: int = 64, n_outliers: int = 4,
                     seed: int = 0) -> AttentionError:
     """Error of `lowprec_attention` on `outlier_inputs(n, d, strength, n_outliers, seed)`
-    (cached: a repeated call costs nothing)."""
+    (cached: a repeated call costs nothing). n in [1, 8192]: the two float64 attentions cost
+    n^2 exps each, a few seconds at n = 8192 (use `lowprec_attention` on your own arrays for
+    more)."""
     choice("fmt", fmt, tuple(FORMATS))
     block = None if block is None else as_int("block", block, 1, None)
     transform = as_bool("transform", transform)
+    as_int("n", n, 1, MAX_ERROR_N)
     outlier_inputs(n, d, strength, n_outliers, seed)                 # checks the rest by name
     return _error(fmt, block, transform, float(strength), int(n), int(d), int(n_outliers), int(seed))
 
@@ -252,7 +272,10 @@ def _reference(n, d, strength, n_outliers, seed):
 
 
 def compare_methods(fmt: str = "fp8_e4m3", strength: float = 30.0, block: int = 64, **kw) -> list[dict]:
-    """One row per METHODS entry: its `attention_error` and the per-tensor RMSE over its own."""
+    """One row per METHODS entry: its `attention_error` and the per-tensor RMSE over its own.
+    block: the rows per scale of the per-block methods, an integer >= 1 (None would make them
+    per-tensor under a per-block label, so it is refused)."""
+    block = as_int("block", block, 1, None)
     rows = []
     for label, b, t in METHODS:
         e = attention_error(fmt, block if b == "block" else None, t, strength, **kw)

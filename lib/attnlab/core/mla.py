@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from attnlab.validate import as_dtype_bytes, as_int, choice
+from attnlab.validate import as_dtype_bytes, as_int, choice, short
 
 __all__ = ["MLAShape", "DEEPSEEK_V3", "mla_decode_cost", "mla_intensity", "mla_forms", "FORMS", "FORM_LABELS"]
 
@@ -93,7 +93,12 @@ def mla_decode_cost(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, sha
     else:
         flops = 2 * q * l_kv * (nope + rope) + 2 * q * l_kv * v
         elements = H * l_kv * (nope + rope + v) + q * (nope + rope) + q * v
-    return flops, elements * b
+    try:
+        return flops, elements * b               # a float for sub-byte dtypes
+    except OverflowError:
+        raise ValueError(f"l_kv={short(l_kv)}, l_qo={short(l_qo)} give {short(elements)} elements, whose "
+                         f"bytes at dtype_bytes={b} are beyond float64 (1.8e308); valid: smaller "
+                         f"l_kv and l_qo, or a whole-byte dtype for exact integer bytes") from None
 
 
 def mla_intensity(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, shape: MLAShape = DEEPSEEK_V3,

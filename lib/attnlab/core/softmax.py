@@ -13,6 +13,9 @@ Example (the lecture's hand calculation, 2 numbers at a time):
 The same algebra, written for whole attention outputs, is the attention state (o, lse) of a query
 over a set of keys and its merge operator (+) (`merge`): states over disjoint key sets combine
 exactly, in any grouping, which is what split-KV, cascade attention and FlashInfer's reductions use.
+
+This file is long because the states' checks (shapes, the bytes of the scores before they are
+made, overflow named by tensor) sit beside the two-line algebra they guard.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.validate import as_array, as_float, as_int
+from attnlab.validate import as_array, as_float, as_int, check_bytes
 
 __all__ = ["SoftmaxStep", "online_softmax_trace", "online_softmax", "softmax",
            "attention_state", "merge", "merge_states", "softmax_scale"]
@@ -101,13 +104,14 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     """One-pass, max-subtracted softmax along `axis`; rows of only -inf give zeros, not NaN.
 
     x: real numbers, finite or -inf (masked); NaN and +inf are refused. The result is float64
-    for integer input, else x's float dtype.
+    for integer input, else x's float dtype. The result and its temporaries (four arrays of x's
+    size) are at most 2 GiB, checked before any is made (a broadcast x costs no memory itself).
 
     >>> softmax([[0.0, -np.inf], [-np.inf, -np.inf]])
     array([[1., 0.],
            [0., 0.]])
     """
-    x = as_array("x", x, neginf=True)
+    x = as_array("x", x, finite=False)
     if x.ndim == 0:
         raise ValueError(f"x must have at least one dimension, got a 0-d value {x!r}")
     if isinstance(axis, (bool, np.bool_)):
@@ -115,6 +119,10 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     axis = as_int("axis", axis, -x.ndim, x.ndim - 1)
     if x.shape[axis] == 0:
         raise ValueError(f"x has no entries along axis={axis} (shape {x.shape}); valid: at least one")
+    item = x.dtype.itemsize if x.dtype.kind == "f" else 8
+    check_bytes(f"softmax: x of shape {x.shape} ({x.size:,} values, four temporaries of {item} bytes each)",
+                4 * x.size * item)
+    x = as_array("x", x, neginf=True)                # NaN and +inf refused, now that the size is known
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
     with np.errstate(over="ignore", under="ignore"):
@@ -130,7 +138,13 @@ def softmax(x, axis: int = -1) -> np.ndarray:
 
 
 def softmax_scale(scale, d: int) -> float:
-    """The softmax scale: 1 / sqrt(d) by default, else a positive finite real (not a bool)."""
+    """The softmax scale: 1 / sqrt(d) by default (d, the head dim, an integer >= 1), else a
+    positive finite real (not a bool).
+
+    >>> softmax_scale(None, 64), softmax_scale(0.5, 64)
+    (0.125, 0.5)
+    """
+    d = as_int("d", d, 1, None)
     if scale is None:
         return 1.0 / float(np.sqrt(d))
     return as_float("scale", scale, 0.0, None, lo_open=True)
@@ -177,6 +191,9 @@ def attention_state(q, k, v, *, scale: float | None = None, mask=None):
     if v.shape[1] < 1:
         raise ValueError(f"v has shape {v.shape}; valid: value dim d_v >= 1")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
+    n, n_k = q.shape[0], k.shape[0]                  # scores, their scaled copy and exp, two masks
+    check_bytes(f"attention_state: {n} queries x {n_k} keys of scores ({dtype.name})",
+                n * n_k * (3 * dtype.itemsize + 2) + n * v.shape[1] * dtype.itemsize)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
     scale = softmax_scale(scale, q.shape[1])
     with np.errstate(over="ignore", invalid="ignore"):
@@ -260,6 +277,9 @@ def _order(order, n: int) -> list[int]:
         return list(range(n - 1, -1, -1))
     if isinstance(order, str):
         raise ValueError(f"order={order!r} is not allowed; valid: 'forward', 'reverse' or a permutation of range({n})")
+    if isinstance(order, (set, frozenset, dict)):      # iterates in hash order, not one chosen
+        raise TypeError(f"order must be None, 'forward', 'reverse' or a permutation of range({n}) in "
+                        f"order (a list or an array), got a {type(order).__name__}")
     try:
         idx = list(order)
     except TypeError:

@@ -7,7 +7,7 @@ from itertools import chain
 
 import numpy as np
 
-from attnlab.validate import as_array, as_bool, as_int, check_bytes, fields_equal
+from attnlab.validate import as_array, as_bool, as_index, as_int, as_sequence, check_bytes, fields_equal
 from attnlab.core.hbm import HBM
 from attnlab.core.softmax import attention_state
 from attnlab.core.paged.cache import PagedKVCache
@@ -36,8 +36,9 @@ class BSRLayout:
         indptr = _int32("kv_indptr", self.kv_indptr)
         indices = _int32("kv_indices", self.kv_indices)
         last = _int32("kv_last_page_len", self.kv_last_page_len)
-        if indptr.size < 1 or indptr[0] != 0:
-            raise ValueError(f"kv_indptr={indptr.tolist()} must start at 0; valid: [0, ...] with n + 1 entries")
+        if indptr.size < 2 or indptr[0] != 0:
+            raise ValueError(f"kv_indptr={indptr.tolist()} must start at 0 and have n + 1 entries for "
+                             f"n >= 1 requests; valid: [0, ...] with at least 2 entries")
         pages = np.diff(indptr)
         if (pages < 1).any():
             i = int(np.argmax(pages < 1))
@@ -76,8 +77,8 @@ class BSRLayout:
         return self.kv_indptr.size - 1
 
     def pages(self, i: int) -> np.ndarray:
-        """The pages of request i, 0 <= i < num_requests."""
-        i = as_int("i", i, 0, self.num_requests - 1)
+        """The pages of request i, an integer 0 <= i < num_requests (a float index is refused)."""
+        i = as_index("i", i, 0, self.num_requests - 1)
         return self.kv_indices[self.kv_indptr[i]:self.kv_indptr[i + 1]]
 
     def seq_lens(self) -> np.ndarray:
@@ -89,8 +90,9 @@ class BSRLayout:
         """The same matrix as a `scipy.sparse.bsr_array`: rows = requests, columns = the pool's
         tokens, blocks of (1, page_size); its indptr and indices are kv_indptr and kv_indices."""
         from scipy.sparse import bsr_array
-        check_bytes(f"to_scipy: {self.kv_indices.size} pages x page_size={self.page_size} (int8)",
-                    self.kv_indices.size * self.page_size)
+        n, ps = self.kv_indices.size, self.page_size      # blocks, the int64 arange, the last pages' mask
+        check_bytes(f"to_scipy: {n} pages x page_size={ps} (int8 blocks, and an int64 row of page_size "
+                    f"for {self.num_requests} last pages)", n * ps + 8 * ps + self.num_requests * ps)
         data = np.ones((self.kv_indices.size, 1, self.page_size), np.int8)
         data[self.kv_indptr[1:] - 1, 0, :] = np.arange(self.page_size) < self.kv_last_page_len[:, None]
         return bsr_array((data, self.kv_indices.copy(), self.kv_indptr.copy()),
@@ -127,10 +129,8 @@ def to_bsr(cache: PagedKVCache, rids) -> BSRLayout:
 
 
 def id_list(name, xs) -> list:
-    """xs as a non-empty list of request ids (checked by name)."""
-    if isinstance(xs, (str, bytes)) or not hasattr(xs, "__iter__"):
-        raise TypeError(f"{name} must be a list of request ids, got {xs!r}")
-    xs = list(xs)
+    """xs as a non-empty list of request ids, in order (checked by name; a set has no order)."""
+    xs = as_sequence(name, xs, "a list of request ids")
     if not xs:
         raise ValueError(f"{name} is empty; valid: at least one request")
     return xs

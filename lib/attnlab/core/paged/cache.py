@@ -6,7 +6,7 @@ from collections import deque
 
 import numpy as np
 
-from attnlab.validate import ARRAY_LIMIT, as_array, as_int, check_bytes
+from attnlab.validate import ARRAY_LIMIT, as_array, as_int, check_bytes, short
 
 __all__ = ["OutOfBlocks", "PagedKVCache"]
 
@@ -68,11 +68,15 @@ class PagedKVCache:
         return list(self._tables)
 
     def _rid(self, rid) -> int:
-        if isinstance(rid, bool) or not isinstance(rid, (int, np.integer)) or int(rid) not in self._tables:
+        """rid as the int id of a request of this cache: TypeError if it is not an integer (a
+        float, even 0.0, a bool, a string, None), ValueError if no request has it."""
+        if isinstance(rid, (bool, np.bool_)) or not isinstance(rid, (int, np.integer)):
+            raise TypeError(f"rid must be a request id (an int), got {short(rid)} ({type(rid).__name__})")
+        if int(rid) not in self._tables:
             ids = sorted(self._tables)                # the message stays short for any cache
             valid = (", ".join(map(str, ids)) if len(ids) <= 10 else
                      f"{len(ids):,} requests, {', '.join(map(str, ids[:5]))}, ..., {ids[-1]}")
-            raise ValueError(f"rid={rid!r} is not a request of this cache; valid: [{valid}]")
+            raise ValueError(f"rid={short(rid)} is not a request of this cache; valid: [{valid}]")
         return int(rid)
 
     def block_table(self, rid) -> list[int]:

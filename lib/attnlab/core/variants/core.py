@@ -45,7 +45,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnlab.validate import as_bool, as_int, check_bytes
+from attnlab.validate import as_bool, as_int, as_sequence, check_bytes
 from attnlab.core.attention import Tiles, fa2_head
 from attnlab.core.inputs import prepare_qkv, query_heads
 from attnlab.core.hbm import HBM
@@ -244,18 +244,19 @@ def variant_of(variants) -> Variant:
     """One Variant from a Variant or a list of them (combined in order, as `&` does)."""
     if isinstance(variants, Variant):
         return variants
-    if isinstance(variants, (str, bytes)) or not hasattr(variants, "__iter__"):
-        raise TypeError(f"variants must be a Variant or a list of them, got {variants!r}")
-    return _combine(list(variants))
+    return _combine(as_sequence("variants", variants, "a Variant or a list of them (composed in order)"))
 
 
 def variant_mask(variants, n_q: int, n_k: int) -> np.ndarray:
     """The dense (n_q, n_k) bool mask of a variant (or list of variants): True where query i may
-    see key j, positions bottom-right aligned. For pictures and tests; kernels never build it
-    (n_q x n_k at most 2^31 entries, with the position grids the mask is computed on)."""
+    see key j, positions bottom-right aligned. For pictures and tests; kernels never build it.
+    The mask, its copy and the temporaries a mask functor makes on the way (comparisons, their
+    & and |, counted as 8 bytes an entry) and the int64 position grids are at most 2 GiB
+    together, as `tile_mask` counts one query tile's: about 2^28 entries."""
     var = variant_of(variants)
     n_q, n_k = as_int("n_q", n_q, 1, None), as_int("n_k", n_k, 1, None)
-    check_bytes(f"variant_mask: n_q={n_q} x n_k={n_k} (bool, and int64 positions)", n_q * n_k)
+    check_bytes(f"variant_mask: n_q={n_q} x n_k={n_k} (the bool mask, its copy and a mask's "
+                f"temporaries, 9 bytes an entry; int64 positions)", n_q * n_k * 9 + 8 * (n_q + n_k))
     m = _mask_of(var, np.arange(n_q)[:, None] + (n_k - n_q), np.arange(n_k)[None, :])
     return np.ones((n_q, n_k), bool) if m is None else np.array(m)
 
