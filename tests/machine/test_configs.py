@@ -224,7 +224,7 @@ def test_malformed_refused_by_field(cfg, exc, field, text):
     assert "valid" in msg or "must" in msg, msg
 
 
-@pytest.mark.parametrize("kw,exc,name", [({"name": 3}, TypeError, "name"), ({"name": " "}, TypeError, "name"),
+@pytest.mark.parametrize("kw,exc,name", [({"name": 3}, TypeError, "name"), ({"name": " "}, ValueError, "name"),
                                          ({"params": 0}, ValueError, "params"),
                                          ({"params": True}, TypeError, "params")])
 def test_bad_arguments(kw, exc, name):

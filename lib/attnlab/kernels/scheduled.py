@@ -164,6 +164,7 @@ class ScheduledDecoder:
             indptr = kv_indptr.numpy().astype(np.int64)
             lengths = (np.diff(indptr) - 1) * self.page_size + kv_last_page_len.numpy()
         check_fit(ws, B, self.kv_heads, self.group, lengths)
+        ws.check_decode(self.group)               # a prefill plan's rows can look like a larger group
         self.q[:B].copy_(q)
         self.kv_indptr[:B + 1].copy_(kv_indptr)
         self.kv_indices[:kv_indices.numel()].copy_(kv_indices)

@@ -58,11 +58,15 @@ def configs() -> list[str]:
 
 def config_path(name: str) -> Path:
     """The file of shipped config `name` (case-, space- and underscore-insensitive)."""
+    return _shipped_path(name, "name")
+
+
+def _shipped_path(name, param: str) -> Path:
     if not isinstance(name, str):
-        raise TypeError(f"name must be a shipped config's name, got {short(name)} ({type(name).__name__})")
+        raise TypeError(f"{param} must be a shipped config's name, got {short(name)} ({type(name).__name__})")
     found = {key(n): n for n in configs()}.get(key(name))
     if found is None:
-        raise ValueError(f"config={name!r} is not a shipped config; valid: {', '.join(configs())}, "
+        raise ValueError(f"{param}={short(name)} is not a shipped config; valid: {', '.join(configs())}, "
                          f"a path to a config.json, or a dict")
     return CONFIG_DIR / f"{found}.json"
 
@@ -72,7 +76,7 @@ def _read(config) -> tuple[dict, str, str | None]:
     shipped = None
     if isinstance(config, str) and not config.lower().endswith(".json") and os.sep not in config \
             and "/" not in config:
-        path = config_path(config)
+        path = _shipped_path(config, "config")
         shipped = path.stem
         config = path
     if isinstance(config, (str, os.PathLike)):
@@ -184,8 +188,10 @@ def from_config(config, *, name: str | None = None, params: int | None = None) -
     (1, 576, 128, True)
     """
     cfg, source, shipped = _read(config)
-    if name is not None and (not isinstance(name, str) or not name.strip()):
+    if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a non-empty string, got {short(name)} ({type(name).__name__})")
+    if name is not None and not name.strip():
+        raise ValueError(f"name={name!r} is blank; valid: a non-empty string (it labels the model)")
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
     layers = _int(cfg, "num_hidden_layers")
@@ -211,10 +217,9 @@ def from_config(config, *, name: str | None = None, params: int | None = None) -
                             d=head_dim, inter=inter, vocab=vocab, mla=mla)
     if params is not None:
         total = active = as_int("params", params, 1, None)
-    if name is None:
-        path = cfg.get("_name_or_path")
-        name = shipped or (str(path).rstrip("/").split("/")[-1] if path else None) or \
-            str(cfg.get("model_type") or "my-model")
+    if name is None:                                    # the first of these that is not blank
+        path = str(cfg.get("_name_or_path") or "").strip().rstrip("/").split("/")[-1].strip()
+        name = next(n for n in (shipped, path, str(cfg.get("model_type") or "").strip(), "my-model") if n)
     extra = {"model_type": cfg.get("model_type"), "active_params": active}
     if mla:
         extra |= dict(zip(_MLA, mla), config_kv_heads=kv_config, mla_equivalent_group=q_heads)
@@ -226,9 +231,13 @@ def from_config(config, *, name: str | None = None, params: int | None = None) -
 
 
 def as_model(model) -> Model:
-    """A `Model`, a models.json name (`get_model`) or anything `from_config` reads."""
+    """A `Model`, a models.json name (`get_model`) or anything `from_config` reads (a dict, a
+    path, a shipped config's name); anything else is a TypeError naming `model`."""
     if isinstance(model, Model):
         return model
+    if not isinstance(model, (str, os.PathLike, dict)):
+        raise TypeError(f"model must be a Model, a model's name, a config dict or a path to a "
+                        f"config.json, got {short(model)} ({type(model).__name__})")
     if isinstance(model, str) and not model.lower().endswith(".json") and "/" not in model:
         if key(model) in {key(n) for n in configs()}:
             return from_config(model)

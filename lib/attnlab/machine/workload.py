@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.catalog import data_path
-from attnlab.validate import as_int, choice, fields_equal
+from attnlab.validate import as_counts, as_int, as_sequence, choice, fields_equal
 from attnlab.machine.schedule.pieces import INT32_MAX, query_tile
 
 __all__ = ["DISTS", "lengths", "RECORDED_BATCHES", "recorded_lengths", "TileWaste", "tile_waste"]
@@ -91,22 +91,35 @@ class TileWaste:
 def tile_waste(l_qo, group: int = 1, head_dim: int = 128, tile_q=None) -> TileWaste:
     """Tiles and idle rows when each request's l_qo x group rows fill tiles of T_q rows; T_q is
     `query_tile` of the batch's average packed length unless `tile_q` fixes it. Packed rows
-    l_qo x group and tile_q fit int32 (FlashInfer's arrays): each at most 2^31 - 1.
+    l_qo x group and tile_q fit int32 (FlashInfer's arrays): each at most 2^31 - 1. l_qo is a
+    list (tuple, range, 1-D array) of at most 2^20 requests, in order; its length is checked
+    before any entry is read.
 
     >>> w = tile_waste([1, 1, 129])                   # average 43.7 packed rows -> 64-row tiles
     >>> w.tile_q, w.tiles.tolist(), w.idle.tolist(), f"{w.idle_fraction:.0%}"
     (64, [1, 1, 3], [63, 63, 63], '59%')
     """
-    if isinstance(l_qo, (str, bytes)) or not hasattr(l_qo, "__iter__"):
-        raise TypeError(f"l_qo must be a list of query lengths, got {l_qo!r}")
+    if isinstance(l_qo, np.ndarray) and l_qo.ndim != 1:
+        raise TypeError(f"l_qo must be a list of query lengths, got an array of shape {l_qo.shape}")
+    if hasattr(l_qo, "__len__") and not isinstance(l_qo, (str, bytes)) and len(l_qo) > MAX_BATCH:
+        raise ValueError(f"l_qo holds {len(l_qo):,} requests; valid: at most {MAX_BATCH:,}")
+    l_qo = as_sequence("l_qo", l_qo, "a list of query lengths")
     group, head_dim = as_int("group", group, 1, INT32_MAX), as_int("head_dim", head_dim, 1, None)
-    qo = [as_int(f"l_qo[{i}]", n, 1, INT32_MAX) for i, n in enumerate(l_qo)]
-    if not qo:
+    if not l_qo:
         raise ValueError("l_qo is empty; valid: at least one request")
-    if max(qo) * group > INT32_MAX:
-        raise ValueError(f"group={group} packs {max(qo)} x {group} query rows; valid: l_qo x group "
+    if len(l_qo) > MAX_BATCH:
+        raise ValueError(f"l_qo holds {len(l_qo):,} requests; valid: at most {MAX_BATCH:,}")
+    try:                                      # all at once; the loop below only names a bad entry
+        qo = as_counts("l_qo", l_qo, 1, INT32_MAX)[0]
+    except (TypeError, ValueError):
+        qo = np.array([as_int(f"l_qo[{i}]", n, 1, INT32_MAX) for i, n in enumerate(l_qo)], np.int64)
+    if qo.ndim != 1:
+        raise TypeError(f"l_qo must be a list of query lengths (numbers), got shape {qo.shape}")
+    top = int(qo.max())
+    if top * group > INT32_MAX:
+        raise ValueError(f"group={group} packs {top} x {group} query rows; valid: l_qo x group "
                          f"<= {INT32_MAX} (int32, as FlashInfer's arrays)")
-    packed = np.array(qo, np.int64) * group
+    packed = qo * group
     tq = (query_tile(float(packed.mean()), head_dim) if tile_q is None
           else as_int("tile_q", tile_q, 1, INT32_MAX))
     tiles = -(-packed // tq)

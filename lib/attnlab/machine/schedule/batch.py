@@ -11,7 +11,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from attnlab.validate import as_int
+from attnlab.validate import as_int, short
 
 __all__ = ["INT32_MAX", "requests"]
 
@@ -23,7 +23,8 @@ _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 def requests(lens) -> tuple[np.ndarray, np.ndarray]:
     """(l_qo, l_kv) of every request as int64 arrays, each in [1, 2^31 - 1]; lens is a list
-    of (l_qo, l_kv) pairs or an integer array of shape (n, 2).
+    of (l_qo, l_kv) pairs or an integer array of shape (n, 2); a set or a dict is refused (its
+    order is not the batch's).
 
     >>> [a.tolist() for a in requests([(1, 100), (3, 50)])]
     [[1, 3], [100, 50]]
@@ -50,8 +51,9 @@ def requests(lens) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"lengths has values in [{lo}, {hi}]; valid: 1 .. {INT32_MAX}")
         both = lens.astype(np.int64).T
         return both[0], both[1]
-    if isinstance(lens, (str, bytes)) or not hasattr(lens, "__iter__"):
-        raise TypeError(f"lengths must be a list of (l_qo, l_kv) pairs, got {lens!r}")
+    if isinstance(lens, (str, bytes, set, frozenset, dict)) or not hasattr(lens, "__iter__"):
+        raise TypeError(f"lengths must be a list of (l_qo, l_kv) pairs, in order (request i is the "
+                        f"i-th pair), got {short(lens)} ({type(lens).__name__})")
     pairs = []
     for i, p in enumerate(lens):                    # the slow way, for the error's name
         if not isinstance(p, (tuple, list)) or len(p) != 2:

@@ -32,6 +32,9 @@ from math import gcd
 
 import numpy as np
 
+from attnlab.validate import as_bool, as_counts, as_int, as_reals, as_sequence
+from attnlab.machine.schedule.pieces import MAX_CTAS
+
 __all__ = ["heap_schedule", "Schedule", "list_schedule"]
 
 _KEY_LIMIT = 1 << 62            # keys, and a key plus one item's cost, stay below 2^63
@@ -43,11 +46,15 @@ _CAT = np.concatenate
 def heap_schedule(cost, num_ctas: int) -> tuple[list, list, list]:
     """Algorithm 1's assignment, the plain way: the items taken in the order given, each to the
     least-loaded CTA, the lower index on ties. (cta, start, loads): each item's CTA and that CTA's
-    load before it, and the load of every CTA at the end.
+    load before it, and the load of every CTA at the end. cost: finite real numbers >= 0 (this
+    loop, unlike `list_schedule`, needs no integers); num_ctas: 1 .. 2^20.
 
     >>> heap_schedule([5, 4, 3, 3], 2)
     ([0, 1, 1, 0], [0, 0, 4, 5], [8, 7])
     """
+    cost = as_sequence("cost", cost, "a list of item costs")
+    as_reals("cost", cost, 0.0)                   # NaN, inf, negatives, bools, strings refused
+    num_ctas = as_int("num_ctas", num_ctas, 1, MAX_CTAS)
     heap = [(0, c) for c in range(num_ctas)]      # (load, cta): the smallest pair is the rule's
     cta, start = [], []
     for x in cost:
@@ -88,8 +95,11 @@ class Schedule:
 
 def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = False) -> Schedule:
     """The Schedule of the items np.repeat(cost, copies), taken in that order, each to the
-    least-loaded CTA (ties: the lower index): `heap_schedule`'s assignment, a round at a time. cost: int64, >= 0; descending: it is sorted
-    longest first, so its ends are its bounds.
+    least-loaded CTA (ties: the lower index): `heap_schedule`'s assignment, a round at a time.
+    cost: integers >= 0 (an int64 array, or anything `as_counts` reads; a float that is not an
+    integer is refused, not truncated: the keys below are exact only for integers); num_ctas in
+    1 .. 2^20; copies >= 1; descending (a bool): cost is sorted longest first, so its ends are its
+    bounds (checked).
 
     >>> s = list_schedule(np.array([5, 4, 3, 3]), 2)
     >>> s.cta.tolist(), s.start.tolist(), s.loads.tolist()
@@ -97,16 +107,24 @@ def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = Fa
     >>> list_schedule(np.array([9, 2]), 4, copies=2).cta.tolist()      # 9, 9, 2, 2 on 4 CTAs
     [0, 1, 2, 3]
     """
-    cost = np.asarray(cost, dtype=np.int64)
+    if not (type(cost) is np.ndarray and cost.dtype == np.int64 and cost.ndim == 1):   # planners' fast path
+        cost = _costs(cost)
+    num_ctas = num_ctas if type(num_ctas) is int and 1 <= num_ctas <= MAX_CTAS else \
+        as_int("num_ctas", num_ctas, 1, MAX_CTAS)
+    copies = copies if type(copies) is int and copies >= 1 else as_int("copies", copies, 1, None)
+    descending = as_bool("descending", descending)
     if len(cost) == 0:
         return Schedule(np.zeros(num_ctas, np.int64), np.zeros(0, np.int64), 0, 1)
     lo, hi = (int(cost[-1]), int(cost[0])) if descending else (int(cost.min()), int(cost.max()))
+    if descending and len(cost) > 1 and bool((cost[1:] > cost[:-1]).any()):
+        raise ValueError("cost is not sorted longest first, but descending=True says it is; valid: "
+                         "descending=False, or cost sorted in non-increasing order")
     g = gcd(copies, num_ctas) if lo > 0 else 1  # a zero cost breaks the lock-step of copies
     m, rep = num_ctas // g, copies // g
     k = (m - 1).bit_length()
     if lo < 0 or ((hi * len(cost) * rep) << k) >= _KEY_LIMIT:
-        raise ValueError(f"costs in [{lo}, {hi}] on {num_ctas} CTAs: list_schedule needs costs "
-                         f">= 0 whose total times 2^{k} stays below 2^62")
+        raise ValueError(f"cost holds values in [{lo}, {hi}] on num_ctas={num_ctas} CTAs; valid: "
+                         f"costs >= 0 whose total times 2^{k} stays below 2^62")
     w = cost << k
     if rep > 1:
         w = np.repeat(w, rep)
@@ -116,6 +134,15 @@ def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = Fa
     loads.reshape(m, g)[last & ((1 << k) - 1)] = (last >> k)[:, None]
     loads.setflags(write=False)
     return Schedule(loads, keys, k, g)
+
+
+def _costs(cost) -> np.ndarray:
+    """cost as a 1-D int64 array of integers >= 0, checked by name."""
+    if isinstance(cost, (set, frozenset, dict)) or np.ndim(cost) != 1:
+        raise TypeError(f"cost must be a 1-D sequence of item costs in order, got "
+                        f"{type(cost).__name__} of {np.ndim(cost)} dimensions")
+    a, _ = as_counts("cost", cost, 0, None)
+    return a
 
 
 def _rounds(w, keys):

@@ -58,7 +58,9 @@ def _count(name, value, lo, hi=None) -> int:
 class Split(NamedTuple):
     """A checked batch cut for one KV head: the pieces' costs (values: in no particular order;
     cost: in arrival order, None until `arrival_cost` when a longest-first plan needed only the
-    values), pieces per request, and what `pieces` needs to list them (cols: already listed)."""
+    values), pieces per request, what `pieces` needs to list them (cols: already listed), and the
+    batch's l_qo and GQA group apart (packed = l_qo x group alone cannot tell a prefill of 3
+    queries from a decode step of group 3)."""
     values: np.ndarray
     cost: np.ndarray | None
     per: np.ndarray
@@ -72,6 +74,8 @@ class Split(NamedTuple):
     cols: tuple | None
     alpha: int
     beta: int
+    qo: np.ndarray                      # l_qo of every request (packed = qo x group)
+    group: int
 
     def __eq__(self, other):            # arrays compared as wholes, not entry by entry
         if not isinstance(other, Split):
@@ -181,12 +185,13 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk, min_chunk
                 cost = np.repeat(full, per)
                 cost[np.cumsum(per) - 1] = last
         return Split(values, cost, per, kv_heads, num_ctas, tq, kv, packed, None, chunk, None,
-                     alpha, beta)
+                     alpha, beta, qo, group)
     chunks = 1 if chunk is None else (kv + (chunk - 1)) // chunk
     _bound_items(int((tiles * chunks).sum()), kv_heads, chunk, tq)
     cols, per, rows, kv_len = pieces(kv, packed, tiles, tq, chunk)
     cost = alpha * rows + beta * kv_len
-    return Split(cost, cost, per, kv_heads, num_ctas, tq, kv, packed, tiles, chunk, cols, alpha, beta)
+    return Split(cost, cost, per, kv_heads, num_ctas, tq, kv, packed, tiles, chunk, cols, alpha, beta,
+                 qo, group)
 
 
 def _bound_items(n_pieces: int, kv_heads: int, chunk, tile_q=None) -> None:

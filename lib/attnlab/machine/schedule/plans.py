@@ -25,7 +25,7 @@ from attnlab.machine.hardware import get_gpu, sm_share_time
 from attnlab.core.softmax import attention_state, merge_states
 
 __all__ = ["KV_TILES", "WorkItem", "Plan", "PLAN_COLUMNS", "plan_per_request", "plan_fixed_split",
-           "plan_balanced", "run_plan"]
+           "plan_balanced", "run_plan", "decode_group"]
 
 KV_TILES = (32, 64, 128)              # FlashInfer's KV tile menu
 PLAN_COLUMNS = ("request", "kv_head", "q_start", "q_end", "kv_start", "kv_end", "cost", "cta", "start")
@@ -90,6 +90,18 @@ class Plan:
     def cost(self) -> np.ndarray:
         """alpha x query rows + beta x KV tokens of each item."""
         return self._items.cost
+
+    @property
+    def l_qo(self) -> np.ndarray:
+        """The query length of each request the plan was made for (1: a decode step)."""
+        qo = self._items.split.qo
+        qo.setflags(write=False)
+        return qo
+
+    @property
+    def group(self) -> int:
+        """The GQA group the plan was made for: query heads per KV head."""
+        return self._items.split.group
 
     @property
     def kv_head(self) -> np.ndarray:
@@ -215,17 +227,15 @@ def run_plan(plan: Plan, q, k, v) -> np.ndarray:
     (kv_heads, l_kv, d) per request. Each item's partial state over its KV chunk, then the
     merge in the plan's order. Packed row r of KV head h is query head h * group + r.
 
-    The arrays must be those the plan was made for: batch, kv_heads, group (l_qo = 1) and each
+    The arrays must be those the plan was made for: a decode plan (every request l_qo = 1; a
+    prefill plan is refused, whatever its packed rows look like), batch, kv_heads, group and each
     request's l_kv are checked against it by name, so a plan never reads part of a request."""
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a Plan, got {type(plan).__name__}")
     split = plan._items.split
     n, kv_heads = len(split.kv), split.kv_heads
     q = as_array("q", q, ndim=3, shape="(batch, kv_heads * group, d)")
-    group = int(split.packed[0])
-    if (split.packed != group).any():
-        raise ValueError(f"run_plan runs decode plans (every request l_qo = 1, l_qo x group packed rows "
-                         f"the same); this plan packs {sorted(set(split.packed.tolist()))[:5]} rows")
+    group = decode_group(plan, "run_plan")
     if q.shape[:2] != (n, kv_heads * group):
         raise ValueError(f"q has shape {q.shape}; the plan wants (batch={n}, kv_heads x group="
                          f"{kv_heads} x {group}, d)")
@@ -255,9 +265,20 @@ def run_plan(plan: Plan, q, k, v) -> np.ndarray:
     return o
 
 
+def decode_group(plan: Plan, who: str = "a decode kernel") -> int:
+    """The GQA group of a decode plan; ValueError naming l_qo when the plan was made for a request
+    with more than one query (its packed rows l_qo x group would read as a larger group)."""
+    qo = plan._items.split.qo
+    if (qo != 1).any():
+        i = int(np.argmax(qo != 1))
+        raise ValueError(f"{who} runs decode plans only (every request l_qo = 1); this plan was made "
+                         f"for request {i} with l_qo={int(qo[i])} queries and group={plan.group}")
+    return plan.group
+
+
 def _per_request(name: str, xs, n: int) -> list:
     """One array per request: a list/tuple of n, or an array whose first axis has n entries."""
-    if isinstance(xs, (str, bytes)) or not hasattr(xs, "__len__"):
+    if isinstance(xs, (str, bytes, dict, set, frozenset)) or not hasattr(xs, "__len__"):
         raise TypeError(f"{name} must be one (kv_heads, l_kv, d) array per request, got "
                         f"{type(xs).__name__}")
     if len(xs) != n:

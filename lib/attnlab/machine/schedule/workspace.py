@@ -23,13 +23,16 @@ class Workspace:
     folds the partial states in slots merge_slots[merge_indptr[g]:merge_indptr[g + 1]] with ⊕, in
     that order (kv_start ascending, as `Plan.merge`). Outputs are numbered as Plan.merge lists them;
     padding outputs past the plan's have an empty range and merge_out (0, 0, 0, 0); padding slots
-    of merge_slots are -1."""
+    of merge_slots are -1. l_qo and group say what the plan was made for, so that a decode
+    kernel can refuse a prefill plan whose packed rows l_qo x group look like a larger group."""
     items: np.ndarray         # int32 (max_ctas, max_items, 6)
     valid: np.ndarray         # bool (max_ctas, max_items)
     count: np.ndarray         # int32 (max_ctas,): items per CTA
     merge_indptr: np.ndarray  # int32 (max_outputs + 1,)
     merge_slots: np.ndarray   # int32 (max_ctas * max_items,)
     merge_out: np.ndarray     # int32 (max_outputs, 4): (request, kv_head, q_start, q_end)
+    l_qo: int = 1             # the largest l_qo of the plan's requests (1: a decode plan)
+    group: int = 1            # the plan's GQA group: query heads per KV head
 
     __eq__ = fields_equal                # arrays compared as wholes
     __hash__ = None
@@ -45,6 +48,17 @@ class Workspace:
     @property
     def max_outputs(self) -> int:
         return self.merge_out.shape[0]
+
+    def check_decode(self, group: int) -> None:
+        """Refuse, for a decode kernel whose q has `group` query heads per KV head, a plan made for
+        prefill (l_qo > 1) or for another group: its packed rows l_qo x group could match the
+        kernel's group and run as a wrong decode without a word."""
+        if self.l_qo != 1:
+            raise ValueError(f"the plan was made for requests of up to l_qo={self.l_qo} queries; a decode "
+                             f"kernel runs decode plans only (every request l_qo = 1)")
+        if self.group != group:
+            raise ValueError(f"the plan was made for group={self.group} query heads per KV head; q has "
+                             f"q_heads / kv_heads = {group}")
 
     @property
     def num_outputs(self) -> int:
@@ -94,7 +108,7 @@ def fixed_size_workspace(plan: Plan, max_ctas: int, max_items: int, max_outputs:
     first = order[ends[:-1]]
     merge_out[:len(first)] = np.stack([plan.request[first], plan.kv_head[first], plan.q_start[first],
                                        plan.q_end[first]], axis=1)
-    ws = Workspace(items, valid, count, merge_indptr, merge_slots, merge_out)
+    ws = Workspace(items, valid, count, merge_indptr, merge_slots, merge_out, int(plan.l_qo.max()), plan.group)
     for a in (items, valid, count, merge_indptr, merge_slots, merge_out):
         a.setflags(write=False)
     return ws
