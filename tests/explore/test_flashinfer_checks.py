@@ -114,3 +114,51 @@ def test_variants_summary_ratios_come_from_the_recorded_rows():
         best = min(v for k, v in at.items() if k not in ours)          # a library's, never one of ours
         line = next(s for s in lines if s.startswith(f"{b} x {n:,} ") and f" {var} " in f" {s} ")
         assert line.split()[-3:] == [f"{best / at[k]:.2f}" for k in ours]
+
+
+# --- the checks' own arguments, refused by name ----------------------------------------------
+
+def _named(exc, word, fn, /, *args, **kwargs):
+    with pytest.raises(Exception) as info:
+        fn(*args, **kwargs)
+    assert isinstance(info.value, exc), f"{type(info.value).__name__}: {info.value}"
+    assert re.search(rf"(?<![\w]){re.escape(word)}(?![\w])", str(info.value)), str(info.value)
+
+
+def _all_checks():
+    from attnlab.explore.flashinfer.snippets import mixed_batch_check, tree_check
+    return [bsr_check, composable_check, variants_check, determinism_check, mixed_batch_check, tree_check]
+
+
+@pytest.mark.parametrize("i", range(6))
+@pytest.mark.parametrize("seed, exc", [(None, TypeError), (-1, ValueError), (1.5, TypeError),
+                                       (True, TypeError), ("0", TypeError)])
+def test_checks_take_a_seed_that_is_an_integer_from_zero(i, seed, exc):
+    _named(exc, "seed", _all_checks()[i], seed=seed)
+
+
+@pytest.mark.parametrize("call, exc, word", [
+    (lambda: determinism_check(trials=0), ValueError, "trials"),
+    (lambda: determinism_check(batch=0), ValueError, "batch"),
+    (lambda: determinism_check(group=2.5), TypeError, "group"),
+    (lambda: variants_check(n=0), ValueError, "n"),
+    (lambda: variants_check(d="64"), TypeError, "d"),
+    (lambda: composable_check(n=0), ValueError, "n"),
+    (lambda: composable_check(block_size=0), ValueError, "block_size"),
+    (lambda: bsr_check(lens={19, 10}), TypeError, "lens"),
+    (lambda: bsr_check(block_size=0), ValueError, "block_size"),
+])
+def test_check_parameters_are_named(call, exc, word):
+    _named(exc, word, call)
+
+
+@pytest.mark.parametrize("kw, exc, word", [({"u": 20.0}, ValueError, "u"), ({"u": 0.0}, ValueError, "u"),
+                                           ({"u": True}, TypeError, "u"), ({"u": 2.0**-6}, ValueError, "u"),
+                                           ({"scale": -1.0}, ValueError, "scale"),
+                                           ({"terms": 0}, ValueError, "terms")])
+def test_attention_bound_refuses_a_roundoff_it_cannot_bound(kw, exc, word):
+    from attnlab.explore.flashinfer.checks import attention_bound
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((20, 64)) for _ in range(3))
+    _named(exc, word, attention_bound, q, k, v, **kw)          # 2^-6: (2 N_k + d + 8) u >= 1
+    assert attention_bound(q, k, v, u=2.0**-8) > attention_bound(q, k, v, u=2.0**-24) > 0

@@ -8,6 +8,7 @@ import json
 import numpy as np
 
 from attnlab.catalog import data_path
+from attnlab.validate import as_array, as_float, as_int, as_sequence
 from attnlab.core.paged import PagedKVCache, bsr_attention, composable_attention, to_bsr
 from attnlab.machine.schedule import plan_balanced
 from attnlab.machine.workload import lengths
@@ -49,6 +50,8 @@ def attention_bound(q, k, v, u: float = _U64, *, scale=None, terms: int | None =
     online softmax and the division add gamma_(2 N_k + d + 8) max|v| (`terms` replaces N_k where
     a mask leaves fewer keys). Two computations of the same attention differ by at most twice
     this. Every input is exact seeded data, so the bound reads the same on every CPU.
+    u in (0, 1/2], and small enough that every gamma_n it takes has n u < 1 (else the bound is
+    not one: it turns negative), else ValueError; scale a positive real; terms an integer >= 1.
 
     >>> rng = np.random.default_rng(0)
     >>> q, k, v = (rng.standard_normal((50, 16)) for _ in range(3))
@@ -57,11 +60,20 @@ def attention_bound(q, k, v, u: float = _U64, *, scale=None, terms: int | None =
     >>> bool(err <= 2 * attention_bound(q, k, v))
     True
     """
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    q = as_array("q", q, ndim=(1, 2), shape="(d,) or (n, d)").astype(np.float64)
+    k = as_array("k", k, ndim=2, shape="(n_k, d)").astype(np.float64)
+    v = as_array("v", v, ndim=2, shape="(n_k, d_v)").astype(np.float64)
+    if q.shape[-1] != k.shape[1] or len(v) != len(k) or not (q.size and k.size and v.size):
+        raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: need one head dim d >= 1 for q and "
+                         f"k, and as many rows of v as of k (at least one)")
+    u = as_float("u", u, 0.0, 0.5, lo_open=True)
     d = q.shape[-1]
-    scale = 1 / np.sqrt(d) if scale is None else scale
+    scale = 1 / np.sqrt(d) if scale is None else as_float("scale", scale, 0.0, None, lo_open=True)
+    n = len(k) if terms is None else as_int("terms", terms, 1, None)
+    if max(d, 2 * n + d + 8) * u >= 1:
+        raise ValueError(f"u={u!r} is too large for this bound: gamma_n = n u / (1 - n u) needs n u < 1, "
+                         f"here n = 2 N_k + d + 8 = {2 * n + d + 8}; valid: u < {1 / (2 * n + d + 8):.3g}")
     delta = _gamma(d, u) * scale * float((np.abs(q) @ np.abs(k).T).max())
-    n = len(k) if terms is None else terms
     return (np.expm1(2 * delta) + _gamma(2 * n + d + 8, u)) * float(np.abs(v).max())
 
 
@@ -74,7 +86,10 @@ def bsr_check(lens=(19, 10, 29), block_size: int = 4, d: int = 64, seed: int = 0
     arrays (beside scipy's own BSR indptr/indices for the same matrix) and whether BSR attention
     equals, bit for bit, attention over each request's gathered, contiguous K/V (the same numbers
     in the same order: an exact verdict, not a tolerance)."""
-    rng = np.random.default_rng(seed)
+    block_size, d = as_int("block_size", block_size, 1, 64), as_int("d", d, 1, 1024)
+    lens = [as_int(f"lens[{i}]", n, 1, 24 * block_size)           # the pool holds 24 blocks
+            for i, n in enumerate(as_sequence("lens", lens, "a list of lengths"))]
+    rng = np.random.default_rng(as_int("seed", seed, 0, None))
     cache = PagedKVCache(24, block_size, d, seed=seed)
     rids = [cache.add(*_kv(rng, n, d)) for n in lens]
     layout = to_bsr(cache, rids)
@@ -103,7 +118,10 @@ def composable_check(n: int = 4, prefix_blocks: int = 15, own_blocks: int = 4, b
     single format and the composable one, and the composable output against each request's
     attention over its gathered K/V (float32), within twice `attention_bound` plus the merge's
     few roundings."""
-    rng = np.random.default_rng(seed)
+    n, prefix_blocks = as_int("n", n, 1, 256), as_int("prefix_blocks", prefix_blocks, 1, 4096)
+    own_blocks, block_size = as_int("own_blocks", own_blocks, 0, 4096), as_int("block_size", block_size, 1, 1024)
+    d = as_int("d", d, 1, 1024)
+    rng = np.random.default_rng(as_int("seed", seed, 0, None))
     cache = PagedKVCache(prefix_blocks + n * own_blocks + 1, block_size, d, dtype=np.float32, seed=seed)
     root = cache.add(*_kv(rng, prefix_blocks * block_size, d, np.float32))
     rids = [root] + [cache.fork(root) for _ in range(n - 1)]
@@ -144,7 +162,8 @@ def variants_check(n: int = 300, d: int = 64, seed: int = 0) -> Checked:
     (twice `attention_bound`; the soft-cap adds its tanh's roundings, c gamma_4, to the logit
     error; sigmoid weights are not normalised, so its bound is N times the largest output
     term), and how far each is from plain attention."""
-    rng = np.random.default_rng(seed)
+    n, d = as_int("n", n, 1, 4096), as_int("d", d, 1, 1024)
+    rng = np.random.default_rng(as_int("seed", seed, 0, None))
     q, k, v = (3 * rng.standard_normal((n, d)) for _ in range(3))
     plain = _dense(q, k, v)
     vmax, base = float(np.abs(v).max()), attention_bound(q, k, v)
@@ -174,6 +193,10 @@ def determinism_check(batch: int = 4, kv_heads: int = 2, group: int = 4, d: int 
     in the plan's fixed order `trials` times (bitwise identical), then in random orders (atomics
     that finish in any order: the last bits move, within 2 gamma_(4k) max|V| for k states, since
     each merge rounds a few times and every state is a convex mix of V's rows)."""
+    batch, kv_heads = as_int("batch", batch, 1, 256), as_int("kv_heads", kv_heads, 1, 64)
+    group, d = as_int("group", group, 1, 64), as_int("d", d, 1, 1024)
+    trials = as_int("trials", trials, 1, 100)
+    seed = as_int("seed", seed, 0, None)
     rng = np.random.default_rng(seed)
     lens = [(1, int(n)) for n in rng.integers(2000, 8000, batch)]
     plan = plan_balanced(lens, kv_heads=kv_heads, num_ctas=64, group=group)

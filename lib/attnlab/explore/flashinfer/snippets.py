@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.validate import as_int
+from attnlab.validate import as_int, as_sequence
 from attnlab.core.paged import PagedKVCache, bsr_attention, to_bsr
 from attnlab.machine.schedule import plan_balanced
 from attnlab.core.variants import Variant, variant_attention
@@ -39,11 +39,11 @@ def mixed_batch_check(chunk: int = 512, cached: int = 512, decode_lens=(300, 700
     (True, 'qo_indptr = [0, 40, 41, 42]')
     """
     chunk, cached = as_int("chunk", chunk, 1, 4096), as_int("cached", cached, 0, 65536)
-    if isinstance(decode_lens, (str, bytes)) or not hasattr(decode_lens, "__iter__"):
-        raise TypeError(f"decode_lens must be a list of KV lengths, got {decode_lens!r}")
-    dec = [as_int(f"decode_lens[{i}]", n, 1, 65536) for i, n in enumerate(decode_lens)]
+    dec = [as_int(f"decode_lens[{i}]", n, 1, 65536)
+           for i, n in enumerate(as_sequence("decode_lens", decode_lens, "a list of KV lengths"))]
     page_size, d = as_int("page_size", page_size, 1, 1024), as_int("d", d, 1, 1024)
-    rng = np.random.default_rng(seed)
+    kv_heads, group = as_int("kv_heads", kv_heads, 1, 1024), as_int("group", group, 1, 1024)
+    rng = np.random.default_rng(as_int("seed", seed, 0, None))
     kv_lens = [cached + chunk] + dec
     q_lens = [chunk] + [1] * len(dec)
     pages = sum(-(-n // page_size) for n in kv_lens)
@@ -88,10 +88,8 @@ def _ancestors(parents) -> np.ndarray:
 
 
 def _parents(parents) -> list[int]:
-    if isinstance(parents, (str, bytes)) or not hasattr(parents, "__iter__"):
-        raise TypeError(f"parents must be a list of ints (-1 for a root), got {parents!r}")
     out = []
-    for i, p in enumerate(parents):
+    for i, p in enumerate(as_sequence("parents", parents, "a list of ints (-1 for a root)")):
         out.append(as_int(f"parents[{i}]", p, -1, i - 1) if i else as_int("parents[0]", p, -1, -1))
     if not out:
         raise ValueError("parents is empty; valid: at least one draft token")
@@ -129,7 +127,7 @@ def tree_check(parents=(-1, 0, 0, 1, 1, 2, 2), prefix: int = 20, d: int = 32, se
     """
     pars, prefix = _parents(parents), as_int("prefix", prefix, 0, None)
     d, t = as_int("d", d, 1, 1024), len(pars)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_int("seed", seed, 0, None))
     q = rng.standard_normal((t, d))
     k, v = rng.standard_normal((prefix + t, d)), rng.standard_normal((prefix + t, d))
     o = variant_attention(q, k, v, tree_mask(pars, prefix), block_r=4, block_c=8)
