@@ -95,9 +95,9 @@ def ladder_summary(name: str = LADDER_FILE) -> str:
     effect over the row before, no mask beside causal; cuDNN in the same run last."""
     res = reader.recorded(name)
     rows = ladder_rows(name)
-    head = (f"{res['device']}, {res['date']}: torch {res['torch']}, Triton {res['triton']}; median TFLOP/s of\n"
-            f"{res['repeats']} interleaved repeats a set; band = (max - min) / median of the repeats; a change\n"
-            "inside the larger band of its two rows is noise\n")
+    head = (f"{res['device']}, {res['date']}: torch {res['torch']}, Triton {res['triton']}; 32 query and 32 KV heads,\n"
+            f"bf16, seed 1; median TFLOP/s of {res['repeats']} interleaved repeats a set; band = (max - min) /\n"
+            "median of the repeats; a change inside the larger band of its two rows is noise\n\n")
     blocks = []
     for b, n, d in sorted({(r.batch, r.N, r.head_dim) for r in rows}, key=lambda c: (-c[2], c[0])):
         mine = [r for r in rows if (r.batch, r.N, r.head_dim) == (b, n, d)]
