@@ -392,7 +392,7 @@ def test_block_sizes_fa2_rule_is_the_transpose_of_the_papers():
 
 
 def test_attention_backward_bad_input():
-    from attnlab.core.attention import attention_backward
+    from attnlab.core.backward import attention_backward
     q = np.ones((4, 3))
     with pytest.raises(ValueError, match="mode"):
         attention_backward(q, q, q, q, mode="keep")

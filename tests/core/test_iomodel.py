@@ -572,7 +572,7 @@ def test_gradient_reference_against_finite_differences():
     (7, 7, 3, 2, 3, False), (9, 13, 5, 4, 3, True), (13, 9, 3, 5, 2, True), (11, 11, 5, 3, 5, True),
     (5, 3, 1, 7, 7, False)])
 def test_backward_gradients_and_counter_equal_closed_forms(n_q, n_k, d, br, bc, causal):
-    from attnlab.core.attention import attention_backward
+    from attnlab.core.backward import attention_backward
     from attnlab.core.iomodel import backward_io, recompute_flops
     q, k, v = _qkv(n_q + 7 * n_k, n_q, n_k, d)
     do = np.random.default_rng(d).standard_normal((n_q, d))

@@ -33,7 +33,8 @@ M = 800,000, falling as 1/M like FA1. Statements comparing the two orders hold u
 
 Backward pass (`backward_io`, `recompute_flops`): with S and P stored in HBM by the forward
 pass, or recomputed tile by tile from Q, K and the saved lse (FlashAttention's recomputation);
-the counter of `attention.attention_backward` equals them.
+the counter of `backward.attention_backward` equals them. This file is long because the forward
+and backward closed forms share the block-counting helpers (`_floor_sum`, `_kv_outer`).
 
 >>> flash_io(4096, 64, 100_000, "fa1"), standard_io(4096, 64)
 (9355264, 68157440)
@@ -210,7 +211,7 @@ def _backward_args(N, d, sram, causal, n_k, block_r, block_c, rule):
 def backward_io(N, d: int, sram: int = 100_000, mode: str = "recompute", causal: bool = False, *,
                 n_k: int | None = None, block_r: int | None = None, block_c: int | None = None,
                 rule: str = "fa1"):
-    """HBM elements moved by the backward pass of one head (`attention.attention_backward`,
+    """HBM elements moved by the backward pass of one head (`backward.attention_backward`,
     FlashAttention-2's backward: K/V blocks outside, Q blocks inside), d_v = d. With V the row
     visits of the K/V-outer loop (T_c N without masking) and E the elements of the visited tiles
     (N N_k without masking):

@@ -4,7 +4,7 @@ and both as time on a GPU at its roofline.
 
 Pure parts: `backward_rows` and `backward_table` (text), `backward_figure` (a static figure).
 Every count is `attnlab.core.iomodel`'s (`backward_io`, `recompute_flops`), equal to
-the HBM counter of `attnlab.core.attention.attention_backward`; no causal mask (the N x N tiles
+the HBM counter of `attnlab.core.backward.attention_backward`; no causal mask (the N x N tiles
 of P are then exactly N^2 elements in both passes).
 """
 from __future__ import annotations
