@@ -379,3 +379,21 @@ def test_ratio_conventions_by_hand():
     assert rows[4]["standard_s"] == pytest.approx(base["standard_s"] - embed, rel=1e-12)
     assert [round(r["ratio"], 2) for r in rows] == [2.66, 3.88, 1.72, 3.25, 2.70]
     assert max(map(len, st.conventions_table().splitlines())) <= 100
+
+
+def test_n_equals_d_label_is_not_crossed_by_the_read_off_line():
+    """The "N = d" label sits on the side of its dotted line away from the read-off line where
+    it fits; where it cannot, its white box is drawn after that line, so the line stops at it."""
+    ex = st.StandardTrafficExplorer()
+    renderer = ex.canvas.get_renderer()
+    ax = ex.ax_a
+    for d in st.TRAFFIC_DIMS:
+        for n in st.TRAFFIC_N:
+            ex.set(d=d, n=n)
+            ex.png()
+            box = ex.a_eq_txt.get_window_extent(renderer)
+            x_mark = ax.transData.transform((n, 1e6))[0]
+            if box.x0 <= x_mark <= box.x1:
+                assert ex.a_eq_txt.get_bbox_patch() is not None
+                assert ex.dynamic.index(ex.a_eq_txt) > ex.dynamic.index(ex.a_mark), (d, n)
+                assert d / 8 < st.TRAFFIC_GRID[0] or not d < n <= 8 * d, (d, n)   # no room left of d
