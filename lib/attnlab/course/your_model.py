@@ -109,7 +109,7 @@ def your_model(config, gpu="H100-SXM", *, batch: int = 1, context: int = 32768,
     return YourModel(m, g.name, dtype, batch, context, kv_bytes_per_token(m, dtype),
                      kv_cache_bytes(m, context, batch, dtype), g.hbm_bytes,
                      keys, decode_i, form, gqa_view, ridge_point(g, dtype), splits, fastest, SPLIT_MARGIN,
-                     split_s, unsplit_s, step, pre.compute_s, pre.compute_s + pre.extra_io_s,
+                     split_s, unsplit_s, step, pre.flash_s, pre.standard_s,
                      pre.flash_io_s, pre.sp_bytes_per_layer, pre.flash_io_hidden,
                      pre.flash_moves_more)
 
@@ -143,10 +143,11 @@ def your_model_summary(config, gpu="H100-SXM", *, batch: int = 1, context: int =
                             f"{seconds(r.split_time_s)} (unsplit {seconds(r.unsplit_time_s)}; {fastest})"),
         ("decode step (attention)", f"{seconds(r.decode_step_s)} over {m.layers} layers, each at that split"
                                     + ("; bytes of the g = 128 view, an upper bound" if m.mla else "")),
-        ("prefill, flash", f"{seconds(r.prefill_flash_s)} of compute"
-                           + (" (full causal: the window is not modelled)" if m.sliding_window else "") + ("" if r.flash_io_hidden else
-                           f"; FA1's traffic at the lecture's M = 100,000 elements, no L2: {seconds(r.flash_io_s)}, "
-                           f"more, but an upper bound (FA2/FA3 kernels, larger tiles and L2, run compute-bound here)")),
+        ("prefill, flash", f"{seconds(r.prefill_flash_s)}, every kernel at its roofline"
+                           + (" (full causal: the window is not modelled)" if m.sliding_window else "")
+                           + ("" if r.flash_io_hidden else
+                              f"; its kernel held by FA1's traffic at the lecture's M = 100,000 elements, "
+                              f"no L2 ({seconds(r.flash_io_s)}): an upper bound")),
         ("prefill, standard", f"{seconds(r.prefill_standard_s)} ({r.prefill_standard_s / r.prefill_flash_s:.2f}x)"
                               + ("; FA1's count moves more at this head dim" if r.flash_moves_more else "")),
         ("S + P of one layer", binary_bytes(r.sp_bytes_per_layer)
