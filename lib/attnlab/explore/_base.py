@@ -158,6 +158,7 @@ class Explorer:
         self.figure.set_layout_engine("none")
         self._background = None
         self._backgrounds.clear()
+        self.render()                             # the frozen layout's background: the first move blits
 
     @property
     def values(self) -> dict:

@@ -214,9 +214,6 @@ class MergeExplorer(Explorer):
         # cached costs a chunk state per split of every grid point (511 of them) before it draws.
         other = MERGE_DTYPES[1 - MERGE_DTYPES.index(self.values["dtype"])]
         _curve(other, self.values["seed"], self.values["order"], MERGE_KEYS, MERGE_D)
-        # The opening picture's background, drawn now with the layout the base froze, so that
-        # the first change blits over it instead of drawing the whole figure (about 100 ms).
-        self.render()
 
     def controls(self):
         return {"splits": slider("splits", 8, 1, MERGE_MAX_SPLITS),
