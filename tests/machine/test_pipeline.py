@@ -119,6 +119,7 @@ def test_stage_times_from_the_specs():
     (dict(consumers="both"), ValueError, "consumers"),
     (dict(overlap=True, stages=1), ValueError, "stages >= 2"),
     (dict(consumers="pingpong", warp_specialize=False), ValueError, "warp_specialize=True"),
+    (dict(consumers="pingpong", overlap=False, stages=1), ValueError, "pingpong' with stages=1"),
 ])
 def test_refusals(kw, err, words):
     with pytest.raises(err, match=words):

@@ -299,12 +299,15 @@ def schedule(times: StageTimes, *, tiles: int = 6, warp_specialize: bool = True,
     stages = as_int("stages", stages, 1, 8)
     if overlap and stages < 2:
         raise ValueError(f"overlap=True with stages={stages}: the overlap issues QK^T of tile j + 1 "
-                         "while tile j's V is still in use, so it needs stages >= 2")
-    if consumers == "pingpong" and (stages < 2 or not ws):
-        raise ValueError(f"consumers='pingpong' with stages={stages}, warp_specialize={ws}: the two "
-                         "warpgroups run half a tile apart, so they hold two tiles at once (stages >= 2), "
-                         "and the warpgroup that refilled the ring would wait for the other at every "
-                         "tile (warp_specialize=True)")
+                         "while tile j's V is still in use, so it needs stages >= 2.")
+    if consumers == "pingpong" and stages < 2:
+        raise ValueError(f"consumers='pingpong' with stages={stages}: the turns put warpgroup 1's PV of "
+                         "tile j - 1 after warpgroup 0's QK^T of tile j, which needs the slot that PV "
+                         "frees, so ping-pong needs stages >= 2.")
+    if consumers == "pingpong" and not ws:
+        raise ValueError("consumers='pingpong' with warp_specialize=False: the warpgroup that refills "
+                         "the ring would wait for the other one's turn at every tile, so ping-pong "
+                         "needs the producer warp (warp_specialize=True).")
     g, order = _program(times, tiles, ws, consumers, overlap, stages)
     steps = []
     for (kind, who, j), res, start, end in _solve(g, order):

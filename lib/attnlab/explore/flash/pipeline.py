@@ -34,7 +34,7 @@ LANE = H / 4            # a warpgroup's row: its GEMMs in the upper lane, its so
 KIND_COLORS = {"load": style.COLORS["memory"], "qk": style.COLORS["fa1"], "exp": style.COLORS["standard"],
                "fma": style.COLORS["highlight"], "pv": style.COLORS["fa2"]}
 ROWS = ("K/V loads", "warpgroup 1", "warpgroup 2")
-UNIT_LABELS = {"copy": "copy (TMA)", "tensor": "Tensor Cores", "softmax": "MUFU + FMA"}
+UNIT_LABELS = {"copy": "copy\n(TMA)", "tensor": "Tensor\nCores", "softmax": "MUFU\n+ FMA"}
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class PipelineExplorer(Explorer):
     """
     name = "fa3_pipeline"
     size = (style.WIDTH, 4.2)
-    error_xy = (0.37, 0.55)
+    error_xy = (0.37, 0.8)
 
     def __init__(self, gpu: str = "H200", d: int = 128, warp_specialize: bool = True,
                  consumers: str = "pingpong", overlap: bool = True, stages: int = 2, reuse: int = 8):
@@ -183,14 +183,14 @@ class PipelineExplorer(Explorer):
                                                                 KIND_COLORS["exp"]])
         self.meas = ax_b.bar([1.0], [0.0], width=0.3, fc="white", ec="k", hatch="//", lw=1)[0]
         self.tops = [ax_b.text(i, 0, "", ha="center", va="bottom", fontsize=style.SMALL) for i in x]
-        ax_b.set_xticks(x, [UNIT_LABELS[r] for r in RESOURCES], rotation=20)
+        ax_b.set_xticks(x, [UNIT_LABELS[r] for r in RESOURCES])
         ax_b.set_ylim(0, 118)
         ax_b.set_yticks([0, 25, 50, 75, 100])
         ax_b.set_ylabel("busy (% of the time)")
         ax_b.set_xlabel("unit of the SM")
         ax_b.grid(True, axis="y", alpha=0.25)
-        style.legend_below(ax_b, [Patch(color=KIND_COLORS["qk"]), Patch(fc="white", ec="k", hatch="//")],
-                           ["model", "H200 measured"], ncol=1)
+        style.legend_below(ax_b, [Patch(color=style.COLORS["muted"]), Patch(fc="white", ec="k", hatch="//")],
+                           ["model (unit colours)", "H200 measured, best shape"], ncol=1)
         return [self.wait, self.bars, *self.busy, self.meas, *self.tops, ax.title, ax_b.title]
 
     def draw(self, r: PipelineNumbers) -> str:
