@@ -30,7 +30,6 @@ class PrefillCostExplorer(Explorer):
         m = dense_model(model)
         super().__init__(n=n, gpu=get_gpu(gpu).name, model=m.name,
                          head_dim=m.head_dim if head_dim is None else head_dim)
-        self.render()         # the frozen layout's background now: the first move is a blit
 
     def controls(self):
         return {"n": steps("prompt length N", [(style.k_label(v), v) for v in N_STEPS], 32768),

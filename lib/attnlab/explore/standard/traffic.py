@@ -127,7 +127,6 @@ class StandardTrafficExplorer(Explorer):
 
     def __init__(self, d: int = 64, n: int = 4096):
         super().__init__(d=d, n=n)
-        self.render()         # the frozen layout's background now: the first move is a blit
 
     def controls(self):
         return {"d": steps("head dim d", TRAFFIC_DIMS, 64),
