@@ -73,17 +73,17 @@ def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) ->
 
 
 def provenance(res: dict, name: str | None = None) -> str:
-    """Device, date, versions, commit and ceilings of section `name` (or the run's), and the run
-    file's notes on that section; refuses an unknown name."""
+    """Device, date, versions and measured ceilings of section `name` (or the run's), in two lines
+    that fit 100 characters; refuses an unknown name. The commits and the run file's notes (how
+    each section was re-run) stay in the file and in docs/gpu-notes.md: a lesson shows what was
+    measured, not its history."""
     sec = {} if name is None else section(res, name)
-    by, commits = res.get("ceilings_by_section", {}), res.get("commits_by_section", {})
+    by = res.get("ceilings_by_section", {})
     c = by[name] if name in by else res["ceilings"]
-    commit = commits.get(name) or res.get("commit") or "unknown"
-    notes = "".join(f"\nnote: {n[len(name) + 2:]}" for n in res.get("notes", []) if name and n.startswith(f"{name}: "))
     return (f"{res['device']} ({res['sms']} SMs), {sec.get('date', res['date'])}: torch {res['torch']}, "
-            f"Triton {res['triton']}, FlashInfer {res.get('flashinfer')}; kernels at commit {str(commit)[:7]}; "
-            f"measured ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul "
-            f"{c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s [{res.get('file', '')}]{notes}")
+            f"Triton {res['triton']}, FlashInfer {res.get('flashinfer')};\nmeasured ceilings: copy "
+            f"{c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s "
+            f"[{res.get('file', '')}]")
 
 
 def section(res: dict, name: str) -> dict:
