@@ -241,10 +241,7 @@ def as_sequence(name: str, value, what: str = "a list") -> list:
     ...
     TypeError: rids must be a list (entries in order), got {0, 2} (set)
     """
-    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"{name} must be {what} (entries in order), got {short(value)} "
-                        f"({type(value).__name__})")
-    if isinstance(value, (Mapping, Set)):
+    if isinstance(value, (str, bytes, Mapping, Set)) or not hasattr(value, "__iter__"):
         raise TypeError(f"{name} must be {what} (entries in order), got {short(value)} "
                         f"({type(value).__name__})")
     return list(value)

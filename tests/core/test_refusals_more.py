@@ -197,3 +197,19 @@ def test_sizes_below_the_limits_still_run():
     assert variant_mask([sliding_window(3)], 64, 128).sum() == 64 * 3
     assert lowprec.quantise(_huge((1000,), np.float32)).shape == (1000,)
     assert softmax(_huge((3, 4))).sum() == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("call, word", [
+    (lambda: inputs.causal_mask(10**5000, 4), "n_q"),
+    (lambda: inputs.block_sizes(10**5000), "d"),
+    (lambda: intensity(8, 1, 100, dtype_bytes=10**400), "dtype_bytes"),
+    (lambda: variant_mask([sliding_window(3)], 10**5000, 4), "n_q"),
+])
+def test_integers_past_any_size_are_refused_by_name(call, word):
+    _raises(ValueError, word, call)
+
+
+def test_tile_blocks_past_the_sequence_are_one_tile():
+    from attnlab.core.variants import causal, tile_io, tile_mask
+    assert tile_mask([causal()], 8, 8, 10**5000, 10**5000).tolist() == [["partial"]]
+    assert tile_io([causal()], 8, 8, 10**5000, 2**40, 2) == tile_io([causal()], 8, 8, 8, 8, 2)

@@ -162,3 +162,29 @@ def test_attention_bound_refuses_a_roundoff_it_cannot_bound(kw, exc, word):
     q, k, v = (rng.standard_normal((20, 64)) for _ in range(3))
     _named(exc, word, attention_bound, q, k, v, **kw)          # 2^-6: (2 N_k + d + 8) u >= 1
     assert attention_bound(q, k, v, u=2.0**-8) > attention_bound(q, k, v, u=2.0**-24) > 0
+
+
+@pytest.mark.parametrize("call, exc, word", [
+    ("composable_numbers", dict(seed=-1), "seed"),
+    ("composable_numbers", dict(seed=None), "seed"),
+    ("scheduler_table", dict(batches=8), "batches"),
+    ("scheduler_table", dict(batches={8, 64}), "batches"),
+    ("variant_table", dict(variants=3), "variants"),
+    ("variant_table", dict(n=10**5000), "n"),
+    ("variant_table", dict(tile=2**40), "tile"),
+    ("variant_gallery_numbers", dict(tile=10**5000), "tile"),
+    ("tile_size_numbers", dict(g=2**40), "g"),
+    ("tile_size_numbers", dict(tile=2**40), "tile"),
+    ("workspace_numbers", dict(max_items=10**5000), "max_items"),
+    ("recorded_lengths", dict(dist="zipf", batch=10**5000), "batch"),
+    ("page_table_numbers", dict(lengths=10**5000), "lengths"),
+    ("tree_check", dict(prefix=2**40), "prefix"),
+], ids=lambda x: x if isinstance(x, str) else None)
+def test_the_explorers_numbers_name_their_parameters(call, exc, word):
+    from attnlab.explore import flashinfer
+    from attnlab.explore.flashinfer import snippets
+    from attnlab.machine import workload
+    fn = getattr(workload, call, None) or getattr(flashinfer, call, None) or getattr(snippets, call)
+    with pytest.raises((TypeError, ValueError)) as info:
+        fn(**exc)
+    assert re.search(rf"(?<![\w]){re.escape(word)}(?![\w])", str(info.value)), str(info.value)

@@ -163,3 +163,16 @@ def test_run_plan_takes_one_array_per_request_in_order():
     plan = plan_balanced([(1, 5)], kv_heads=1, num_ctas=2)
     k = np.ones((1, 5, 4))
     _raises(TypeError, "k", run_plan, plan, np.ones((1, 1, 4)), {0: k}, [k])
+
+
+@pytest.mark.parametrize("call, exc, word", [
+    (lambda: plan_balanced([(1, 5)], kv_heads=1, num_ctas=2, group=10**5000), ValueError, "group"),
+    (lambda: list_schedule([1, 2], 2, copies=2**40), ValueError, "copies"),
+])
+def test_counts_past_any_plan_are_refused_by_name(call, exc, word):
+    _raises(exc, word, call)
+
+
+def test_a_chunk_past_every_length_is_the_whole_kv():
+    whole = plan_fixed_split([(1, 7), (1, 3)], chunk=10**5000, kv_heads=1, num_ctas=2)
+    assert whole.kv_end.tolist() == [7, 3] and whole.kv_start.tolist() == [0, 0]

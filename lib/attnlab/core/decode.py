@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from attnlab.validate import (as_array, as_bool, as_counts, as_dtype_bytes, as_int, as_reals, as_sequence,
+from attnlab.validate import (as_array, as_bool, as_counts, as_dtype_bytes, as_float, as_int, as_reals, as_sequence,
                               check_bytes, short)
 from attnlab.core.softmax import _order, attention_state, merge, merge_states
 
@@ -109,7 +109,7 @@ def intensity(g, l_qo, l_kv, *, dtype_bytes=2):
     (7.9922, 126.0)
     """
     vals = [as_reals(name, x, 0.0, lo_open=True) for name, x in (("g", g), ("l_qo", l_qo), ("l_kv", l_kv))]
-    b = as_dtype_bytes("dtype_bytes", dtype_bytes)
+    b = as_float("dtype_bytes", as_dtype_bytes("dtype_bytes", dtype_bytes))    # refused past float64
     shapes = {name: np.shape(x) for name, (x, _) in zip(("g", "l_qo", "l_kv"), vals)}
     try:
         shape = np.broadcast_shapes(*shapes.values())
@@ -248,10 +248,10 @@ def cascade_intensity(n: int, prefix: int, unique: int, g: int = 4) -> dict:
     >>> c["tokens_cascade"], c["tokens_naive"], round(c["saving"], 3)
     (20480, 278528, 0.926)
     """
-    n = as_int("n", n, 1, None)
-    prefix = as_int("prefix", prefix, 1, None)
-    unique = as_int("unique", unique, 0, None)
-    g = as_int("g", g, 1, None)
+    n = as_int("n", n, 1, 1 << 62)
+    prefix = as_int("prefix", prefix, 1, 1 << 62)
+    unique = as_int("unique", unique, 0, 1 << 62)
+    g = as_int("g", g, 1, 1 << 62)
     return {"prefix": intensity(g, n, prefix),
             "unique": intensity(g, 1, unique) if unique else 0.0,
             "naive": intensity(g, 1, prefix + unique),

@@ -23,8 +23,8 @@ def block_sizes(d: int, sram: int = 100_000) -> tuple[int, int]:
     >>> block_sizes(256, 100_000)         # head dim 256: Bc = ceil(100000 / 1024) = 98 = Br
     (98, 98)
     """
-    d = as_int("d", d, 1, None)
-    sram = as_int("sram", sram, 1, None)
+    d = as_int("d", d, 1, 1 << 62)
+    sram = as_int("sram", sram, 1, 1 << 62)
     if sram < 4 * d:
         raise ValueError(
             f"sram={sram} elements cannot hold one row each of Q, K, V and O at head dim d={d}; "
@@ -42,8 +42,8 @@ def causal_mask(n_q: int, n_k: int) -> np.ndarray:
            [1, 1, 1, 1, 0],
            [1, 1, 1, 1, 1]])
     """
-    n_q = as_int("n_q", n_q, 0, None)
-    n_k = as_int("n_k", n_k, 0, None)
+    n_q = as_int("n_q", n_q, 0, 1 << 62)
+    n_k = as_int("n_k", n_k, 0, 1 << 62)
     check_bytes(f"causal_mask: n_q={n_q} x n_k={n_k} (bool, and int64 positions)",
                 n_q * n_k + 8 * (2 * n_q + n_k))
     i = np.arange(n_q)[:, None]

@@ -79,7 +79,7 @@ def mla_decode_cost(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, sha
     l_kv = as_int("l_kv", l_kv, 1, None)
     l_qo = as_int("l_qo", l_qo, 1, None)
     if not isinstance(shape, MLAShape):
-        raise TypeError(f"shape must be an MLAShape, got {shape!r} ({type(shape).__name__})")
+        raise TypeError(f"shape must be an MLAShape, got {short(shape)} ({type(shape).__name__})")
     H, lat, rope, nope, v = (as_int(f"shape.{k}", x, 1, None) for k, x in zip(MLAShape._fields, shape))
     b = as_dtype_bytes("dtype_bytes", dtype_bytes)
     q = H * l_qo

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.validate import as_array, as_float, as_int, check_bytes
+from attnlab.validate import as_array, as_float, as_int, check_bytes, short
 
 __all__ = ["SoftmaxStep", "online_softmax_trace", "online_softmax", "softmax",
            "attention_state", "merge", "merge_states", "softmax_scale"]
@@ -284,10 +284,10 @@ def _order(order, n: int) -> list[int]:
         idx = list(order)
     except TypeError:
         raise TypeError(f"order must be None, 'forward', 'reverse' or a permutation of range({n}), "
-                        f"got {order!r}") from None
+                        f"got {short(order)}") from None
     if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) for i in idx) \
             or sorted(idx) != list(range(n)):
-        raise ValueError(f"order={idx!r} must be a permutation of range({n})")
+        raise ValueError(f"order={short(idx)} must be a permutation of range({n})")
     return [int(i) for i in idx]
 
 
@@ -306,7 +306,7 @@ def merge_states(states, order=None):
     try:
         states = list(states)
     except TypeError:
-        raise TypeError(f"states must be a list of (o, lse) pairs, got {states!r}") from None
+        raise TypeError(f"states must be a list of (o, lse) pairs, got {short(states)}") from None
     if not states:
         raise ValueError("states must hold at least one (o, lse) state, got none")
     idx = _order(order, len(states))

@@ -64,7 +64,7 @@ def recorded_lengths(dist: str, batch: int) -> list[tuple[int, int]]:
     [(1, 1588), (1, 1165), (1, 2944), (1, 1548)]
     """
     dist = choice("dist", dist, DISTS)
-    batch = as_int("batch", batch, 1, None)
+    batch = as_int("batch", batch, 1, MAX_BATCH)
     table = _recorded()["batches"][dist]
     if str(batch) not in table:
         raise ValueError(f"batch={batch} is not recorded in data/request_lengths.json; valid: "

@@ -44,7 +44,7 @@ class PagedKVCache:
             self.dtype = None
         if self.dtype is None or self.dtype.kind != "f":
             raise TypeError(f"dtype must be a float dtype (np.float16, np.float32, np.float64, ...), "
-                            f"got {dtype!r}")
+                            f"got {short(dtype)}")
         self._max = float(np.finfo(self.dtype).max)
         check_bytes(f"num_blocks={self.num_blocks} x block_size={self.block_size} x head_dim="
                     f"{self.head_dim} x {self.dtype.itemsize} bytes ({self.dtype}) x 2 pools",

@@ -7,8 +7,9 @@
     >>> (soft_cap(30) & sliding_window(512)).name
     'soft_cap(30) & sliding_window(512)'
 """
-from attnlab.core.variants.core import TILE_KINDS, Variant, tile_io, tile_mask, variant_attention, variant_mask
+from attnlab.core.variants.core import (TILE_KINDS, Variant, tile_io, tile_mask, variant_attention, variant_mask,
+                                        variant_of)
 from attnlab.core.variants.library import alibi, causal, rope, sigmoid, sink_window, sliding_window, soft_cap
 
-__all__ = ["Variant", "variant_attention", "tile_mask", "tile_io", "variant_mask", "TILE_KINDS", "causal",
+__all__ = ["Variant", "variant_attention", "variant_of", "tile_mask", "tile_io", "variant_mask", "TILE_KINDS", "causal",
            "soft_cap", "sliding_window", "sigmoid", "alibi", "rope", "sink_window"]

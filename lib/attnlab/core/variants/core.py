@@ -45,7 +45,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnlab.validate import as_bool, as_int, as_sequence, check_bytes
+from attnlab.validate import as_bool, as_int, as_sequence, check_bytes, short
 from attnlab.core.attention import Tiles, fa2_head
 from attnlab.core.inputs import prepare_qkv, query_heads
 from attnlab.core.hbm import HBM
@@ -53,6 +53,8 @@ from attnlab.core.hbm import HBM
 __all__ = ["Variant", "variant_attention", "variant_of", "tile_mask", "tile_io", "variant_mask", "TILE_KINDS"]
 
 TILE_KINDS = ("empty", "partial", "full")
+#: Sequence lengths of the tile classification: positions are int64, with room for a window.
+POS_LIMIT = 1 << 62
 _FUNCTORS = ("query_transform", "key_transform", "value_transform", "logits_transform",
              "logits_mask", "output_transform")
 
@@ -71,13 +73,13 @@ class Variant:
 
     def __post_init__(self):
         if not isinstance(self.name, str):
-            raise TypeError(f"name must be a non-empty string, got {self.name!r} ({type(self.name).__name__})")
+            raise TypeError(f"name must be a non-empty string, got {short(self.name)} ({type(self.name).__name__})")
         if not self.name.strip():
             raise ValueError(f"name={self.name!r} is empty; valid: a non-empty string (it labels plots)")
         for f in _FUNCTORS:
             fn = getattr(self, f)
             if fn is not None and not callable(fn):
-                raise TypeError(f"{f} must be callable or None, got {fn!r} ({type(fn).__name__})")
+                raise TypeError(f"{f} must be callable or None, got {short(fn)} ({type(fn).__name__})")
         as_bool("use_softmax", self.use_softmax)
 
     def __and__(self, other: "Variant") -> "Variant":
@@ -106,7 +108,7 @@ def _both(f, g):
 def _combine(variants) -> Variant:
     for i, v in enumerate(variants):
         if not isinstance(v, Variant):
-            raise TypeError(f"variants[{i}]={v!r} must be an attnlab.core.variants.Variant "
+            raise TypeError(f"variants[{i}]={short(v)} must be an attnlab.core.variants.Variant "
                             f"(e.g. causal(), soft_cap(30)), got {type(v).__name__}")
     return functools.reduce(lambda a, b: a & b, variants) if variants else Variant(name="plain")
 
@@ -254,7 +256,7 @@ def variant_mask(variants, n_q: int, n_k: int) -> np.ndarray:
     & and |, counted as 8 bytes an entry) and the int64 position grids are at most 2 GiB
     together, as `tile_mask` counts one query tile's: about 2^28 entries."""
     var = variant_of(variants)
-    n_q, n_k = as_int("n_q", n_q, 1, None), as_int("n_k", n_k, 1, None)
+    n_q, n_k = as_int("n_q", n_q, 1, POS_LIMIT), as_int("n_k", n_k, 1, POS_LIMIT)
     check_bytes(f"variant_mask: n_q={n_q} x n_k={n_k} (the bool mask, its copy and a mask's "
                 f"temporaries, 9 bytes an entry; int64 positions)", n_q * n_k * 9 + 8 * (n_q + n_k))
     m = _mask_of(var, np.arange(n_q)[:, None] + (n_k - n_q), np.arange(n_k)[None, :])
@@ -271,8 +273,9 @@ def tile_mask(variants, n_q: int, n_k: int, block_r: int, block_c: int) -> np.nd
     [['partial', 'empty'], ['full', 'partial']]
     """
     var = variant_of(variants)
-    n_q, n_k = as_int("n_q", n_q, 1, None), as_int("n_k", n_k, 1, None)
-    block_r, block_c = as_int("block_r", block_r, 1, None), as_int("block_c", block_c, 1, None)
+    n_q, n_k = as_int("n_q", n_q, 1, POS_LIMIT), as_int("n_k", n_k, 1, POS_LIMIT)
+    block_r = min(as_int("block_r", block_r, 1, None), n_q)     # a tile past the end is the whole row
+    block_c = min(as_int("block_c", block_c, 1, None), n_k)
     rows, cols = -(-n_q // block_r), -(-n_k // block_c)
     check_bytes(f"tile_mask: {rows} x {cols} tiles (n_q={n_q}, n_k={n_k}, block_r={block_r}, "
                 f"block_c={block_c}; 28 bytes a label)", rows * cols * 28)
@@ -302,7 +305,8 @@ def tile_io(variants, n_q: int, n_k: int, block_r: int, block_c: int, d: int, d_
     >>> tile_io([causal()], 128, 128, 64, 64, d=16)    # K, V: 3 of 4 tiles, 64 keys each
     {'Q': (2048, 0), 'K': (3072, 0), 'V': (3072, 0), 'O': (0, 2048)}
     """
-    kinds = tile_mask(variants, n_q, n_k, block_r, block_c)
+    kinds = tile_mask(variants, n_q, n_k, block_r, block_c)        # checks n_q, n_k and the blocks
+    block_r, block_c = min(int(block_r), int(n_q)), min(int(block_c), int(n_k))
     d = as_int("d", d, 1, None)
     d_v = d if d_v is None else as_int("d_v", d_v, 1, None)
     return_lse = as_bool("return_lse", return_lse)

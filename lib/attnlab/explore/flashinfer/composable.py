@@ -67,6 +67,7 @@ def composable_numbers(n: int = 4, prefix: int = 15, own: int = 4, page_size: in
     if prefix == 0 and own == 0:
         raise ValueError("prefix=0 and own=0 leave every request empty; valid: at least one block "
                          "of prefix or of its own")
+    seed = as_int("seed", seed, 0, None)
     d, rng = CHECK_HEAD_DIM, np.random.default_rng(seed)
     cache = PagedKVCache(prefix + n * own + 1, ps, d, dtype=np.float32, seed=seed)
     kv = lambda t: rng.standard_normal((2, t, d), dtype=np.float32)          # noqa: E731

@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.patches import Patch
 
-from attnlab.validate import as_int
+from attnlab.validate import as_int, short
 from attnlab.core.paged import BSRLayout, OutOfBlocks, PagedKVCache, to_bsr
 from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
@@ -46,13 +46,13 @@ def parse_lengths(lengths) -> tuple[int, ...]:
         try:
             values = [int(p) for p in parts]
         except ValueError:
-            raise ValueError(f"lengths={lengths!r} is not a list of whole numbers; type e.g. "
+            raise ValueError(f"lengths={short(lengths)} is not a list of whole numbers; type e.g. "
                              f"{LECTURE_LENGTHS!r}") from None
     elif isinstance(lengths, (list, tuple, np.ndarray)):
         values = list(lengths)
     else:
         raise TypeError(f"lengths must be a string such as {LECTURE_LENGTHS!r} or a list of "
-                        f"integers, got {lengths!r} ({type(lengths).__name__})")
+                        f"integers, got {short(lengths)} ({type(lengths).__name__})")
     if not 1 <= len(values) <= MAX_REQUESTS:
         raise ValueError(f"lengths holds {len(values)} requests; valid: 1 to {MAX_REQUESTS}")
     return tuple(as_int("lengths", v, 1, MAX_TOKENS) for v in values)

@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from attnlab.validate import as_int, choice
+from attnlab.validate import as_int, as_sequence, choice
 from attnlab.machine.models import get_model
 from attnlab.machine.schedule import plan_balanced, plan_fixed_split, plan_per_request
 from attnlab.machine.workload import DISTS, RECORDED_BATCHES, recorded_lengths
@@ -165,9 +165,12 @@ def scheduler_numbers(batch: int = 64, dist: str = "longtail", num_ctas: int = 1
 def scheduler_table(batches=(1, 8, 64, 256), dist: str = "longtail", num_ctas: int = 132) -> str:
     """Utilization and makespan of the three plans at several batch sizes, and the balanced plan's
     time on an H200 under Plan.time's model."""
+    batches = as_sequence("batches", batches, "a list of recorded batch sizes")
+    if not batches:
+        raise ValueError("batches is empty; valid: at least one recorded batch size")
     rows = []
-    for b in batches:
-        r = scheduler_numbers(b, dist, num_ctas)
+    for i, b in enumerate(batches):
+        r = scheduler_numbers(as_int(f"batches[{i}]", b, 1, None), dist, num_ctas)
         row = {"batch": r.batch, "t": r.plans[2].time_h200 * 1e6}
         for i, p in enumerate(r.plans):
             row[f"u{i}"], row[f"m{i}"] = p.utilization, p.makespan

@@ -106,7 +106,7 @@ def tree_mask(parents, prefix: int) -> Variant:
     >>> variant_mask(tree_mask([-1, 0, 0], prefix=2), 3, 5).astype(int).tolist()
     [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]]
     """
-    pars, prefix = _parents(parents), as_int("prefix", prefix, 0, None)
+    pars, prefix = _parents(parents), as_int("prefix", prefix, 0, 1 << 62)
     anc = _ancestors(pars)
     t = len(pars)
 
@@ -125,7 +125,7 @@ def tree_check(parents=(-1, 0, 0, 1, 1, 2, 2), prefix: int = 20, d: int = 32, se
     >>> tree_check((-1, 0, 1), prefix=4, d=8).ok
     True
     """
-    pars, prefix = _parents(parents), as_int("prefix", prefix, 0, None)
+    pars, prefix = _parents(parents), as_int("prefix", prefix, 0, 65536)
     d, t = as_int("d", d, 1, 1024), len(pars)
     rng = np.random.default_rng(as_int("seed", seed, 0, None))
     q = rng.standard_normal((t, d))

@@ -16,7 +16,8 @@ from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.patches import Patch
 
 from attnlab.validate import as_int
-from attnlab.machine.workload import tile_waste
+from attnlab.machine.workload import MAX_BATCH, tile_waste
+from attnlab.machine.schedule.pieces import INT32_MAX
 from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import dropdown, slider, steps
@@ -78,12 +79,12 @@ def tile_size_numbers(decode: int = 32, prefill: int = 2, prefill_len: int = 512
     >>> f"{tile_size_numbers(32, 2, 512, g=4, tile=16).idle_fraction:.1%}"   # decode: 12 of 16 idle
     '8.3%'
     """
-    decode = as_int("decode", decode, 0, None)
-    prefill = as_int("prefill", prefill, 0, None)
-    prefill_len = as_int("prefill_len", prefill_len, 1, None)
-    g = as_int("g", g, 1, None)
+    decode = as_int("decode", decode, 0, MAX_BATCH)
+    prefill = as_int("prefill", prefill, 0, MAX_BATCH - decode)
+    prefill_len = as_int("prefill_len", prefill_len, 1, INT32_MAX)
+    g = as_int("g", g, 1, INT32_MAX // prefill_len if prefill else INT32_MAX)
     head_dim = as_int("head_dim", head_dim, 1, None)
-    tile = None if tile is None else as_int("tile", tile, 1, None)
+    tile = None if tile is None else as_int("tile", tile, 1, INT32_MAX)
     if decode + prefill == 0:
         raise ValueError("decode=0 and prefill=0: no requests; valid: at least one request")
     l_qo = [1] * decode + [prefill_len] * prefill

@@ -141,7 +141,7 @@ def variant_gallery_numbers(variants=(), N: int = 256, tile: int = 32) -> Galler
     ({'empty': 43, 'partial': 14, 'full': 7}, '67% of tiles skipped, 67% of K/V traffic saved')
     """
     var = variant_of(variants)
-    N, tile = as_int("N", N, 1, MAX_N), as_int("tile", tile, 1, None)
+    N, tile = as_int("N", N, 1, MAX_N), as_int("tile", tile, 1, MAX_N)
     q, k, eye = _data()
     q, k, eye = q[:N], k[:N], eye[:N, :N]
     w = variant_attention(q, k, eye, var, block_r=WEIGHT_TILE, block_c=WEIGHT_TILE)

@@ -8,8 +8,9 @@ import math
 
 import numpy as np
 
-from attnlab.validate import as_int
-from attnlab.core.variants import TILE_KINDS, alibi, causal, sigmoid, sink_window, sliding_window, soft_cap, tile_io, tile_mask
+from attnlab.validate import as_int, as_sequence
+from attnlab.core.variants import (TILE_KINDS, alibi, causal, sigmoid, sink_window, sliding_window, soft_cap, tile_io,
+                                  tile_mask, variant_of)
 from attnlab.explore import style
 
 __all__ = ["variant_table", "TABLE_VARIANTS"]
@@ -36,7 +37,9 @@ def variant_table(n: int = 4096, tile: int = 128, variants=TABLE_VARIANTS) -> st
     sigmoid(0)                              0        0  1024         0.0%
     alibi(0.0625)                           0        0  1024         0.0%
     """
-    n, tile = as_int("n", n, 1, None), as_int("tile", tile, 1, None)
+    n = as_int("n", n, 1, 1 << 20)                      # the mask is built a tile row at a time
+    tile = as_int("tile", tile, 1, n)
+    variants = [variant_of(v) for v in as_sequence("variants", variants, "a list of variants")]
     plain = tile_io([], n, n, tile, tile, 1)
     rows = []
     for v in variants:

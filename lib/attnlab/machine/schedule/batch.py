@@ -57,7 +57,7 @@ def requests(lens) -> tuple[np.ndarray, np.ndarray]:
     pairs = []
     for i, p in enumerate(lens):                    # the slow way, for the error's name
         if not isinstance(p, (tuple, list)) or len(p) != 2:
-            raise TypeError(f"lengths[{i}]={p!r} must be an (l_qo, l_kv) pair")
+            raise TypeError(f"lengths[{i}]={short(p)} must be an (l_qo, l_kv) pair")
         pairs.append((as_int(f"lengths[{i}] l_qo", p[0], 1, INT32_MAX),
                       as_int(f"lengths[{i}] l_kv", p[1], 1, INT32_MAX)))
     if not pairs:

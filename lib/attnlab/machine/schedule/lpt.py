@@ -32,8 +32,8 @@ from math import gcd
 
 import numpy as np
 
-from attnlab.validate import as_bool, as_counts, as_int, as_reals, as_sequence
-from attnlab.machine.schedule.pieces import MAX_CTAS
+from attnlab.validate import as_bool, as_counts, as_int, as_reals, as_sequence, short
+from attnlab.machine.schedule.pieces import MAX_CTAS, MAX_ITEMS
 
 __all__ = ["heap_schedule", "Schedule", "list_schedule"]
 
@@ -113,6 +113,9 @@ def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = Fa
         as_int("num_ctas", num_ctas, 1, MAX_CTAS)
     copies = copies if type(copies) is int and copies >= 1 else as_int("copies", copies, 1, None)
     descending = as_bool("descending", descending)
+    if len(cost) * copies > MAX_ITEMS:
+        raise ValueError(f"cost holds {len(cost):,} items x copies={short(copies)}; valid: at most "
+                         f"{MAX_ITEMS:,} items in all")
     if len(cost) == 0:
         return Schedule(np.zeros(num_ctas, np.int64), np.zeros(0, np.int64), 0, 1)
     lo, hi = (int(cost[-1]), int(cost[0])) if descending else (int(cost.min()), int(cost.max()))

@@ -149,7 +149,7 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk, min_chunk
     qo, kv = requests(lens)
     kv_heads = _count("kv_heads", kv_heads, 1, MAX_KV_HEADS)
     num_ctas = _count("num_ctas", num_ctas, 1, MAX_CTAS)
-    group = _count("group", group, 1)
+    group = _count("group", group, 1, INT32_MAX)
     if chunk not in (None, "balanced"):             # beyond any l_kv, a chunk is the whole KV
         chunk = min(_count("chunk", chunk, 1), INT32_MAX)
     alpha, beta = _count("alpha", alpha, 0, _COEF_MAX), _count("beta", beta, 0, _COEF_MAX)

@@ -194,6 +194,7 @@ def plan_fixed_split(lengths, *, chunk: int = 1024, kv_heads: int, num_ctas: int
                      alpha: int = 2, beta: int = 1, tile_q=None) -> Plan:
     """The KV cut into chunks of `chunk` tokens, items in arrival order."""
     chunk = as_int("chunk", chunk, 1, None)         # before split: "balanced" is not a chunk
+    chunk = min(chunk, _pieces.INT32_MAX)           # beyond any l_kv, a chunk is the whole KV
     split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk)
     return _in_arrival_order(f"fixed {chunk}", split)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.validate import as_int, check_bytes, fields_equal
+from attnlab.machine.schedule.pieces import MAX_CTAS, MAX_ITEMS
 from attnlab.machine.schedule.plans import Plan
 
 __all__ = ["Workspace", "fixed_size_workspace"]
@@ -73,9 +74,9 @@ def fixed_size_workspace(plan: Plan, max_ctas: int, max_items: int, max_outputs:
     engine passes max_batch x kv_heads (x query tiles per KV head), a smaller merge grid."""
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a Plan, got {type(plan).__name__}")
-    max_ctas = as_int("max_ctas", max_ctas, 1, None)
-    max_items = as_int("max_items", max_items, 1, None)
-    max_outputs = max_ctas * max_items if max_outputs is None else as_int("max_outputs", max_outputs, 1, None)
+    max_ctas = as_int("max_ctas", max_ctas, 1, MAX_CTAS)
+    max_items = as_int("max_items", max_items, 1, MAX_ITEMS)
+    max_outputs = max_ctas * max_items if max_outputs is None else as_int("max_outputs", max_outputs, 1, MAX_ITEMS)
     slots = max_ctas * max_items                       # 6 int32 + a bool + a merge slot each
     check_bytes(f"max_ctas={max_ctas} x max_items={max_items} (and max_outputs={max_outputs})",
                 slots * (6 * 4 + 1 + 4) + max_outputs * (4 * 4 + 4))
