@@ -107,24 +107,24 @@ def pipeline_numbers(gpu: str = "H200", d: int = 128, warp_specialize: bool = Tr
 
 def model_beside_measured(d: int = 128, reuse: int = 8) -> str:
     """Each row of the recorded step table (no mask, H200) beside the model at the same switches:
-    the model's Tensor-Core share and its change over the row before, the measured change per
-    shape with its verdict from the run's noise band."""
+    the model's Tensor-Core share and its change over the row the step adds to, the measured
+    change per shape with its verdict from the run's noise band."""
     setting = {impl: key for key, impl in SETTING_OF.items()}
     rows = [r for r in ladder_rows() if r.head_dim == d and not r.causal and r.impl in setting]
     shapes = sorted({(r.batch, r.N) for r in rows})
-    out, prev = [], None
+    out, share = [], {}
     t = stage_times("H200", d, reuse=reuse)
     for impl in dict.fromkeys(r.impl for r in rows):
         ws, consumers, overlap, stages = setting[impl]
-        share = schedule(t, tiles=LONG, warp_specialize=ws, consumers=consumers, overlap=overlap,
-                         stages=stages).tensor_share
-        row = {"step": next(r.label for r in rows if r.impl == impl), "share": f"{share:.0%}",
-               "model": "" if prev is None else f"{share / prev - 1:+.0%}"}
+        share[impl] = schedule(t, tiles=LONG, warp_specialize=ws, consumers=consumers, overlap=overlap,
+                               stages=stages).tensor_share
+        first = next(r for r in rows if r.impl == impl)
+        row = {"step": first.label, "share": f"{share[impl]:.0%}",
+               "model": "" if first.base is None else f"{share[impl] / share[first.base] - 1:+.0%}"}
         for b, n in shapes:
             m = next(r for r in rows if r.impl == impl and (r.batch, r.N) == (b, n))
             row[(b, n)] = "" if m.change is None else f"{m.change:+.0%} {m.verdict}"
         out.append(row)
-        prev = share
     cols = {"step": f"step (d = {d}, no mask)", "share": "model: TC busy", "model": "model change",
             **{(b, n): f"measured {b} x {n // 1024}K" for b, n in shapes}}
     return style.table(out, cols)

@@ -3,8 +3,9 @@ defaults, from one recorded run (`python -m attnlab.gpubench.sweeps.gluon ladder
 timed in interleaved repeats so that the run measures its own noise.
 
 The noise band of a set is the spread of its repeats, (max - min) / median. A step's effect is
-its median over the median of the row before it, minus 1; it is called a gain or a loss only
-when it is larger than both rows' bands, and noise otherwise.
+its median over the median of its base row (the file's `step_base`; the row before it where the
+file names none), minus 1; it is called a gain or a loss only when it is larger than both rows'
+bands, and noise otherwise.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ LADDER_FILE = "h200-2026-12-04-gluon-ladder.json"
 #: the pipeline explorer's switches (warp_specialize, consumers, overlap, stages) -> the set run
 SETTING_OF = {(False, "lockstep", False, 2): "no_ws", (True, "lockstep", False, 2): "ws",
               (True, "independent", False, 2): "split", (True, "pingpong", False, 2): "split_pp",
-              (True, "pingpong", True, 2): "split_pp_ov", (True, "pingpong", True, 3): "split_pp_ov_s3"}
+              (True, "pingpong", False, 3): "split_pp_s3", (True, "pingpong", True, 3): "split_pp_ov_s3",
+              (True, "pingpong", True, 2): "split_pp_ov"}
 #: FlashAttention-3's own ablation (Shah et al. 2024, Table 2): H100 SXM5, FP16, no mask,
 #: batch 4, sequence 8,448, 16 heads, head dim 128; TFLOP/s
 FA3_ABLATION = (("FlashAttention-3", 661), ("no GEMM-softmax pipelining, with warp specialisation", 582),
@@ -41,8 +43,9 @@ class StepRow:
     median: float
     low: float
     high: float
-    change: float | None       # median / previous median - 1 (None: the first row, or a peer)
+    change: float | None       # median / its base row's median - 1 (None: the first row, or a peer)
     verdict: str               # "gain", "loss", "noise" or "" (first row, peer)
+    base: str | None = None    # the row it is measured against
 
     @property
     def band(self) -> float:
@@ -65,7 +68,7 @@ def ladder_rows(name: str = LADDER_FILE) -> list:
                    key=lambda c: (-c[2], c[3], c[0]))
     for case in cases:
         at = {r["impl"]: r for r in res["rows"] if (r["batch"], r["N"], r["head_dim"], r["causal"]) == case}
-        prev = None
+        done, prev = {}, None
         for impl in (*res["steps"], "cudnn"):
             r = at[impl]
             if not r["checked"]:
@@ -74,14 +77,14 @@ def ladder_rows(name: str = LADDER_FILE) -> list:
             row = dict(batch=case[0], N=case[1], head_dim=case[2], causal=case[3], impl=impl, label=labels[impl],
                        median=float(np.median(t)), low=float(t.min()), high=float(t.max()))
             band = (row["high"] - row["low"]) / row["median"]
-            if prev is not None and impl != "cudnn":
-                change = row["median"] / prev.median - 1
-                row.update(change=change, verdict=_verdict(change, max(band, prev.band)))
+            base = res.get("step_base", {}).get(impl, prev) if impl != "cudnn" else None
+            if base is not None:
+                change = row["median"] / done[base].median - 1
+                row.update(change=change, verdict=_verdict(change, max(band, done[base].band)), base=base)
             else:
                 row.update(change=None, verdict="")
             out.append(StepRow(**row))
-            if impl != "cudnn":
-                prev = out[-1]
+            done[impl], prev = out[-1], impl
     return out
 
 
@@ -102,9 +105,13 @@ def ladder_summary(name: str = LADDER_FILE) -> str:
     for b, n, d in sorted({(r.batch, r.N, r.head_dim) for r in rows}, key=lambda c: (-c[2], c[0])):
         mine = [r for r in rows if (r.batch, r.N, r.head_dim) == (b, n, d)]
         table = []
-        for impl in dict.fromkeys(r.impl for r in mine):
+        order = list(dict.fromkeys(r.impl for r in mine))
+        for k, impl in enumerate(order):
             none, causal = (next(r for r in mine if r.impl == impl and r.causal == c) for c in (False, True))
-            table.append({"step": none.label, **{k + "0": v for k, v in _cell(none).items()},
+            label = none.label
+            if none.base is not None and none.base != order[k - 1]:        # not over the row above
+                label += f" (vs {next(r.label for r in mine if r.impl == none.base)})"
+            table.append({"step": label, **{k + "0": v for k, v in _cell(none).items()},
                           **{k + "1": v for k, v in _cell(causal).items()}})
         cols = {"step": f"{b} x {n // 1024}K, d = {d}", "tflops0": "no mask", "band0": "band",
                 "change0": "change", "tflops1": "causal", "band1": "band", "change1": "change"}

@@ -63,14 +63,16 @@ EARLY = {"default": (None, None, None, (64, 128)),
          "split_pp_ov_ek": (_SPLIT + ("pingpong", "intra_overlap") + _EK, None, None, (64, 128)),
          "split_pp_ov_ek_s3": (_SPLIT + ("pingpong", "intra_overlap") + _EK, 3, None, (64, 128))}
 EARLY_SMOKE = ("split_ek", "split_pp_ek", "split_pp_ov_ek")
-#: "ladder" mode, the lesson's step table: name -> (label, steps, num_stages), each row adding one
-#: FA3 step to the row before it (the last two: the ring of stages at 2 and 4 where it fits)
-LADDER = {"no_ws": ("TMA + wgmma", ("lpt_order", "tma_store"), 2),
-          "ws": ("+ producer warp", ("warp_specialize", "lpt_order", "tma_store"), 2),
-          "split": ("+ 2 consumers", _SPLIT, 2),
-          "split_pp": ("+ ping-pong", _SPLIT + ("pingpong",), 2),
-          "split_pp_ov": ("+ overlap, 2 stages", _SPLIT + ("pingpong", "intra_overlap"), 2),
-          "split_pp_ov_s3": ("+ 3rd stage", _SPLIT + ("pingpong", "intra_overlap"), 3)}
+#: "ladder" mode, the lesson's step table: name -> (label, steps, num_stages, base), each row one
+#: FA3 step added to its base row: the cumulative steps, the third stage before the overlap, and
+#: the overlap on two stages beside ping-pong on two
+LADDER = {"no_ws": ("TMA + wgmma", ("lpt_order", "tma_store"), 2, None),
+          "ws": ("+ producer warp", ("warp_specialize", "lpt_order", "tma_store"), 2, "no_ws"),
+          "split": ("+ 2 consumers", _SPLIT, 2, "ws"),
+          "split_pp": ("+ ping-pong", _SPLIT + ("pingpong",), 2, "split"),
+          "split_pp_s3": ("+ 3rd stage", _SPLIT + ("pingpong",), 3, "split_pp"),
+          "split_pp_ov_s3": ("+ overlap", _SPLIT + ("pingpong", "intra_overlap"), 3, "split_pp_s3"),
+          "split_pp_ov": ("overlap on 2 stages", _SPLIT + ("pingpong", "intra_overlap"), 2, "split_pp")}
 #: (B, H, N, d): shapes the defaults were not chosen on (those were 1-4 x 4K, 1 x 8K, 1 x 16K), seed 1
 LADDER_CASES = [(2, 32, 8192, 128), (1, 32, 16384, 128), (4, 32, 8192, 64)]
 REPEATS = 5
@@ -244,7 +246,7 @@ def ladder(cases=LADDER_CASES, repeats=REPEATS):
         flop = 4 * B * H * N * N * d / (2 if causal else 1)
         rec = {"shape": [B, H, N, d], "causal": causal, "tol_o": tol, "check": {}, "ms": {}}
         calls = {}
-        for name, (_, st, ns) in LADDER.items():
+        for name, (_, st, ns, _) in LADDER.items():
             try:
                 kw = dict(causal=causal, steps=st, num_stages=ns)
                 o, lse = flash_attention_gluon(q, k, v, **kw)
@@ -353,6 +355,7 @@ def record_ladder(run: dict, *, date: str, commit: str, sms: int = 132) -> dict:
                       "flop = 4 B H N^2 d, halved when causal; 32 query and 32 KV heads, bf16, seed 1",
             "steps": list(LADDER), "step_labels": {k: v[0] for k, v in LADDER.items()},
             "step_meaning": {k: (", ".join(v[1]) + f"; {v[2]} stages") for k, v in LADDER.items()},
+            "step_base": {k: v[3] for k, v in LADDER.items()},
             "peers": {"cudnn": "SDPA cuDNN"}, "rows": rows}
 
 
