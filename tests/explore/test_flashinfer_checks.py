@@ -188,3 +188,14 @@ def test_the_explorers_numbers_name_their_parameters(call, exc, word):
     with pytest.raises((TypeError, ValueError)) as info:
         fn(**exc)
     assert re.search(rf"(?<![\w]){re.escape(word)}(?![\w])", str(info.value)), str(info.value)
+
+
+def test_the_printed_checks_fit_100_characters():
+    """Notebook 05 prints these; JupyterLab wraps a wider line and a table's columns stop lining up."""
+    from attnlab.explore import runs
+    from attnlab.explore.flashinfer.snippets import host_costs, mixed_batch_check, paged_lesson
+    run = runs.newest_run()
+    texts = [paper_table(), host_costs(run), paged_lesson(runs.section(run, "paged")),
+             mixed_batch_check(chunk=40, cached=24, decode_lens=(30, 9), page_size=8, d=16)]
+    wide = [line for text in texts for line in text.splitlines() if len(line) > 100]
+    assert not wide, wide

@@ -70,11 +70,11 @@ def mixed_batch_check(chunk: int = 512, cached: int = 512, decode_lens=(300, 700
                            "pages": f"pages of {page_size}"}) + "\n"
         f"qo_indptr = {qo_indptr.tolist()}\n"
         f"kv_indptr = {layout.kv_indptr.tolist()}\n"
-        f"paged attention (causal, bottom-right per request) vs dense float64 attention: each request "
-        f"within its rounding bound: {'yes' if ok else 'NO'}\n"
-        f"balanced plan ({kv_heads} KV heads, g = {group}, 132 CTAs): query tile {plan.tile_q} rows for "
-        f"the whole batch, {len(plan.work)} work items; a decode request fills {group} of its tile's "
-        f"{plan.tile_q} rows", ok, {f"request {i}": e for i, e in enumerate(errs)})
+        f"paged attention (causal, bottom-right per request) vs dense float64 attention:\n"
+        f"  each request within its rounding bound: {'yes' if ok else 'NO'}\n"
+        f"balanced plan ({kv_heads} KV heads, g = {group}, 132 CTAs): {len(plan.work)} work items,\n"
+        f"  query tile {plan.tile_q} rows for the whole batch; a decode request fills {group} of its "
+        f"tile's {plan.tile_q} rows", ok, {f"request {i}": e for i, e in enumerate(errs)})
 
 
 def _ancestors(parents) -> np.ndarray:
@@ -170,11 +170,10 @@ def paged_lesson(sec: dict) -> str:
     cc = [us("flashinfer", b, ps) / us("flashinfer-tc", b, ps) for b, ps in cases]
     paging = [us("paged", b, ps) / contig[b] for b, ps in cases if b >= 64]
     ours = [us("flashinfer-tc", b, ps) / us("paged", b, ps) for b, ps in cases]
-    return (f"FlashInfer's CUDA-core decode over its tensor-core decode (GQA heads packed into one "
-            f"tile): {_span(cc)}x the time, in all {len(cases)} cases.\n"
+    return (f"FlashInfer's CUDA-core decode over its tensor-core one (GQA heads packed in a tile): "
+            f"{_span(cc)}x\n  the time, all {len(cases)} cases.\n"
             f"Paged over contiguous KV (best split, batch 64 and up): {_span(paging)}x.\n"
-            f"FlashInfer's tensor-core decode over the course's paged kernel: {_span(ours)}x "
-            f"(above 1: ours is faster).")
+            f"FlashInfer's tensor-core decode over our paged kernel: {_span(ours)}x (above 1: ours is faster).")
 
 
 def host_costs(res: dict) -> str:
@@ -188,5 +187,5 @@ def host_costs(res: dict) -> str:
     ours = [r for r in sched if r["impl"] == "sched balanced"]
     return (f"FlashInfer plan(), paged section: {_span(fi_paged)} ms per call ({len(fi_paged)} batches)\n"
             f"FlashInfer plan(), scheduled section: {_span(fi_sched)} ms per call ({len(fi_sched)} batches)\n"
-            f"balanced plan, planned and packed in Python: {_span([r['plan_us'] / 1e3 for r in ours])} ms; "
-            f"copied into the graph's buffers: {_span([r['load_us'] / 1e3 for r in ours])} ms")
+            f"balanced plan, planned and packed in Python: {_span([r['plan_us'] / 1e3 for r in ours])} ms per step\n"
+            f"balanced plan, copied into the graph's buffers: {_span([r['load_us'] / 1e3 for r in ours])} ms")
