@@ -35,7 +35,8 @@ def soft_cap(c: float) -> Variant:
     attention logits; FlashInfer's `logits_soft_cap`). c in [1e-6, 1e300]: below, s / c
     overflows for ordinary logits."""
     c = as_float("c", c, 1e-6, 1e300)
-    return Variant(name=f"soft_cap({_num(c)})", logits_transform=lambda s, qi, kj: c * np.tanh(s / c))
+    return Variant(name=f"soft_cap({_num(c)})",
+                   logits_transform=lambda s, qi, kj: c * np.tanh(s / c))
 
 
 def sliding_window(w: int) -> Variant:
