@@ -51,3 +51,13 @@ def test_the_recorded_table_fits_100_characters():
     text = steps.ladder_summary()
     assert max(len(line) for line in text.splitlines()) <= 100
     assert text.count("cuDNN") == 3 and "noise" in text
+
+
+def test_between_machines_is_the_ratio_of_the_two_files_medians():
+    load = lambda n: json.loads((reader.measurements_dir() / n).read_text())  # noqa: E731
+    a, b = load(steps.LADDER_FILE), load(steps.OTHER_MACHINE)
+    key = lambda r: (r["impl"], r["batch"], r["N"], r["head_dim"], r["causal"])  # noqa: E731
+    there = {key(r): np.median(r["tflops"]) for r in b["rows"]}
+    q = [there[key(r)] / np.median(r["tflops"]) for r in a["rows"] if r["impl"] == "cudnn"]
+    line = next(ln for ln in steps.between_machines().splitlines() if ln.startswith("cuDNN"))
+    assert line.split()[-3:] == [f"{min(q):.2f}", f"{max(q):.2f}", str(len(q))]

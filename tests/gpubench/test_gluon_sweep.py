@@ -84,3 +84,12 @@ def test_record_ladder_keeps_every_repeat_and_its_check():
     got = {r["impl"]: (r["tflops"], r["checked"]) for r in rec["rows"]}
     assert got == {"ws": ([1.0, 2.0, 3.0], True), "cudnn": ([4.0, 5.0, 6.0], True)}
     assert rec["repeats"] == 3 and rec["steps"] == list(gluon.LADDER)
+    other = json.loads(json.dumps(run))
+    other["cases"][0]["tflops"]["ws"] = [4.0, 5.0, 6.0]
+    other["cases"][0]["check"]["ws"] = {"ok": False, "err_o": 0.5}
+    both = gluon.record_ladder([run, other], date="d", commit="c")
+    got = {r["impl"]: (r["tflops"], r["checked"], r["max_err"]) for r in both["rows"]}
+    assert got["ws"] == ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], False, 0.5) and both["repeats"] == 6
+    other["cases"][0]["causal"] = True
+    with pytest.raises(ValueError, match="same cases"):
+        gluon.record_ladder([run, other], date="d", commit="c")

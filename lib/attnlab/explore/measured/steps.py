@@ -16,10 +16,12 @@ import numpy as np
 from attnlab.explore import style
 from attnlab.explore.measured import reader
 
-__all__ = ["LADDER_FILE", "StepRow", "ladder_rows", "ladder_summary", "measured_setting", "SETTING_OF",
-           "FA3_ABLATION"]
+__all__ = ["LADDER_FILE", "OTHER_MACHINE", "StepRow", "ladder_rows", "ladder_summary", "between_machines",
+           "measured_setting", "SETTING_OF", "FA3_ABLATION"]
 
 LADDER_FILE = "h200-2026-12-04-gluon-ladder.json"
+#: the same sets timed the same way on another lent H200 earlier the same day (5 repeats)
+OTHER_MACHINE = "h200-2026-12-04-gluon-ladder-first.json"
 #: the pipeline explorer's switches (warp_specialize, consumers, overlap, stages) -> the set run
 SETTING_OF = {(False, "lockstep", False, 2): "no_ws", (True, "lockstep", False, 2): "ws",
               (True, "independent", False, 2): "split", (True, "pingpong", False, 2): "split_pp",
@@ -117,6 +119,21 @@ def ladder_summary(name: str = LADDER_FILE) -> str:
                 "change0": "change", "tflops1": "causal", "band1": "band", "change1": "change"}
         blocks.append(style.table(table, cols))
     return head + "\n\n".join(blocks)
+
+
+def between_machines(name: str = LADDER_FILE, other: str = OTHER_MACHINE) -> str:
+    """Each set both files hold, its median in `other` over its median in `name`, over the cases:
+    the spread between two machines (and runs), which no single run's band contains."""
+    mine = {(r.impl, r.batch, r.N, r.head_dim, r.causal): r for r in ladder_rows(name)}
+    theirs = {(r.impl, r.batch, r.N, r.head_dim, r.causal): r for r in ladder_rows(other)}
+    labels = reader.recorded(name)["step_labels"]
+    out = []
+    for impl in dict.fromkeys(k[0] for k in mine):
+        q = [theirs[k].median / mine[k].median for k in mine if k[0] == impl and k in theirs]
+        if q:
+            out.append({"set": labels.get(impl, "cuDNN (SDPA)"), "lo": min(q), "hi": max(q), "n": len(q)})
+    return style.table(out, {"set": "set", "lo": "lowest", "hi": "highest", "n": "cases"},
+                       {"lo": ".2f", "hi": ".2f"})
 
 
 def measured_setting(warp_specialize: bool, consumers: str, overlap: bool, stages: int, d: int,

@@ -18,6 +18,8 @@ run under Triton's interpreter, so this is where their numbers come from).
                                                       timed REPEATS times in interleaved rounds (the
                                                       spread of the repeats is the noise band)
     python -m attnlab.gpubench.sweeps.gluon record RUN.json OUT.json DATE COMMIT [early_k | ladder]
+                                                      (ladder: RUN.json may be A.json,B.json, runs
+                                                      on one machine whose repeats are pooled)
                                                       a `full` run as data/measurements/'s steps file
 
 This file is long because each mode's table of step sets sits beside the loop that checks and
@@ -336,23 +338,35 @@ def record(run: dict, *, date: str, commit: str, sms: int = 132, steps: dict = R
             "rows": rows}
 
 
-def record_ladder(run: dict, *, date: str, commit: str, sms: int = 132) -> dict:
-    """A `ladder` run as data/measurements/'s ladder file (`explore.measured.steps` reads it): one
-    row per (case, implementation) with every repeat's TFLOP/s, the check's verdict beside it."""
+def record_ladder(runs, *, date: str, commit: str, sms: int = 132) -> dict:
+    """`ladder` runs (one dict, or a list of them: processes on one machine, whose repeats are
+    pooled, so the band holds the spread between processes too) as data/measurements/'s ladder
+    file (`explore.measured.steps` reads it): one row per (case, implementation) with every
+    repeat's TFLOP/s and the check's verdict (a set is checked only if every run's check passed)."""
+    runs = [runs] if isinstance(runs, dict) else list(runs)
+    if not runs or any(r["device"] != runs[0]["device"] for r in runs):
+        raise ValueError("record_ladder needs one or more runs of one device")
     rows = []
-    for c in run["cases"]:
+    for cases in zip(*(r["cases"] for r in runs)):
+        c = cases[0]
+        if any((k["shape"], k["causal"]) != (c["shape"], c["causal"]) for k in cases):
+            raise ValueError("the runs of record_ladder must hold the same cases in the same order")
         B, H, N, d = c["shape"]
-        for name, runs in c["tflops"].items():
-            chk = c["check"].get(name, {})
+        for name in c["tflops"]:
+            checks = [k["check"].get(name, {}) for k in cases]
             rows.append({"batch": B, "heads": H, "N": N, "head_dim": d, "causal": c["causal"], "impl": name,
-                         "tflops": sorted(runs), "checked": chk.get("ok", True if name == "cudnn" else None),
-                         "max_err": chk.get("err_o")})
-    return {"device": run["device"], "sms": sms, "torch": run["torch"], "triton": run["triton"], "date": date,
-            "commit": commit, "repeats": len(run["cases"][0]["tflops"]["cudnn"]),
+                         "tflops": sorted(x for k in cases for x in k["tflops"][name]),
+                         "checked": True if name == "cudnn" else all(ch.get("ok") for ch in checks),
+                         "max_err": max((ch["err_o"] for ch in checks if "err_o" in ch), default=None)})
+    first = runs[0]
+    return {"device": first["device"], "sms": sms, "torch": first["torch"], "triton": first["triton"],
+            "date": date, "commit": commit, "processes": len(runs),
+            "repeats": sum(len(r["cases"][0]["tflops"]["cudnn"]) for r in runs),
             "method": "each step set's output NaN-poisoned, then checked against a float32 reference within "
                       "2 x SDPA bf16's error + 1e-3; then every set and cuDNN timed in interleaved rounds "
-                      "(one triton.testing.do_bench median per round, eager, after one round not kept); "
-                      "flop = 4 B H N^2 d, halved when causal; 32 query and 32 KV heads, bf16, seed 1",
+                      "(one triton.testing.do_bench median per round, eager, after one round not kept), in "
+                      f"{len(runs)} process(es) on one machine, their repeats pooled; flop = 4 B H N^2 d, "
+                      "halved when causal; 32 query and 32 KV heads, bf16, seed 1",
             "steps": list(LADDER), "step_labels": {k: v[0] for k, v in LADDER.items()},
             "step_meaning": {k: (", ".join(v[1]) + f"; {v[2]} stages") for k, v in LADDER.items()},
             "step_base": {k: v[3] for k, v in LADDER.items()},
@@ -365,10 +379,13 @@ def main(argv=None) -> int:
     if mode == "record":
         if len(argv) not in (5, 6) or argv[5:] not in ([], ["early_k"], ["ladder"]):
             raise SystemExit("usage: ... record RUN.json OUT.json DATE COMMIT [early_k | ladder]")
-        with open(argv[1]) as f:
-            run = json.load(f)
+        loaded = []
+        for path in argv[1].split(","):                 # ladder: several runs, comma-separated
+            with open(path) as f:
+                loaded.append(json.load(f))
+        run = loaded[0]
         if argv[5:] == ["ladder"]:
-            rec = record_ladder(run, date=argv[3], commit=argv[4])
+            rec = record_ladder(loaded, date=argv[3], commit=argv[4])
         else:
             rec = record(run, date=argv[3], commit=argv[4], steps=RECORD_EARLY if argv[5:] else RECORD_STEPS)
         with open(argv[2], "w") as f:
