@@ -361,8 +361,11 @@ def test_result_is_frozen_and_one_line():
 
 def test_choices():
     for n in (5, 8):
-        lines = exercises.choices(n).splitlines()
+        text = exercises.choices(n)
+        lines = [line for line in text.splitlines() if not line.startswith("    ")]
         assert [line[:3] for line in lines] == [f"({k})" for k in exercises.CHOICES[n]]
+        assert max(len(line) for line in text.splitlines()) <= 100
+        assert " ".join(text.split()) == " ".join(f"({k}) {v}" for k, v in exercises.CHOICES[n].items())
     with pytest.raises(ValueError, match=r"\bn=3\b"):
         exercises.choices(3)
     with pytest.raises(ValueError, match=r"\bn=0\b"):

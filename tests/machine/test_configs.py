@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ import pytest
 import attnlab.machine.models as models_mod
 from attnlab.machine.configs import (CONFIG_DIR, config_path, configs, from_config, kv_bytes_per_token,
                                      kv_cache_bytes, prefill_shape)
-from attnlab.course.your_model import YourModel, your_model, your_model_summary
+from attnlab.course.your_model import YourModel, your_model
+from attnlab.course.your_model import your_model_summary as _summary
 from attnlab.machine.hardware import get_gpu, ridge_point
 from attnlab.machine.models import Model, get_model, prefill_cost
 
@@ -36,6 +38,13 @@ SHAPE = ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", 
 
 LLAMA = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
          "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+
+
+def your_model_summary(*a, **kw):
+    """The report with each row's wrapped lines joined again (it wraps at 100 characters)."""
+    text = _summary(*a, **kw)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    return re.sub(r"\n {25}", " ", text)
 
 
 def _json(name):

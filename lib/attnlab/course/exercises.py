@@ -25,6 +25,7 @@ exercise's checker would sit apart from the numbers and hints it checks against.
 from __future__ import annotations
 
 import numbers
+import textwrap
 from dataclasses import dataclass
 
 from attnlab.core import decode, iomodel, softmax
@@ -356,8 +357,10 @@ def expected(n: int):
 
 
 def choices(n: int) -> str:
-    """The options of multiple-choice exercise n (5 or 8), one per line."""
+    """The options of multiple-choice exercise n (5 or 8), one per paragraph of at most 100
+    characters a line, the lines after an option's first indented under its text."""
     n = _exercise(n)
     if n not in CHOICES:
         raise ValueError(f"n={n} has no options; valid: {', '.join(map(str, CHOICES))}")
-    return "\n".join(f"({k}) {v}" for k, v in CHOICES[n].items())
+    return "\n".join(textwrap.fill(f"({k}) {v}", 100, subsequent_indent="    ", break_on_hyphens=False)
+                     for k, v in CHOICES[n].items())

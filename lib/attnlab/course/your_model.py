@@ -11,6 +11,8 @@ rule (`hardware.recommended_split`: the fewest splits within 1 % of the fastest)
 """
 from __future__ import annotations
 
+import textwrap
+
 from dataclasses import dataclass
 
 from attnlab.fmt import binary_bytes, seconds
@@ -153,5 +155,7 @@ def your_model_summary(config, gpu="H100-SXM", *, batch: int = 1, context: int =
         ("S + P of one layer", binary_bytes(r.sp_bytes_per_layer)
                                + (" (does not fit in HBM)" if r.sp_bytes_per_layer > r.hbm_bytes else "")),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    width = max(len(k) for k, _ in rows) + 2
+    return "\n".join(textwrap.fill(v, 100, initial_indent=f"{k:<{width}}", subsequent_indent=" " * width,
+                                   break_on_hyphens=False)
+                     for k, v in rows)
