@@ -1,7 +1,7 @@
 """attnlab.course.exercises: each exercise accepts its worked answer and the library's number, refuses the
 usual mistakes with a hint that does not give the number away, reads junk without raising, and
 the numbers it accepts agree with the lecture's hand arithmetic (so a library change shows here).
-The notebook's answer cells start empty (None, "not answered yet" with the form); the worked
+The notebook's answer cells start empty (None, "unanswered" with the form to write); the worked
 answers live in its folded cells, and are read from there."""
 from __future__ import annotations
 
@@ -378,7 +378,7 @@ def test_choices():
 def test_none_is_not_answered_yet_with_the_form(n):
     r = check(n, None)
     assert r.ok is False and r.answered is False
-    assert str(r) == f"exercise {n}: not answered yet — replace None with the answer: {FORMS[n]}"
+    assert str(r) == f"exercise {n}: unanswered — write {FORMS[n]}" and len(str(r)) <= 100
     assert check(n, WORKED[n]).answered and check(n, "abc").answered
 
 

@@ -2,7 +2,7 @@
 
     >>> from attnlab.course import exercises
     >>> print(exercises.check(6, None))
-    exercise 6: not answered yet — replace None with the answer: one whole number, the split count
+    exercise 6: unanswered — write one whole number, the split count
     >>> print(exercises.check(6, 3))
     exercise 6: not yet — hint: choose one of the split counts the exercise offers (1, 2, 4, ... 64)
     >>> exercises.check(3, 9_355_264).ok, exercises.check(3, 9.4e6).ok
@@ -13,7 +13,7 @@ them, for instructors and tests), within the relative tolerance in `TOLERANCE` o
 in `TOLERANCE_ABS`, whichever is larger (exact where the answer is a count). A wrong answer gets a
 hint that points at the idea, never at the number. An answer of the wrong form (a string, NaN, a
 list of the wrong length, a missing key) is "not yet" with a hint about the form, never an
-exception; `None`, the notebook's empty answer, is "not answered yet" with the form (`FORMS`).
+exception; `None`, the notebook's empty answer, is "unanswered" with the form to write in its place (`FORMS`).
 Only `n` itself is checked by raising.
 
 Reading an answer (its form, and how near it is to a known mistake) is `attnlab.course.answers`.
@@ -104,7 +104,8 @@ _SINKS, _WINDOW, _N9, _BLOCK9 = 4, 1024, 4096, 128     # exercise 9(b)
 class Check:
     """The result of `check`: `ok`, and a `hint` (for a right answer, a line confirming it);
     `answered` is False for the empty answer None. Shown as one line: "exercise 3: right — ...",
-    "exercise 3: not yet — hint: ..." or "exercise 3: not answered yet — replace None ..."."""
+    "exercise 3: not yet — hint: ..." or "exercise 3: unanswered — write <the form>" (in place
+    of None)."""
 
     n: int
     ok: bool
@@ -113,7 +114,7 @@ class Check:
 
     def __str__(self) -> str:
         if not self.answered:
-            return f"exercise {self.n}: not answered yet — {self.hint}"
+            return f"exercise {self.n}: unanswered — {self.hint}"
         return f"exercise {self.n}: right — {self.hint}" if self.ok else \
                f"exercise {self.n}: not yet — hint: {self.hint}"
 
@@ -342,7 +343,7 @@ def check(n: int, answer) -> Check:
     """
     n = _exercise(n)
     if answer is None:
-        return Check(n, False, f"replace None with the answer: {FORMS[n]}", answered=False)
+        return Check(n, False, f"write {FORMS[n]}", answered=False)   # in place of None; fits 100
     try:
         return Check(n, True, _CHECKS[n](answer))
     except NotYet as e:
