@@ -2,12 +2,23 @@
 beside FlexAttention and the persistent kernel's three plans."""
 from __future__ import annotations
 
+import textwrap
+
 from attnlab.explore import style
 from attnlab.gpubench.schema import OURS
 from attnlab.explore.measured.reader import provenance, section
 
 __all__ = ["paged_summary", "variants_summary", "cascade_summary", "SCHEDULES", "schedules_summary",
            "schedules_figure"]
+
+WIDTH = 100
+
+
+def _tables(head: str, rows, key: dict, parts, fmts) -> str:
+    """`head` wrapped at WIDTH, then one table per (title, columns) of `parts`, each with the key
+    columns first: a wide view split so that every line fits WIDTH characters."""
+    text = "\n".join(textwrap.fill(line, WIDTH, break_on_hyphens=False) for line in head.splitlines())
+    return text + "\n" + "\n\n".join(f"{title}\n" + style.table(rows, {**key, **cols}, fmts) for title, cols in parts)
 
 
 def paged_summary(res: dict) -> str:
@@ -33,11 +44,12 @@ def paged_summary(res: dict) -> str:
                          "fi_tc": fi.get("flashinfer-tc", float("nan")), "fi": fi.get("flashinfer", float("nan")),
                          "contig": flat.get("contiguous", float("nan")), "cudnn": flat.get("sdpa-cudnn", float("nan")),
                          "ratio": fi.get("flashinfer-tc", float("nan")) / ours})
-    return head + style.table(
-        rows, {"case": "batch x context", "ps": "page", "ours": "ours (best split)", "auto": "ours (auto)",
-               "fi_tc": "FlashInfer TC", "fi": "FlashInfer CUDA cores", "contig": "ours contiguous",
-               "cudnn": "cuDNN contiguous", "ratio": "FlashInfer TC / ours"},
-        {k: ".1f" for k in ("ours", "auto", "fi_tc", "fi", "contig", "cudnn")} | {"ratio": ".2f"})
+    key = {"case": "batch x context", "ps": "page"}
+    parts = [("ours and FlashInfer's tensor-core decode", {"ours": "ours (best split)", "auto": "ours (auto)",
+                                                           "fi_tc": "FlashInfer TC", "ratio": "FlashInfer TC / ours"}),
+             ("the others", {"fi": "FlashInfer CUDA cores", "contig": "ours contiguous", "cudnn": "cuDNN contiguous"})]
+    return _tables(head, rows, key, parts,
+                   {k: ".1f" for k in ("ours", "auto", "fi_tc", "fi", "contig", "cudnn")} | {"ratio": ".2f"})
 
 
 def variants_summary(res: dict) -> str:
@@ -61,12 +73,12 @@ def variants_summary(res: dict) -> str:
     head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}; "
             f"bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, d = {res['shape']['head_dim']}; "
             "TFLOP/s, and the best peer's time over ours\n")
-    return head + style.table(rows, {"case": "batch x N", "variant": "variant", "fa2": "FA2",
-                                     "hopper": "Hopper", "gluon": "Gluon", "flex": "FlexAttention",
-                                     "best": "best peer", "r_fa2": "best / FA2", "r_hop": "best / Hopper",
-                                     "r_glu": "best / Gluon"},
-                              {"fa2": ".0f", "hopper": ".0f", "gluon": ".0f", "flex": ".0f", "r_fa2": ".2f",
-                               "r_hop": ".2f", "r_glu": ".2f"})
+    key = {"case": "batch x N", "variant": "variant"}
+    parts = [("TFLOP/s", {"fa2": "FA2", "hopper": "Hopper", "gluon": "Gluon", "flex": "FlexAttention"}),
+             ("the best peer's time over ours", {"best": "best peer", "r_fa2": "best / FA2", "r_hop": "best / Hopper",
+                                                 "r_glu": "best / Gluon"})]
+    return _tables(head, rows, key, parts, {"fa2": ".0f", "hopper": ".0f", "gluon": ".0f", "flex": ".0f",
+                                            "r_fa2": ".2f", "r_hop": ".2f", "r_glu": ".2f"})
 
 
 def cascade_summary(res: dict) -> str:
@@ -86,13 +98,14 @@ def cascade_summary(res: dict) -> str:
                      "speedup": p["us"] / c["us"], "time_saved": 1 - c["us"] / p["us"]})
     head = (provenance(res, "cascade") + "\nn requests share one prefix; page size 16; µs per call, CUDA-graph replay; "
             "'KV saved' is attnlab.core.decode.cascade_intensity's count of K/V tokens not read\n")
-    return head + style.table(rows, {"n": "n", "prefix": "prefix", "unique": "own tokens", "saving": "KV saved (counted)",
-                                     "auto": "cascade (auto)", "best": "cascade (best split)",
-                                     "paged": "paged, full tables", "fi_tc": "FlashInfer TC, full",
-                                     "fi_cascade": "FlashInfer cascade", "speedup": "paged / cascade",
-                                     "time_saved": "time saved"},
-                              {"saving": ".0%", "auto": ".1f", "best": ".1f", "paged": ".1f", "fi_tc": ".1f",
-                               "fi_cascade": ".1f", "speedup": ".2f", "time_saved": ".0%"})
+    key = {"n": "n", "prefix": "prefix", "unique": "own tokens"}
+    parts = [("ours, µs per call", {"auto": "cascade (auto)", "best": "cascade (best split)",
+                                    "paged": "paged, full tables"}),
+             ("FlashInfer, µs per call", {"fi_tc": "FlashInfer TC, full", "fi_cascade": "FlashInfer cascade"}),
+             ("counted against measured", {"saving": "KV saved (counted)", "time_saved": "time saved",
+                                           "speedup": "paged / cascade"})]
+    return _tables(head, rows, key, parts, {"saving": ".0%", "auto": ".1f", "best": ".1f", "paged": ".1f",
+                                            "fi_tc": ".1f", "fi_cascade": ".1f", "speedup": ".2f", "time_saved": ".0%"})
 
 
 SCHEDULES = ("sched per-request", "sched fixed", "sched balanced", "sched balanced-128+fused")
@@ -129,13 +142,17 @@ def schedules_summary(res: dict) -> str:
     head = (provenance(res, "scheduled") + f"\nrecorded {sec.get('dist')} batches, 32/8 heads, d = 128, bf16, page size "
             f"{sec.get('page_size')}, plans for {ctas} CTAs; µs per call, one CUDA graph per plan captured on the "
             "first batch and replayed on every batch; predicted = Plan.time (SMs share the bandwidth)\n")
-    cols = {"batch": "batch", "tokens": "KV tokens"}
-    for s in ("per-request", "fixed", "balanced", "balanced-128+fused"):
-        cols.update({s: f"{s} µs", s + "_pred": "predicted", s + "_util": "util."})
-    cols.update({"paged": "paged_decode (auto)", "fi": "FlashInfer TC", "ratio": "FlashInfer / best balanced"})
-    fmts = {k: ".1f" for k in cols if k not in ("batch", "tokens")}
-    fmts.update({k: ".2f" for k in cols if k.endswith("_util") or k == "ratio"})
-    return head + style.table(rows, cols, fmts)
+    key = {"batch": "batch", "tokens": "KV tokens"}
+    parts = []
+    for pair in (("per-request", "fixed"), ("balanced", "balanced-128+fused")):
+        cols = {}
+        for s in pair:
+            cols.update({s: f"{s} µs", s + "_pred": "predicted", s + "_util": "util."})
+        parts.append((" and ".join(pair) + " plans", cols))
+    parts.append(("beside", {"paged": "paged_decode (auto)", "fi": "FlashInfer TC", "ratio": "FlashInfer / best balanced"}))
+    fmts = {k: ".1f" for _, cols in parts for k in cols}
+    fmts.update({k: ".2f" for _, cols in parts for k in cols if k.endswith("_util") or k == "ratio"})
+    return _tables(head, rows, key, parts, fmts)
 
 
 def schedules_figure(res: dict):
