@@ -176,3 +176,10 @@ def test_counts_past_any_plan_are_refused_by_name(call, exc, word):
 def test_a_chunk_past_every_length_is_the_whole_kv():
     whole = plan_fixed_split([(1, 7), (1, 3)], chunk=10**5000, kv_heads=1, num_ctas=2)
     assert whole.kv_end.tolist() == [7, 3] and whole.kv_start.tolist() == [0, 0]
+
+
+def test_a_dtype_past_any_size_is_named_not_a_digit_limit_error():
+    from attnlab.machine.configs import kv_bytes_per_token
+    from attnlab.machine.models import get_model
+    with pytest.raises(TypeError, match="dtype must be a string"):
+        kv_bytes_per_token(get_model("Llama-3-8B"), dtype=10**5000)

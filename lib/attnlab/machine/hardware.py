@@ -34,7 +34,7 @@ from typing import Mapping
 import numpy as np
 
 from attnlab.catalog import data_path, find, freeze, load
-from attnlab.validate import as_float, as_int, as_reals
+from attnlab.validate import as_float, as_int, as_reals, short
 
 __all__ = ["GPU", "DTYPE_BYTES", "data_path", "gpus", "get_gpu", "dtype_name", "peak", "ridge_point",
            "sm_share_time", "WaveTime", "decode_time", "DecodeTime", "best_split", "SPLITS",
@@ -121,10 +121,10 @@ def dtype_name(dtype) -> str:
     ('fp8', 0.5)
     """
     if not isinstance(dtype, str):
-        raise TypeError(f"dtype must be a string such as 'bf16', got {dtype!r} ({type(dtype).__name__})")
+        raise TypeError(f"dtype must be a string such as 'bf16', got {short(dtype)} ({type(dtype).__name__})")
     key = dtype.strip().lower()
     if key not in DTYPE_BYTES:
-        raise ValueError(f"dtype={dtype!r} is not known; valid: {', '.join(DTYPE_BYTES)}")
+        raise ValueError(f"dtype={short(dtype)} is not known; valid: {', '.join(DTYPE_BYTES)}")
     return key
 
 
