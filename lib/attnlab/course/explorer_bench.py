@@ -4,7 +4,9 @@ For every explorer at its default sizes, every control is moved to each value it
 stops of a discrete slider; ends and middle of a continuous one) and back; the median wall time of
 `set()` (numbers + artists + draw + PNG) is one line, beside the same median on a last pass with
 no background cached (every change a first visit: panels whose axes move are redrawn) and the
-median time of the numbers alone.
+median time of the numbers alone. The last pass clears the cached backgrounds, not the numbers an
+explorer caches itself: a setting whose numbers were never computed (the browser test's "first
+ms") can take longer than any line here.
 Target on the course's 2-core CPU: under 100 ms per change, under 20 ms for the numbers. The
 last lines time `schedule.plan_balanced` (target under 100 us) from a list of pairs, from an
 (n, 2) array and with every column built, against the straightforward heapq planner it
