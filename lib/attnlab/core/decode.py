@@ -41,6 +41,19 @@ class DecodeCost(NamedTuple):
         return self.flops / self.bytes
 
 
+def _broadcast(fn: str, arrays: dict, entry_bytes: int, what: str) -> tuple:
+    """The shape `arrays` broadcast to, refused by name when they do not broadcast or when
+    `entry_bytes` per entry of it would pass the allocation limit."""
+    shapes = {name: np.shape(x) for name, x in arrays.items()}
+    names = ", ".join(shapes)
+    try:
+        shape = np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        raise ValueError(f"{names} do not broadcast together: shapes {shapes}") from None
+    check_bytes(f"{fn}: {names} broadcast to shape {shape} ({what})", int(np.prod(shape, dtype=object)) * entry_bytes)
+    return shape
+
+
 def decode_cost(g, l_qo, l_kv, d, *, batch=1, dtype_bytes=2) -> DecodeCost:
     """FLOPs and HBM bytes of decode attention for one KV head and its g query heads, times `batch`
     requests (each with its own KV cache, so nothing is shared between them):
@@ -67,13 +80,8 @@ def decode_cost(g, l_qo, l_kv, d, *, batch=1, dtype_bytes=2) -> DecodeCost:
         g, l_qo, l_kv, d, batch = (x for x, _ in parts.values())
         elements = batch * (2 * g * l_qo * d + 2 * l_kv * d)
         return DecodeCost(batch * 4 * g * l_qo * l_kv * d, _times(elements, b, "g, l_qo, l_kv, d, batch"))
-    shapes = {name: np.shape(x) for name, (x, _) in parts.items()}
-    try:
-        shape = np.broadcast_shapes(*shapes.values())
-    except ValueError:
-        raise ValueError(f"g, l_qo, l_kv, d, batch do not broadcast together: shapes {shapes}") from None
-    check_bytes(f"decode_cost: g, l_qo, l_kv, d, batch broadcast to shape {shape} (int64 and float64 "
-                f"results and temporaries)", int(np.prod(shape, dtype=object)) * 8 * 8)
+    _broadcast("decode_cost", {name: x for name, (x, _) in parts.items()}, 8 * 8,
+               "int64 and float64 results and temporaries")
     g, l_qo, l_kv, d, batch = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x, _ in parts.values()))
     big = float(np.max(4.0 * g * l_qo * l_kv * d * batch, initial=0.0))
     if big > 2.0 ** 62:
@@ -110,13 +118,8 @@ def intensity(g, l_qo, l_kv, *, dtype_bytes=2):
     """
     vals = [as_reals(name, x, 0.0, lo_open=True) for name, x in (("g", g), ("l_qo", l_qo), ("l_kv", l_kv))]
     b = as_float("dtype_bytes", as_dtype_bytes("dtype_bytes", dtype_bytes))    # refused past float64
-    shapes = {name: np.shape(x) for name, (x, _) in zip(("g", "l_qo", "l_kv"), vals)}
-    try:
-        shape = np.broadcast_shapes(*shapes.values())
-    except ValueError:
-        raise ValueError(f"g, l_qo, l_kv do not broadcast together: shapes {shapes}") from None
-    check_bytes(f"intensity: g, l_qo, l_kv broadcast to shape {shape} (float64 result and three "
-                f"temporaries)", int(np.prod(shape, dtype=object)) * 8 * 4)
+    _broadcast("intensity", {name: x for name, (x, _) in zip(("g", "l_qo", "l_kv"), vals)}, 8 * 4,
+               "float64 result and three temporaries")
     g, l_qo, l_kv = (np.float64(x) if scalar else x for x, scalar in vals)
     with np.errstate(over="ignore"):
         out = (2 * g * l_qo * l_kv) / (np.float64(b) * (g * l_qo + l_kv))

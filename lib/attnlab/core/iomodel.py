@@ -150,6 +150,24 @@ def _flash_count(N: int, nk: int, d: int, br: int, bc: int, order: str, causal: 
     return q_rows * d + 2 * keys * d + N * d + (N if lse else 0)
 
 
+def _tile_args(N, d, sram, causal, n_k, block_r, block_c, rule):
+    """The checked sizes of a tiled pass, its blocks given or from the tile rule (flash_io and
+    the backward's counts share them)."""
+    N, scalar = as_counts("N", N, 1, None)
+    d = as_int("d", d, 1, None)
+    sram = as_int("sram", sram, 1, None)
+    causal = as_bool("causal", causal)
+    rule = choice("rule", rule, RULES)
+    nk = None if n_k is None else as_int("n_k", n_k, 1, None)
+    br = None if block_r is None else as_int("block_r", block_r, 1, None)
+    bc = None if block_c is None else as_int("block_c", block_c, 1, None)
+    if br is None or bc is None:
+        rule_r, rule_c = block_sizes(d, sram, rule)
+        br = rule_r if br is None else br
+        bc = rule_c if bc is None else bc
+    return N, scalar, d, causal, nk, br, bc
+
+
 def flash_io(N, d: int, sram: int = 100_000, order: str = "fa1", causal: bool = False, *,
              n_k: int | None = None, block_r: int | None = None, block_c: int | None = None,
              return_lse: bool = False, rule: str = "fa1"):
@@ -168,20 +186,9 @@ def flash_io(N, d: int, sram: int = 100_000, order: str = "fa1", causal: bool = 
     >>> flash_io(1 << 20, 256, 1024, causal=True)             # a million tokens: counted, not built
     424412429942784
     """
-    N, scalar = as_counts("N", N, 1, None)
-    d = as_int("d", d, 1, None)
-    sram = as_int("sram", sram, 1, None)
     order = choice("order", order, ORDERS)
-    rule = choice("rule", rule, RULES)
-    causal = as_bool("causal", causal)
     return_lse = as_bool("return_lse", return_lse)
-    nk = None if n_k is None else as_int("n_k", n_k, 1, None)
-    br = None if block_r is None else as_int("block_r", block_r, 1, None)
-    bc = None if block_c is None else as_int("block_c", block_c, 1, None)
-    if br is None or bc is None:
-        rule_r, rule_c = block_sizes(d, sram, rule)
-        br = rule_r if br is None else br
-        bc = rule_c if bc is None else bc
+    N, scalar, d, causal, nk, br, bc = _tile_args(N, d, sram, causal, n_k, block_r, block_c, rule)
     if scalar:
         return _flash_count(N, N if nk is None else nk, d, br, bc, order, causal, return_lse)
     counts = [_flash_count(n, n if nk is None else nk, d, br, bc, order, causal, return_lse)
@@ -190,22 +197,6 @@ def flash_io(N, d: int, sram: int = 100_000, order: str = "fa1", causal: bool = 
 
 
 BACKWARD_MODES = ("recompute", "stored")
-
-
-def _backward_args(N, d, sram, causal, n_k, block_r, block_c, rule):
-    N, scalar = as_counts("N", N, 1, None)
-    d = as_int("d", d, 1, None)
-    sram = as_int("sram", sram, 1, None)
-    causal = as_bool("causal", causal)
-    rule = choice("rule", rule, RULES)
-    nk = None if n_k is None else as_int("n_k", n_k, 1, None)
-    br = None if block_r is None else as_int("block_r", block_r, 1, None)
-    bc = None if block_c is None else as_int("block_c", block_c, 1, None)
-    if br is None or bc is None:
-        rule_r, rule_c = block_sizes(d, sram, rule)
-        br = rule_r if br is None else br
-        bc = rule_c if bc is None else bc
-    return N, scalar, d, causal, nk, br, bc
 
 
 def backward_io(N, d: int, sram: int = 100_000, mode: str = "recompute", causal: bool = False, *,
@@ -230,7 +221,7 @@ def backward_io(N, d: int, sram: int = 100_000, mode: str = "recompute", causal:
     (13201408, 29933568)
     """
     mode = choice("mode", mode, BACKWARD_MODES)
-    N, scalar, d, causal, nk, br, bc = _backward_args(N, d, sram, causal, n_k, block_r, block_c, rule)
+    N, scalar, d, causal, nk, br, bc = _tile_args(N, d, sram, causal, n_k, block_r, block_c, rule)
 
     def count(n):
         k = n if nk is None else nk
@@ -259,7 +250,7 @@ def recompute_flops(N, d: int, sram: int = 100_000, causal: bool = False, *,
     >>> recompute_flops(4096, 64)["qk_flops"], recompute_flops(4096, 64)["gradient_flops"]
     (2147483648, 8589934592)
     """
-    N, scalar, d, causal, nk, br, bc = _backward_args(N, d, sram, causal, n_k, block_r, block_c, rule)
+    N, scalar, d, causal, nk, br, bc = _tile_args(N, d, sram, causal, n_k, block_r, block_c, rule)
     if not scalar:
         raise TypeError(f"N must be one int for recompute_flops, got an array of shape {N.shape}")
     tiles = _kv_outer(N, N if nk is None else nk, br, bc, causal)[1]

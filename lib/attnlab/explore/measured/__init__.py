@@ -4,7 +4,7 @@
     reader       run_files, load, newest_run, live_run, provenance, section
     prefill      notebook 03: prefill_summary, prefill_figure, hopper_steps_summary, gluon_steps_summary,
                  gluon_steps_figure;  steps: the one step table with its noise band (ladder_summary)
-    decode       notebook 04: decode_summary, decode_figure, decode_bandwidth_summary
+    decode       notebook 04: decode_figure (its tables: explore.decode.measured_tables)
     flashinfer   notebook 05: paged_summary, cascade_summary, variants_summary, schedules_*
 
 `attnlab.explore.runs` is this package under the name the notebooks import.
