@@ -45,7 +45,7 @@ def _tile_rule(avg, head_dim=128):
 
 
 def _tile_of(lens, group):
-    return _tile_rule(sum(lq * group for lq, _ in lens) / len(lens))
+    return _tile_rule(sum(lq * group for lq, _ in lens) // len(lens))    # integer, as FlashInfer
 
 
 def _n_tiles(lq, group, tq):
@@ -233,13 +233,81 @@ def _random_batch(rng, decode=False):
 # --- query_tile ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("avg, head_dim, want", [
-    (1, 128, 16), (16, 128, 16), (16.0, 128, 16), (16.5, 128, 64), (17, 128, 64), (64, 128, 64),
-    (64.5, 128, 128), (65, 128, 128), (4096, 128, 128), (65, 255, 128),
+    (1, 128, 16), (16, 128, 16), (16.0, 128, 16), (16.5, 128, 16), (17, 128, 64), (64, 128, 64),
+    (64.5, 128, 64), (65, 128, 128), (4096, 128, 128), (65, 255, 128),
     (16, 256, 16), (17, 256, 64), (64, 256, 64), (65, 256, 64), (4096, 256, 64), (65, 512, 64),
 ])
 def test_query_tile_rule_boundaries(avg, head_dim, want):
+    """An average is read in integer arithmetic, as FlashInfer's avg_packed_qo_len: 16.5 is 16."""
     got = query_tile(avg, head_dim)
     assert got == want and isinstance(got, int) and not isinstance(got, bool)
+
+
+def _floor_div(total, n):
+    """total // n by repeated subtraction."""
+    q = 0
+    while total >= n:
+        total, q = total - n, q + 1
+    return q
+
+
+def _compositions(total, n):
+    """Every batch of n requests (each >= 1 query) with `total` query rows in all."""
+    if n == 1:
+        yield (total,)
+        return
+    for first in range(1, total - n + 2):
+        for rest in _compositions(total - first, n - 1):
+            yield (first,) + rest
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_query_tile_modes_against_brute_force(seed):
+    """mode="batch": the rule at the floored average; mode="cuda_graph": the largest tile any batch
+    of the same size and at most the captured rows can need, found by listing every such batch."""
+    rng = np.random.default_rng(400 + seed)
+    for _ in range(12):
+        n = int(rng.integers(1, 5))
+        l_qo = [int(x) for x in rng.integers(1, 9, n)]
+        group = int(rng.choice([1, 2, 4, 8]))
+        head_dim = int(rng.choice([64, 128, 256]))
+        packed = [q * group for q in l_qo]
+        assert query_tile(l_qo, head_dim, group=group) == \
+            _tile_rule(_floor_div(sum(packed), n), head_dim)
+        cap = sum(l_qo) + int(rng.integers(0, 6))
+        worst = max(_tile_rule(max(b) * group, head_dim)
+                    for rows in range(n, cap + 1) for b in _compositions(rows, n))
+        assert query_tile(l_qo, head_dim, group=group, mode="cuda_graph", captured_rows=cap) == worst
+        assert query_tile([l_qo[0]] * n, head_dim, group=group, mode="cuda_graph",
+                          uniform_q_len=l_qo[0]) == _tile_rule(l_qo[0] * group, head_dim)
+
+
+def test_query_tile_cuda_graph_costs_a_decode_batch_with_one_prefill():
+    """7 decode steps and one 12-query chunk at g = 4: the batch's average (76 // 8 = 9 rows) gives
+    16-row tiles; the captured graph must allow one request of 12 queries (48 rows): 64 rows."""
+    lens = [1] * 7 + [12]
+    assert query_tile(lens, group=4) == 16
+    assert query_tile(lens, group=4, mode="cuda_graph") == 64
+    assert query_tile([1] * 8, group=4, mode="cuda_graph") == 16        # pure decode: 1 x 4 rows
+
+
+@pytest.mark.parametrize("args, kw, exc, word", [
+    ([1, 2], {"mode": "graph"}, ValueError, "mode"),
+    ([1, 2], {"mode": "cuda_graph", "captured_rows": 2}, ValueError, "captured_rows"),
+    ([1, 2], {"mode": "cuda_graph", "uniform_q_len": 1}, ValueError, "l_qo[1]"),
+    ([1, 2], {"captured_rows": 5}, ValueError, "captured_rows"),
+    ([], {}, ValueError, "l_qo"),
+    ([1, 0], {}, ValueError, "l_qo[1]"),
+    ([1, 2.5], {}, TypeError, "l_qo[1]"),
+    ("12", {}, TypeError, "l_qo"),
+    (True, {}, TypeError, "l_qo"),
+    (16.5, {"mode": "cuda_graph"}, ValueError, "l_qo"),
+    (16.5, {"group": 4}, ValueError, "group"),
+    ([1, 2], {"group": 0}, ValueError, "group"),
+])
+def test_query_tile_refuses_bad_input_by_name(args, kw, exc, word):
+    with pytest.raises(exc, match=re.escape(word)):
+        query_tile(args, **kw)
 
 
 # --- coverage, costs, loads ----------------------------------------------------------------------
@@ -346,14 +414,18 @@ def test_balanced_by_hand_prefill():
 
 
 def test_balanced_by_hand_tile_boundary_and_tiny_chunk():
-    # mean packed (31 + 1) / 2 = 16 -> T_q 16: tiles of 16 and 15 rows; (32 + 1) / 2 = 16.5 -> T_q 64
-    # L_kv = ceil((2 * 10 + 10) / 2) = 15 and ceil((1 * 10 + 10) / 2) = 10: one chunk per tile
+    # mean packed (31 + 1) // 2 = 16 -> T_q 16: tiles of 16 and 15 rows; (32 + 1) // 2 = 16 in
+    # integer arithmetic, as FlashInfer computes it (16.5 exactly) -> T_q 16 too; (33 + 1) // 2 = 17
+    # -> T_q 64. L_kv = ceil((2 * 10 + 10) / 2) = 15 or ceil((1 * 10 + 10) / 2) = 10: one chunk per tile
     p16 = plan_balanced([(31, 10), (1, 10)], kv_heads=1, num_ctas=2)
     assert sorted((it.request, it.q_rows.start, it.q_rows.stop, it.kv_end) for it in p16.work) == \
         [(0, 0, 16, 10), (0, 16, 31, 10), (1, 0, 1, 10)]
-    p64 = plan_balanced([(32, 10), (1, 10)], kv_heads=1, num_ctas=2)
+    p16 = plan_balanced([(32, 10), (1, 10)], kv_heads=1, num_ctas=2)
+    assert p16.tile_q == 16 and sorted((it.request, it.q_rows.start, it.q_rows.stop, it.kv_end)
+                                       for it in p16.work) == [(0, 0, 16, 10), (0, 16, 32, 10), (1, 0, 1, 10)]
+    p64 = plan_balanced([(33, 10), (1, 10)], kv_heads=1, num_ctas=2)
     assert sorted((it.request, it.q_rows.start, it.q_rows.stop, it.kv_end) for it in p64.work) == \
-        [(0, 0, 32, 10), (1, 0, 1, 10)]
+        [(0, 0, 33, 10), (1, 0, 1, 10)]
     # L_kv = ceil(1 * 1 * 3 / 1000) = 1: three one-key chunks
     p = plan_balanced([(1, 3)], kv_heads=1, num_ctas=1000)
     assert sorted((it.kv_start, it.kv_end, it.cost) for it in p.work) == [(0, 1, 3), (1, 2, 3), (2, 3, 3)]

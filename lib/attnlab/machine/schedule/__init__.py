@@ -9,7 +9,8 @@ Three plans over a batch of (l_qo, l_kv) requests, each KV head its own work (`p
                        chunks of at most L_kv, longest first, each to the least-loaded CTA
 
 A request's query rows are packed with its GQA group (l_qo x group rows, as FlashInfer packs the
-query heads that share a KV head) and cut into tiles of T_q rows (`query_tile`). An item costs
+query heads that share a KV head) and cut into tiles of T_q rows (`query_tile`: from the batch's
+integer average packed length, or, under CUDA graphs, the worst case the captured batch allows). An item costs
 alpha x (its packed query rows) + beta x (its KV chunk's length), FlashInfer's Hopper cost
 2 qo_len + kv_len. Every plan carries its merge plan: for each output tile, the items whose partial
 states (o, lse) fold with ⊕, in a fixed order, so the result is bitwise reproducible.
@@ -22,20 +23,25 @@ The package by idea:
                 reads, and `list_schedule`, the fast path that gives exactly its assignment a
                 round of up to one item per CTA at a time (its docstring proves it)
     plans       Plan, WorkItem, the three planners and `run_plan`
+    holistic    FlashInfer's persistent two-tile-class plan (`TwoStageHolisticPlan`): prefill-like
+                requests in 128-row query tiles, decode steps in 16-row tiles, in one plan
     workspace   a plan in fixed shapes for a CUDA-graph-replayed persistent kernel
 
-What this leaves out on purpose: the prefill/decode split into separate kernels, the tile-size
-search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_share_time`'s
+A fourth plan, `plan_holistic`, gives prefill-like and decode requests query tiles of their own
+sizes in one plan, as FlashInfer's persistent kernel does.
+
+What this leaves out on purpose: the KV tile search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_share_time`'s
 "SMs share the bandwidth" model for memory-bound decode.
 """
 from __future__ import annotations
 
 from attnlab.machine.schedule.lpt import heap_schedule, list_schedule
-from attnlab.machine.schedule.pieces import query_tile
+from attnlab.machine.schedule.pieces import TILE_MODES, query_tile
 from attnlab.machine.schedule.plans import (KV_TILES, PLAN_COLUMNS, Plan, WorkItem, plan_balanced,
                                             plan_fixed_split, plan_per_request, run_plan)
 from attnlab.machine.schedule.workspace import Workspace, fixed_size_workspace
+from attnlab.machine.schedule.holistic import HOLISTIC_TILES, HolisticPlan, holistic_chunk, plan_holistic
 
-__all__ = ["query_tile", "KV_TILES", "WorkItem", "Plan", "PLAN_COLUMNS", "plan_per_request",
+__all__ = ["query_tile", "TILE_MODES", "plan_holistic", "HolisticPlan", "holistic_chunk", "HOLISTIC_TILES", "KV_TILES", "WorkItem", "Plan", "PLAN_COLUMNS", "plan_per_request",
            "plan_fixed_split", "plan_balanced", "run_plan", "Workspace", "fixed_size_workspace",
            "heap_schedule", "list_schedule"]

@@ -117,10 +117,17 @@ class Plan:
                      for r, h, q0, q1, a, b, c, x in zip(*(col.tolist() for col in cols)))
 
     @cached_property
+    def q_tile(self) -> np.ndarray:
+        """The query tile of each item within its request: q_start // (the item's tile rows)."""
+        tile = self.q_start // self.tile_q
+        tile.setflags(write=False)
+        return tile
+
+    @cached_property
     def merge_order(self) -> tuple:
         """(item indices sorted by output, then kv_start; where each output's run begins, and the
         end), int64 arrays: the order `merge` lists and `fixed_size_workspace` packs."""
-        tile = self.q_start // self.tile_q
+        tile = self.q_tile
         order = np.lexsort((self.kv_start, tile, self.kv_head, self.request))
         r, h, t = self.request[order], self.kv_head[order], tile[order]
         cut = np.flatnonzero((r[1:] != r[:-1]) | (h[1:] != h[:-1]) | (t[1:] != t[:-1])) + 1
@@ -130,7 +137,7 @@ class Plan:
     def merge(self) -> tuple:
         """((request, kv_head, q_tile), item indices by kv_start) per output tile, outputs sorted."""
         order, ends = self.merge_order
-        tile = self.q_start // self.tile_q
+        tile = self.q_tile
         idx, ends = order.tolist(), ends.tolist()
         r, h, t = self.request[order].tolist(), self.kv_head[order].tolist(), tile[order].tolist()
         return tuple(((r[a], h[a], t[a]), tuple(idx[a:b])) for a, b in zip(ends, ends[1:]))
