@@ -16,14 +16,25 @@ from attnlab.course import batches
 KV_HEADS, GROUP = 8, 4                      # Llama-3-8B
 PLANNERS = {"per-request": schedule.plan_per_request,
             "fixed 1024": lambda lens, **kw: schedule.plan_fixed_split(lens, chunk=1024, **kw),
-            "balanced": schedule.plan_balanced}
+            "balanced": schedule.plan_balanced, "holistic": schedule.plan_holistic}
 CASES = [(1, "longtail", 132, "balanced"), (64, "longtail", 132, "per-request"),
-         (256, "zipf", 132, "fixed 1024"), (16, "constant", 16, "balanced"), (8, "uniform", 264, "per-request")]
+         (256, "zipf", 132, "fixed 1024"), (16, "constant", 16, "balanced"), (8, "uniform", 264, "per-request"),
+         (64, "longtail", 264, "holistic")]
 
 
-def direct_plan(batch, dist, num_ctas, scheduler):
+def direct_plan(batch, dist, num_ctas, scheduler, prefill=0):
     lens = workload.lengths(dist, batch, seed=batches.SEED)
+    if prefill:
+        lens = [(prefill, 2 * prefill)] + lens
     return PLANNERS[scheduler](lens, kv_heads=KV_HEADS, num_ctas=num_ctas, group=GROUP)
+
+
+def packed_loads(p, num_ctas):
+    """Each CTA's load with every item costed 2 x its packed query rows + its KV tokens."""
+    loads = [0] * num_ctas
+    for w in p.work:
+        loads[w.cta] += 2 * len(w.q_rows) + (w.kv_end - w.kv_start)
+    return loads
 
 
 # --- the committed batches -------------------------------------------------------------------------
@@ -63,16 +74,24 @@ def test_recorded_lengths_returns_a_fresh_list():
 
 # --- scheduler numbers against schedule.* ----------------------------------------------------------
 
+@pytest.mark.parametrize("prefill", fx.PREFILLS)
 @pytest.mark.parametrize("batch,dist,num_ctas,scheduler", CASES)
-def test_numbers_equal_the_plans(batch, dist, num_ctas, scheduler):
-    r = fx.scheduler_numbers(batch, dist, num_ctas, scheduler)
-    assert (r.kv_heads, r.group) == (KV_HEADS, GROUP)
+def test_numbers_equal_the_plans(batch, dist, num_ctas, scheduler, prefill):
+    r = fx.scheduler_numbers(batch, dist, num_ctas, scheduler, prefill)
+    assert (r.kv_heads, r.group, r.prefill) == (KV_HEADS, GROUP, prefill)
     for s, stats in zip(fx.SCHEDULERS, r.plans):
-        p = direct_plan(batch, dist, num_ctas, s)
+        p = direct_plan(batch, dist, num_ctas, s, prefill)
         sizes = [len(js) for _, js in p.merge]
+        loads = packed_loads(p, num_ctas)                    # one unit for all four plans
+        if s != "holistic":
+            assert loads == p.loads.tolist()
         assert stats.scheduler == s == p.name
-        assert stats.utilization == pytest.approx(p.utilization, abs=1e-15)
-        assert (stats.makespan, stats.items, stats.total) == (p.makespan, len(p.work), int(p.loads.sum()))
+        assert stats.utilization == pytest.approx(sum(loads) / (num_ctas * max(loads)), abs=1e-15)
+        assert (stats.makespan, stats.items, stats.total) == (max(loads), len(p.work), sum(loads))
+        rows = {(w.request, w.kv_head, w.q_rows.start): len(w.q_rows) for w in p.work}
+        tile = {(w.request, w.kv_head, w.q_rows.start): (p.tile_rows[j] if s == "holistic" else p.tile_q)
+                for j, w in enumerate(p.work)}
+        assert (stats.launched, stats.used) == (sum(tile.values()), sum(rows.values()))
         assert (stats.outputs, stats.merged, stats.max_merge) == (len(sizes), sum(n > 1 for n in sizes), max(sizes))
         assert stats.time_h200 == pytest.approx(p.time("H200-SXM"))
         assert stats.time_h100 == pytest.approx(p.time("H100-SXM"))
@@ -84,13 +103,14 @@ def test_numbers_equal_the_plans(batch, dist, num_ctas, scheduler):
 def test_gantt_bars_are_the_plans_items_back_to_back(batch, dist, num_ctas, scheduler):
     r = fx.scheduler_numbers(batch, dist, num_ctas, scheduler)
     p = direct_plan(batch, dist, num_ctas, scheduler)
-    assert r.cost.sum() == p.loads.sum()                                       # total bar length
-    assert np.array_equal(np.bincount(r.cta, weights=r.cost, minlength=num_ctas), p.loads)
-    assert (r.start + r.cost).max() == p.makespan
+    loads = packed_loads(p, num_ctas)
+    assert r.cost.sum() == sum(loads)                                          # total bar length
+    assert np.bincount(r.cta, weights=r.cost, minlength=num_ctas).tolist() == loads
+    assert (r.start + r.cost).max() == max(loads)
     for c in range(num_ctas):                    # each CTA runs its items in plan order, from 0, no gaps
         mine = [w for w in p.work if w.cta == c]
         sel = r.cta == c
-        assert [w.cost for w in mine] == r.cost[sel].tolist()
+        assert [2 * len(w.q_rows) + w.kv_end - w.kv_start for w in mine] == r.cost[sel].tolist()
         assert [w.request for w in mine] == r.request[sel].tolist()
         assert r.start[sel].tolist() == (np.cumsum(r.cost[sel]) - r.cost[sel]).tolist()
 
@@ -116,16 +136,17 @@ def test_gantt_raster_samples_the_bars(batch, dist, num_ctas, scheduler):
 
 def test_curves_are_each_plans_utilization_at_every_batch():
     r = fx.scheduler_numbers(64, "longtail", 132)
-    assert r.curves.shape == (3, len(fx.BATCHES))
+    assert r.curves.shape == (4, len(fx.BATCHES))
     for j, b in enumerate(fx.BATCHES):
         for i, s in enumerate(fx.SCHEDULERS):
-            assert r.curves[i, j] == pytest.approx(direct_plan(b, "longtail", 132, s).utilization, abs=1e-15)
+            loads = packed_loads(direct_plan(b, "longtail", 132, s), 132)
+            assert r.curves[i, j] == pytest.approx(sum(loads) / (132 * max(loads)), abs=1e-15)
 
 
 def test_the_lectures_claims_at_132_ctas():
     """§5.6: one block per request starves the GPU at small batches and waits on the longest
     request at large ones; fixed 1024-token chunks help partly; the balanced plan stays at 80-100%."""
-    per, fixed, bal = fx.scheduler_numbers(64, "longtail", 132).curves
+    per, fixed, bal, _ = fx.scheduler_numbers(64, "longtail", 132).curves
     assert bal.min() >= 0.8
     assert per[0] == pytest.approx(KV_HEADS / 132, rel=0.01)                  # 8 items on 132 CTAs
     assert per[-1] < 0.6 and per[-1] < per[-2]                                # batch 256: the long tail
@@ -149,7 +170,7 @@ def test_table_lists_the_plans_at_the_notebooks_batch_sizes():
     rows = [line.split() for line in lines[4:]]
     assert [int(r[0]) for r in rows] == [1, 8, 64, 256]
     for row, b in zip(rows, (1, 8, 64, 256)):
-        for i, s in enumerate(fx.SCHEDULERS):
+        for i, s in enumerate(fx.SCHEDULERS[:3]):
             p = direct_plan(b, "longtail", 132, s)
             assert row[1 + 2 * i] == f"{p.utilization:.0%}" and row[2 + 2 * i] == f"{p.makespan:,}"
 
@@ -179,6 +200,28 @@ def test_explorer_draws_the_numbers():
         ex.set(num_ctas=0)
     with pytest.raises(ValueError, match="batch"):
         EXPLORERS["scheduler"](batch=0)
+
+
+def test_mixed_batch_table_tiles_by_class():
+    """One 512-query prefill chunk before 64 decode steps (g = 4): the balanced plan reads the
+    batch's integer average, (2,048 + 64 x 4) // 65 = 35 rows -> one 64-row tile for all, so a
+    decode step leaves 60 of 64 rows idle; the holistic plan gives the chunk 128-row tiles and the
+    decode steps 16-row ones. The table's columns, counted here from the plans."""
+    text = fx.mixed_plan_table(64, "longtail", 264, 512)
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[4:]}
+    for s in ("balanced", "holistic"):
+        p = direct_plan(64, "longtail", 264, s, 512)
+        loads = packed_loads(p, 264)
+        used = KV_HEADS * (512 + 64) * GROUP
+        if s == "balanced":
+            assert p.tile_q == 64 and rows[s][1] == "64"
+            launched = p.num_outputs * 64
+        else:
+            assert rows[s][1] == "128/16"
+            launched = KV_HEADS * (512 * GROUP // 128 * 128 + 64 * 16)
+        assert rows[s][2] == f"{1 - used / launched:.0%}"
+        assert rows[s][3] == str(len(p.work)) and rows[s][5] == f"{max(loads):,}"
+        assert rows[s][6] == f"{sum(loads) / (264 * max(loads)):.0%}"
 
 
 # --- the fixed-size workspace --------------------------------------------------------------------------

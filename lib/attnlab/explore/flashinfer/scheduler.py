@@ -1,12 +1,17 @@
 """The load-balanced scheduler (notebook 05, lecture §5.6): one decode step of Llama-3-8B (8 KV
-heads, group 4, one query token per request) on a grid of CTAs under the three plans of
-`attnlab.machine.schedule`: one work item per request, fixed 1024-token chunks, and FlashInfer's balanced
-plan (Algorithm 1). Who runs what when (a Gantt chart), each plan's utilization and makespan, and
-the utilization against the batch size. The batches are the committed ones
-(`workload.recorded_lengths`, data/request_lengths.json).
+heads, group 4, one query token per request) on a grid of CTAs under four plans of
+`attnlab.machine.schedule`: one work item per request, fixed 1024-token chunks, FlashInfer's balanced
+plan (Algorithm 1) and its persistent two-tile-class plan (`plan_holistic`). Who runs what when (a
+Gantt chart), each plan's utilization and makespan, and the utilization against the batch size.
+The batches are the committed ones (`workload.recorded_lengths`, data/request_lengths.json); with
+`prefill` set, one chunked-prefill request (that many new queries over twice as many KV tokens)
+comes first in the batch.
+
+Every plan is measured in one cost unit, 2 x packed query rows + KV tokens, so the four share a
+time axis; the holistic plan itself weighs an item by its tile's rows (`plan_holistic`).
 
 Pure part: `scheduler_plan(...)` -> the Plan, `scheduler_numbers(...)` -> SchedulerNumbers,
-`scheduler_table(...)` -> the text table notebook 05 prints.
+`scheduler_table(...)` and `mixed_plan_table(...)` -> the text tables notebook 05 prints.
 """
 from __future__ import annotations
 
@@ -22,21 +27,25 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from attnlab.validate import as_int, as_sequence, choice
 from attnlab.machine.models import get_model
-from attnlab.machine.schedule import plan_balanced, plan_fixed_split, plan_per_request
+from attnlab.machine.schedule import plan_balanced, plan_fixed_split, plan_holistic, plan_per_request
 from attnlab.machine.workload import DISTS, RECORDED_BATCHES, recorded_lengths
 from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import dropdown, steps
 
 __all__ = ["PlanStats", "SchedulerNumbers", "scheduler_plan", "scheduler_numbers", "scheduler_table",
-           "SchedulerExplorer", "BATCHES", "CTAS", "SCHEDULERS", "MODEL", "frame"]
+           "mixed_plan_table", "SchedulerExplorer", "BATCHES", "CTAS", "SCHEDULERS", "MODEL", "PREFILLS",
+           "frame"]
 
 BATCHES = RECORDED_BATCHES                     # 1, 2, 4, ..., 256
 #: 108: A100's SMs; 132: H100's and H200's; 148: B200's; 264: two CTAs per H100 SM.
 CTAS = (16, 32, 64, 108, 132, 148, 264)
-SCHEDULERS = ("per-request", "fixed 1024", "balanced")
+SCHEDULERS = ("per-request", "fixed 1024", "balanced", "holistic")
 MODEL = "Llama-3-8B"
-PLAN_COLORS = dict(zip(SCHEDULERS, (style.COLORS["standard"], style.COLORS["memory"], style.COLORS["fa2"])))
+#: Queries of the one prefill chunk put first in the batch (0: decode only); its KV is twice that.
+PREFILLS = (0, 512)
+PLAN_COLORS = dict(zip(SCHEDULERS, (style.COLORS["standard"], style.COLORS["memory"], style.COLORS["fa2"],
+                                    style.COLORS["compute"])))
 GANTT_BINS = 600                               # time bins of the Gantt raster (about its pixel width)
 #: Request colours: tab20 without its greys (grey is an idle CTA), cycling with the request index.
 PALETTE = tuple(c for i, c in enumerate(mpl.colormaps["tab20"].colors) if i not in (14, 15))
@@ -45,7 +54,7 @@ IDLE_COLOR = "#e2e2e2"
 #: Raster code -> RGBA (uint8): coloured images are drawn without a colormap pass.
 RGBA = readonly(np.round(255 * to_rgba_array([*PALETTE, IDLE_COLOR, "white"])).astype(np.uint8))
 _PLANNERS = {"per-request": plan_per_request, "fixed 1024": functools.partial(plan_fixed_split, chunk=1024),
-             "balanced": plan_balanced}
+             "balanced": plan_balanced, "holistic": plan_holistic}
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,14 @@ class PlanStats:
     max_merge: int              # the most partial states merged into one output
     time_h200: float            # seconds under Plan.time's SM-sharing model
     time_h100: float
+    tiles: str                  # the query tile(s) of the plan, in rows ("16", "128 / 16")
+    launched: int               # tensor-core rows the query tiles provide (each tile once per KV head)
+    used: int                   # packed query rows among them
+
+    @property
+    def idle_rows(self) -> float:
+        """Share of the launched tile rows that hold no query."""
+        return 1 - self.used / self.launched
 
 
 @dataclass(frozen=True)
@@ -71,7 +88,8 @@ class SchedulerNumbers:
     scheduler: str
     kv_heads: int
     group: int
-    plans: tuple                # PlanStats of the three SCHEDULERS, in that order
+    prefill: int                # queries of the prefill chunk first in the batch (0: none)
+    plans: tuple                # PlanStats of the four SCHEDULERS, in that order
     chosen: PlanStats
     cta: np.ndarray             # the chosen plan's items as Gantt bars, by CTA then start
     start: np.ndarray
@@ -79,48 +97,70 @@ class SchedulerNumbers:
     request: np.ndarray
     gantt: np.ndarray           # (num_ctas, GANTT_BINS) codes: request colour, IDLE, AFTER the makespan
     x_max: float                # the slowest plan's makespan: one time axis for all three
-    curves: np.ndarray          # (3, len(BATCHES)): utilization of each plan against the batch size
+    curves: np.ndarray          # (4, len(BATCHES)): utilization of each plan against the batch size
 
 
-def _args(batch, dist, num_ctas, scheduler):
+def _args(batch, dist, num_ctas, scheduler, prefill=0):
     return (as_int("batch", batch, 1, None), choice("dist", dist, DISTS),
-            as_int("num_ctas", num_ctas, 1, None), choice("scheduler", scheduler, SCHEDULERS))
+            as_int("num_ctas", num_ctas, 1, None), choice("scheduler", scheduler, SCHEDULERS),
+            choice("prefill", prefill, PREFILLS))
+
+
+def _lengths(batch, dist, prefill):
+    lens = recorded_lengths(dist, batch)
+    return [(prefill, 2 * prefill)] + lens if prefill else lens
 
 
 @functools.lru_cache(maxsize=32)
-def _plan(batch, dist, num_ctas, scheduler):
+def _plan(batch, dist, num_ctas, scheduler, prefill=0):
     m = get_model(MODEL)
-    return _PLANNERS[scheduler](recorded_lengths(dist, batch), kv_heads=m.kv_heads, num_ctas=num_ctas,
+    return _PLANNERS[scheduler](_lengths(batch, dist, prefill), kv_heads=m.kv_heads, num_ctas=num_ctas,
                                 group=m.group)
 
 
 def scheduler_plan(batch: int = 64, dist: str = "longtail", num_ctas: int = 132,
-                   scheduler: str = "balanced"):
-    """The `attnlab.machine.schedule` Plan of one recorded batch for MODEL's decode (cached: treat it as
-    read-only)."""
-    return _plan(*_args(batch, dist, num_ctas, scheduler))
+                   scheduler: str = "balanced", prefill: int = 0):
+    """The `attnlab.machine.schedule` Plan of one recorded batch for MODEL's decode, with one prefill
+    chunk of `prefill` queries first (0: none; one of PREFILLS). Cached: treat it as read-only."""
+    return _plan(*_args(batch, dist, num_ctas, scheduler, prefill))
+
+
+def _item_cost(p) -> np.ndarray:
+    """Each item in the explorer's one unit: 2 x packed query rows + KV tokens (the plans' own cost
+    for all but the holistic plan, which weighs its tiles' rows)."""
+    return 2 * (p.q_end - p.q_start) + (p.kv_end - p.kv_start)
 
 
 @functools.lru_cache(maxsize=256)
-def _stats(batch, dist, num_ctas, scheduler) -> PlanStats:
-    p = _plan(batch, dist, num_ctas, scheduler)
-    sizes = [len(js) for _, js in p.merge]
-    return PlanStats(scheduler, len(p.work), p.makespan, p.utilization, int(p.loads.sum()), len(sizes),
-                     sum(s > 1 for s in sizes), max(sizes), p.time("H200-SXM"), p.time("H100-SXM"))
+def _stats(batch, dist, num_ctas, scheduler, prefill=0) -> PlanStats:
+    p = _plan(batch, dist, num_ctas, scheduler, prefill)
+    sizes = np.diff(p.merge_order[1])
+    loads = np.bincount(p.cta, weights=_item_cost(p), minlength=num_ctas).astype(np.int64)
+    top = int(loads.max())
+    heads = get_model(MODEL).kv_heads
+    if scheduler == "holistic":
+        tiles = "/".join(str(t) for t in sorted(set(p.tile_rows.tolist()), reverse=True))
+        launched = p.launched_rows
+    else:
+        tiles, launched = str(p.tile_q), p.num_outputs * p.tile_q
+    used = heads * int(p.l_qo.sum()) * p.group
+    return PlanStats(scheduler, len(p.cta), top, float(loads.sum() / (num_ctas * top)), int(loads.sum()),
+                     len(sizes), int((sizes > 1).sum()), int(sizes.max()), p.time("H200-SXM"),
+                     p.time("H100-SXM"), tiles, launched, used)
 
 
 @functools.lru_cache(maxsize=32)
-def _curves(dist, num_ctas) -> np.ndarray:
+def _curves(dist, num_ctas, prefill=0) -> np.ndarray:
     """Utilization of each plan at every recorded batch size (first call per (dist, CTAs) plans them all)."""
-    return readonly([[_plan(b, dist, num_ctas, s).utilization for b in BATCHES] for s in SCHEDULERS])
+    return readonly([[_stats(b, dist, num_ctas, s, prefill).utilization for b in BATCHES] for s in SCHEDULERS])
 
 
 @functools.lru_cache(maxsize=32)
-def _bars(batch, dist, num_ctas, scheduler):
+def _bars(batch, dist, num_ctas, scheduler, prefill=0):
     """(cta, start, cost, request) of every item, sorted by CTA then start: a CTA runs its items in
     the plan's order, back to back."""
-    work = _plan(batch, dist, num_ctas, scheduler).work
-    cta, cost, req = (np.array([getattr(w, f) for w in work], np.int64) for f in ("cta", "cost", "request"))
+    p = _plan(batch, dist, num_ctas, scheduler, prefill)
+    cta, cost, req = np.array(p.cta), _item_cost(p), np.array(p.request)
     order = np.argsort(cta, kind="stable")
     cta, cost, req = cta[order], cost[order], req[order]
     end = np.cumsum(cost)
@@ -142,29 +182,30 @@ def _gantt(cta, start, cost, request, num_ctas, makespan, x_max, bins=GANTT_BINS
 
 
 def scheduler_numbers(batch: int = 64, dist: str = "longtail", num_ctas: int = 132,
-                      scheduler: str = "balanced") -> SchedulerNumbers:
-    """The three plans of one recorded batch (MODEL's decode), the chosen one as Gantt bars.
+                      scheduler: str = "balanced", prefill: int = 0) -> SchedulerNumbers:
+    """The four plans of one recorded batch (MODEL's decode; `prefill` > 0: one prefill chunk of
+    that many queries first), the chosen one as Gantt bars.
 
     >>> r = scheduler_numbers(64, "longtail", 132, "balanced")
     >>> r.chosen.items, r.chosen.makespan, f"{r.chosen.utilization:.1%}", r.chosen.max_merge
     (536, 10418, '98.1%', 2)
     >>> [f"{p.utilization:.0%}" for p in r.plans]
-    ['57%', '96%', '98%']
+    ['57%', '96%', '98%', '59%']
     """
-    batch, dist, num_ctas, scheduler = _args(batch, dist, num_ctas, scheduler)
-    plans = tuple(_stats(batch, dist, num_ctas, s) for s in SCHEDULERS)
+    batch, dist, num_ctas, scheduler, prefill = _args(batch, dist, num_ctas, scheduler, prefill)
+    plans = tuple(_stats(batch, dist, num_ctas, s, prefill) for s in SCHEDULERS)
     chosen = plans[SCHEDULERS.index(scheduler)]
-    bars = _bars(batch, dist, num_ctas, scheduler)
+    bars = _bars(batch, dist, num_ctas, scheduler, prefill)
     x_max = float(max(p.makespan for p in plans))
     m = get_model(MODEL)
-    return SchedulerNumbers(batch, dist, num_ctas, scheduler, m.kv_heads, m.group, plans, chosen, *bars,
-                            _gantt(*bars, num_ctas, chosen.makespan, x_max), x_max,
-                            _curves(dist, num_ctas))
+    return SchedulerNumbers(batch, dist, num_ctas, scheduler, m.kv_heads, m.group, prefill, plans, chosen,
+                            *bars, _gantt(*bars, num_ctas, chosen.makespan, x_max), x_max,
+                            _curves(dist, num_ctas, prefill))
 
 
 def scheduler_table(batches=(1, 8, 64, 256), dist: str = "longtail", num_ctas: int = 132) -> str:
-    """Utilization and makespan of the three plans at several batch sizes, and the balanced plan's
-    time on an H200 under Plan.time's model."""
+    """Utilization and makespan of the first three plans at several batch sizes of decode, and the
+    balanced plan's time on an H200 under Plan.time's model."""
     batches = as_sequence("batches", batches, "a list of recorded batch sizes")
     if not batches:
         raise ValueError("batches is empty; valid: at least one recorded batch size")
@@ -172,17 +213,36 @@ def scheduler_table(batches=(1, 8, 64, 256), dist: str = "longtail", num_ctas: i
     for i, b in enumerate(batches):
         r = scheduler_numbers(as_int(f"batches[{i}]", b, 1, None), dist, num_ctas)
         row = {"batch": r.batch, "t": r.plans[2].time_h200 * 1e6}
-        for i, p in enumerate(r.plans):
+        for i, p in enumerate(r.plans[:3]):
             row[f"u{i}"], row[f"m{i}"] = p.utilization, p.makespan
         rows.append(row)
     cols = {"batch": "batch"}
-    for i, s in enumerate(SCHEDULERS):
+    for i, s in enumerate(SCHEDULERS[:3]):
         cols[f"u{i}"], cols[f"m{i}"] = s, "makespan"
     cols["t"] = "balanced, H200 µs"
     fmts = {**{f"u{i}": ".0%" for i in range(3)}, **{f"m{i}": "," for i in range(3)}, "t": ".1f"}
     return (f"{MODEL} decode ({r.kv_heads} KV heads, g = {r.group}), {dist} lengths, {num_ctas} CTAs: "
             f"utilization and makespan\n(cost units: 2 x packed query rows + KV tokens)\n"
             + style.table(rows, cols, fmts))
+
+
+def mixed_plan_table(batch: int = 64, dist: str = "longtail", num_ctas: int = 264, prefill: int = 512) -> str:
+    """The balanced plan (one query tile for the batch) against the holistic plan (one per class)
+    on a recorded decode batch with one prefill chunk first: tiles, idle tile rows, items, the most
+    partial states of one output, makespan and utilization in the one cost unit."""
+    batch, dist, num_ctas, _, prefill = _args(batch, dist, num_ctas, "balanced", prefill)
+    rows = []
+    for s in ("balanced", "holistic"):
+        st = _stats(batch, dist, num_ctas, s, prefill)
+        rows.append({"plan": s, "tiles": st.tiles, "idle": st.idle_rows, "items": st.items,
+                     "merge": st.max_merge, "makespan": st.makespan, "u": st.utilization})
+    m = get_model(MODEL)
+    head = (f"{MODEL} ({m.kv_heads} KV heads, g = {m.group}), {num_ctas} CTAs: one prefill chunk of "
+            f"{prefill} queries over {2 * prefill:,} KV tokens,\nthen {batch} decode steps ({dist})\n")
+    return head + style.table(rows, {"plan": "plan", "tiles": "query tile", "idle": "idle tile rows",
+                                     "items": "items", "merge": "most states merged",
+                                     "makespan": "makespan", "u": "utilization"},
+                              {"idle": ".0%", "makespan": ",", "u": ".0%"})
 
 
 def frame(ax) -> Rectangle:
@@ -193,29 +253,32 @@ def frame(ax) -> Rectangle:
 
 
 class SchedulerExplorer(Explorer):
-    """Controls: batch size, length distribution, number of CTAs, scheduler.
+    """Controls: batch size, length distribution, number of CTAs, scheduler, and a prefill chunk
+    first in the batch (none, or 512 queries over 1,024 KV tokens).
 
     Left: the chosen plan as a Gantt chart, one row per CTA, each work item a bar coloured by its
     request; grey where a CTA waits for the busiest one; its makespan (black) and the ideal (total
-    work / CTAs, dotted), and the three plans' makespans dashed in their colours, on one time axis.
-    Right, top: utilization of the three plans for this batch (the chosen one outlined). Right,
-    bottom: utilization against the batch size, this batch starred.
+    work / CTAs, dotted), and the four plans' makespans dashed in their colours, on one time axis.
+    Right, top: utilization of the four plans for this batch (the chosen one outlined), each
+    plan's idle tile rows under its bar. Right, bottom: utilization against the batch size, this
+    batch starred.
     """
     name = "scheduler"
     size = (style.WIDTH, 5.2)
 
     def __init__(self, batch: int = 64, dist: str = "longtail", num_ctas: int = 132,
-                 scheduler: str = "balanced"):
-        super().__init__(batch=batch, dist=dist, num_ctas=num_ctas, scheduler=scheduler)
+                 scheduler: str = "balanced", prefill: int = 0):
+        super().__init__(batch=batch, dist=dist, num_ctas=num_ctas, scheduler=scheduler, prefill=prefill)
 
     def controls(self):
-        return {"batch": steps("batch (requests)", BATCHES, 64),
+        return {"batch": steps("batch (decode requests)", BATCHES, 64),
                 "dist": dropdown("length distribution", DISTS, "longtail"),
                 "num_ctas": steps("CTAs (persistent blocks)", CTAS, 132),
-                "scheduler": dropdown("scheduler", SCHEDULERS, "balanced")}
+                "scheduler": dropdown("scheduler", SCHEDULERS, "balanced"),
+                "prefill": dropdown("prefill chunk first", [("none", 0), ("512 queries", 512)], 0)}
 
-    def compute(self, batch, dist, num_ctas, scheduler):
-        return scheduler_numbers(batch, dist, num_ctas, scheduler)
+    def compute(self, batch, dist, num_ctas, scheduler, prefill):
+        return scheduler_numbers(batch, dist, num_ctas, scheduler, prefill)
 
     def build(self, fig):
         gs = fig.add_gridspec(2, 2, width_ratios=(1.5, 1))
@@ -239,16 +302,16 @@ class SchedulerExplorer(Explorer):
                             "total work / CTAs", "makespan of each plan (its colour)"])
 
         x = np.arange(len(SCHEDULERS))
-        self.bars = ax_u.bar(x, np.ones(3), width=0.6, color=[PLAN_COLORS[s] for s in SCHEDULERS])
+        self.bars = ax_u.bar(x, np.ones(len(x)), width=0.6, color=[PLAN_COLORS[s] for s in SCHEDULERS])
         self.bar_txt = [ax_u.text(i, 0, "", ha="center", va="bottom", fontsize=style.SMALL) for i in x]
-        ax_u.set_xticks(x, SCHEDULERS)
-        ax_u.set_xlim(-0.6, 2.6)
-        ax_u.set_ylim(0, 125)
+        ax_u.set_xticks(x, [s.replace("-", "-\n").replace(" ", "\n") for s in SCHEDULERS])
+        ax_u.set_xlim(-0.6, len(x) - 0.4)
+        ax_u.set_ylim(0, 145)
         ax_u.set_yticks([0, 25, 50, 75, 100])
         ax_u.set_ylabel("utilization (%)")
         ax_u.set_xlabel("plan (makespans: dashed, left)")
         ax_u.grid(True, axis="y", alpha=0.25)
-        ax_u.set_title("the three plans on this batch")     # static: the Gantt's title says which
+        ax_u.set_title("the four plans on this batch")      # static: the Gantt's title says which
 
         style.pow2_axis(ax_b, 1, 256)
         ax_b.set_xlim(0.8, 320)
@@ -262,7 +325,8 @@ class SchedulerExplorer(Explorer):
                       for s in SCHEDULERS]
         self.now = ax_b.axvline(1, color=style.COLORS["bound"], lw=1, ls="--")
         self.dot, = ax_b.plot([], [], "*", ms=13, color=style.COLORS["highlight"], mec="k", mew=0.8)
-        ax_b.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False)
+        ax_b.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False,
+                    handlelength=1.2, columnspacing=0.8)
         return [self.img, self.frame, *self.spans, self.span, self.ideal, *self.bars, *self.bar_txt,
                 *self.lines, self.now, self.dot, ax_g.title]
 
@@ -277,22 +341,25 @@ class SchedulerExplorer(Explorer):
         self.span.set_xdata([c.makespan] * 2)
         self.ideal.set_xdata([c.total / r.num_ctas] * 2)
         merges = f"{c.merged:,} outputs merge ≤ {c.max_merge} states" if c.merged else "no merge"
-        self.ax_g.set_title(f"{c.scheduler}: batch {r.batch}, {r.dist}, {r.num_ctas} CTAs\n"
-                            f"{c.items:,} items; {merges}")
+        mix = f" + 1 prefill × {r.prefill}" if r.prefill else ""
+        self.ax_g.set_title(f"{c.scheduler}: batch {r.batch}{mix}, {r.dist}, {r.num_ctas} CTAs\n"
+                            f"{c.items:,} items; {merges}; tile {c.tiles} rows")
         for i, (p, bar, txt) in enumerate(zip(r.plans, self.bars, self.bar_txt)):
             bar.set_height(100 * p.utilization)
             bar.set_edgecolor("k" if p is c else "none")
             bar.set_linewidth(2 if p is c else 0)
             txt.set_position((i, 100 * p.utilization + 2))
-            txt.set_text(f"{p.utilization:.0%}")
+            txt.set_text(f"{p.utilization:.0%}\nidle {p.idle_rows:.0%}")
         for line, u in zip(self.lines, r.curves):
             line.set_data(BATCHES, 100 * u)
         self.now.set_xdata([r.batch] * 2)
         self.dot.set_data([r.batch], [100 * c.utilization])
         others = ", ".join(f"{p.scheduler} {p.utilization:.0%} / {p.makespan:,}" for p in r.plans if p is not c)
-        return (f"<b>{c.scheduler}</b>, batch {r.batch} ({r.dist}), {MODEL} decode ({r.kv_heads} KV heads, "
+        mix = f" after one prefill chunk of {r.prefill} queries" if r.prefill else ""
+        return (f"<b>{c.scheduler}</b>, batch {r.batch} ({r.dist}){mix}, {MODEL} ({r.kv_heads} KV heads, "
                 f"g = {r.group}) on {r.num_ctas} CTAs: {c.items:,} work items, makespan {c.makespan:,} "
-                f"cost units, utilization <b>{c.utilization:.0%}</b> ({others}); "
+                f"cost units, utilization <b>{c.utilization:.0%}</b> ({others}); query tile {c.tiles} rows, "
+                f"{c.idle_rows:.0%} of the tile rows idle; "
                 f"time {style.seconds(c.time_h200)} on an H200, {style.seconds(c.time_h100)} on an H100 "
                 f"(SM-sharing model). Merge: {c.merged:,} of {c.outputs:,} outputs combine partial states, "
                 f"at most {c.max_merge} into one.")
