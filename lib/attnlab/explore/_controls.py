@@ -9,7 +9,8 @@ import numpy as np
 
 from attnlab.validate import short
 
-__all__ = ["slider", "steps", "dropdown", "toggle", "checkbox", "text", "check_value", "accepted", "options_of"]
+__all__ = ["slider", "steps", "dropdown", "toggle", "button_width", "checkbox", "text", "check_value", "accepted",
+           "options_of"]
 
 _STYLE = {"description_width": "initial"}
 _WIDTH = "440px"
@@ -44,10 +45,28 @@ def dropdown(description: str, options, value=None):
                             layout=widgets.Layout(width=_WIDTH))
 
 
-def toggle(description: str, options, value=None):
-    """Buttons for a few named choices (loop order, dtype)."""
-    return widgets.ToggleButtons(options=list(options), value=value, description=description,
-                                 style={**_STYLE, "button_width": "76px"})
+_BUTTON_MIN = 76                # px: the narrowest toggle button, as wide as a short label needs
+_BUTTON_PAD = 20                # px: a button's padding, 10 on each side
+_CHAR_PX = 8.5                  # px per character of a 13 px label, rounded up ("FP8 e4m3": 65 px)
+
+
+def button_width(labels) -> str:
+    """The width (CSS px) at which the longest of `labels` shows whole on a toggle button: at least
+    76 px, wider for a longer label ("FP8 e4m3" needs 85, and gets 88)."""
+    longest = max((len(str(x)) for x in labels), default=0)
+    return f"{max(_BUTTON_MIN, int(np.ceil(_BUTTON_PAD + _CHAR_PX * longest)))}px"
+
+
+def toggle(description: str, options, value=None, *, width: str | None = None):
+    """Buttons for a few named choices (loop order, dtype), the description on their left in the
+    same row. `options` may hold (label, value) pairs; every button is as wide as the longest
+    label needs (`button_width`), or `width` (CSS, e.g. "96px") when given."""
+    options = list(options)
+    labels = [o[0] if isinstance(o, tuple) else o for o in options]
+    return widgets.ToggleButtons(options=options, value=value, description=description,
+                                 style={**_STYLE, "button_width": width or button_width(labels)},
+                                 layout=widgets.Layout(display="flex", flex_flow="row nowrap",
+                                                       align_items="baseline"))
 
 
 def checkbox(description: str, value: bool = False):
