@@ -9,7 +9,7 @@ import pytest
 
 from attnlab.core import lowprec as lp
 from attnlab.explore.runs import newest_run
-from attnlab.explore.since import fastest_per_case, lowprec_numbers, mla_rows
+from attnlab.explore.since import fastest_per_case, kv_cache_rows, lowprec_numbers, mla_rows
 from attnlab.machine.hardware import get_gpu, ridge_point
 from attnlab.core.decode import intensity
 from attnlab.core.mla import DEEPSEEK_V3, MLAShape, mla_decode_cost, mla_forms, mla_intensity
@@ -244,3 +244,69 @@ def test_tables_fit_in_100_characters_and_name_no_commit():
     side = models_side_by_side(("DeepSeek-V3", "Llama-3.1-70B"), "H200", batch=64, context=8192)
     assert "70,272 B" in side and "327,680 B" in side and "(does not fit)" in side
     assert "234.8 (absorbed)" in side and "126.0" in side      # the mla_forms rows at 8K, bf16
+
+
+# --- the FP8 KV cache ------------------------------------------------------------------------------
+
+def test_kv_cache_rows_halve_the_memory_bound_step():
+    from attnlab.machine.hardware import get_gpu
+    r = kv_cache_rows(("Llama-3-8B",), "H200", batch=64, context=8192)[0]
+    assert (r["bf16"], r["fp8"], r["fp8_token"]) == (2 * 8 * 128 * 2, 2 * 8 * 128, 2 * 8 * 128 + 64)
+    assert r["all_bf16"] == 32 * r["bf16"]
+    kv = 64 * 8192 * 32 * 8 * 2 * 128                                # elements read per step
+    bw = get_gpu("H200").hbm_bandwidth
+    assert r["t_bf16"] > kv * 2 / bw and r["t_fp8_e4m3"] > kv / bw    # memory-bound: bytes / bandwidth
+    assert r["t_fp8_e4m3"] == pytest.approx(r["t_bf16"] / 2, rel=0.01)
+    with pytest.raises(ValueError, match="DeepSeek-V3"):
+        kv_cache_rows(("DeepSeek-V3",))
+    from attnlab.explore.since import kv_cache_table, kv_error_table
+    for t in (kv_cache_table(), kv_error_table(strengths=(0, 30), n=256)):
+        assert max(map(len, t.splitlines())) <= 100
+
+
+def test_kv_error_rows_against_the_inputs_only_model():
+    from attnlab.core import kvquant as kq
+    from attnlab.explore.since import kv_error_rows
+    r = kv_error_rows((30,), n=256)[0]
+    assert r["qkv"] == lp.attention_error("fp8_e4m3", None, False, 30, 256, 64).relative
+    assert r["head"] == kq.kv_cache_error("fp8_e4m3", "head", 30, 256).relative
+    assert r["token"] < r["head"] < r["qkv"] and r["within"] is True   # Q unrounded: less error
+
+
+# --- what 06 says about its tables and its explorer -------------------------------------------------
+
+def test_fa2_ratio_is_sdpa_flash_over_the_fastest():
+    run = {"rows": [
+        {"section": "prefill", "what": "N 4096", "impl": "sdpa-cudnn", "time_us": 10.0},
+        {"section": "prefill", "what": "N 4096", "impl": "sdpa-flash", "time_us": 19.0},
+        {"section": "paged", "what": "b 1", "impl": "flashinfer-tc ps1", "time_us": 8.0}]}
+    rows = fastest_per_case(run)
+    assert rows[0]["fa2_ratio"] == pytest.approx(1.9) and rows[1]["fa2_ratio"] != rows[1]["fa2_ratio"]
+    rec = newest_run()
+    want = [max(r["time_us"] for r in rec["rows"] if (r["section"], r["what"], r["impl"]) == ("prefill", c, "sdpa-flash"))
+            / min(r["time_us"] for r in rec["rows"] if (r["section"], r["what"]) == ("prefill", c)
+                  and r["impl"] in ("sdpa-cudnn", "sdpa-flash", "flex", "flashinfer-fa2", "flashinfer-fa3"))
+            for c in dict.fromkeys(r["what"] for r in rec["rows"] if r["section"] == "prefill")]
+    got = [r["fa2_ratio"] for r in fastest_per_case(rec) if r["section"] == "prefill"]
+    assert got == pytest.approx(want, rel=1e-12)
+    assert 1.7 <= min(got) and max(got) <= 2.05                       # 06's "1.7-2x slower"
+    from attnlab.explore.since import fastest_table
+    assert f"{max(got):.2f}x" in fastest_table(rec)
+
+
+def test_lowprec_explorer_default_shows_the_lesson():
+    """At the explorer's own N and defaults, per-block scales beat per tensor and the transform adds
+    to them (06's text); a scale per 64 rows at N = 256 is hardly finer than the tensor's."""
+    from attnlab.explore.since import LOWPREC_DEFAULTS, N_EXPLORE, LowPrecExplorer, block_headroom
+    x = LowPrecExplorer()
+    assert {k: w.value for k, w in x.widgets.items()} == LOWPREC_DEFAULTS
+    d = LOWPREC_DEFAULTS
+    on = lowprec_numbers(d["fmt"], d["block"], d["strength"], True, n=N_EXPLORE)
+    off = lowprec_numbers(d["fmt"], d["block"], d["strength"], False, n=N_EXPLORE)
+    assert on.baseline / on.rmse > 1.25 and on.rmse < off.rmse < off.baseline
+    q, k, v, _ = lp.outlier_inputs(N_EXPLORE, 64, 30.0)
+    by_hand = np.median(np.abs(q).max() / np.abs(q).reshape(-1, 64, 64).max(axis=(1, 2)))
+    small, large = block_headroom(N_EXPLORE, 64), block_headroom(2048, 64)
+    assert small["q"] == pytest.approx(by_hand) and small["q"] < 1.5 < 2 < large["q"]
+    with pytest.raises(TypeError, match="block"):
+        block_headroom(256, 6.5)

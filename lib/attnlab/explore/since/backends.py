@@ -12,7 +12,7 @@ import textwrap
 from attnlab.explore import style
 from attnlab.explore.decode.measured_tables import run_header
 
-__all__ = ["PEERS", "SHORT", "PHASES", "ENGINE_CHOICES", "fastest_per_case", "fastest_table", "engine_table"]
+__all__ = ["PEERS", "SHORT", "FA2", "PHASES", "ENGINE_CHOICES", "fastest_per_case", "fastest_table", "engine_table"]
 
 #: impl name in the run file (page size suffixes dropped) -> what it is, as an engine would name it
 PEERS = {"sdpa-cudnn": "cuDNN (PyTorch SDPA)", "sdpa-flash": "FlashAttention-2 (PyTorch SDPA)",
@@ -45,6 +45,10 @@ ENGINE_CHOICES = (
 )
 
 
+#: the FlashAttention-2 path every table compares against (PyTorch SDPA's flash backend)
+FA2 = "sdpa-flash"
+
+
 def _peer(impl: str) -> str | None:
     base = impl.split(" ps")[0]
     return base if base in PEERS else None
@@ -52,8 +56,10 @@ def _peer(impl: str) -> str | None:
 
 def fastest_per_case(run: dict) -> list[dict]:
     """One row per (section, case) with at least one peer library: phase, case, the fastest peer
-    and its µs, the runner-up (another library) and how much slower it was, and how many peers ran.
-    A library measured at several page sizes counts with its fastest."""
+    and its µs, the runner-up (another library) and how much slower it was, how many peers ran,
+    and `fa2_ratio`: PyTorch SDPA's FlashAttention-2 time over the fastest (NaN where it did not
+    run; 1.0 where it was the fastest). A library measured at several page sizes counts with its
+    fastest."""
     best: dict = {}
     order = []
     for r in run["rows"]:
@@ -74,24 +80,29 @@ def fastest_per_case(run: dict) -> list[dict]:
         rows.append({"phase": PHASES[key[0]], "section": key[0], "case": key[1], "fastest": PEERS[first],
                      "impl": first, "us": us, "runner_up": PEERS.get(second, second), "runner_up_impl": second,
                      "margin": us2 / us - 1,
+                     "fa2_ratio": best[key].get(FA2, float("nan")) / us,
                      "peers": len(ranked)})
     return rows
 
 
 def fastest_table(run: dict) -> str:
     """`fastest_per_case` as text under the run's header, one table per phase, at most 100
-    characters wide (the libraries by their `SHORT` names, with the key above)."""
+    characters wide (the libraries by their `SHORT` names, with the key above); a phase where
+    SDPA's FlashAttention-2 path ran gets its time over the fastest as a column, "SDPA FA2"."""
     rows = fastest_per_case(run)
     out = [run_header(run),
            textwrap.fill("fastest peer library per measured case (our own kernels left out); margin = how much "
-                         "slower the runner-up was; " + SHORT_KEY, 100)]
+                         "slower the runner-up was; SDPA FA2 = its time over the fastest; " + SHORT_KEY, 100)]
     for phase in dict.fromkeys(r["phase"] for r in rows):
         at = [dict(r, fastest=SHORT[r["impl"]], runner_up=SHORT.get(r["runner_up_impl"], "-"))
               for r in rows if r["phase"] == phase]
+        cols = {"case": "case", "fastest": "fastest library", "us": "µs", "runner_up": "runner-up",
+                "margin": "margin", "peers": "peers"}
+        if any(r["fa2_ratio"] == r["fa2_ratio"] for r in at):
+            cols["fa2_ratio"] = "SDPA FA2"
         out.append("\n" + phase + "\n" + style.table(
-            at, {"case": "case", "fastest": "fastest library", "us": "µs", "runner_up": "runner-up",
-                 "margin": "margin", "peers": "peers"},
-            {"us": ".1f", "margin": lambda m: "-" if m != m else f"{m:.0%}"}))
+            at, cols, {"us": ".1f", "margin": lambda m: "-" if m != m else f"{m:.0%}",
+                       "fa2_ratio": lambda x: "-" if x != x else f"{x:.2f}x"}))
     return "\n".join(out)
 
 

@@ -19,12 +19,17 @@ from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import checkbox, steps, toggle
 
-__all__ = ["LowPrecNumbers", "lowprec_numbers", "lowprec_table", "LowPrecExplorer", "N_EXPLORE", "D_EXPLORE"]
+__all__ = ["LOWPREC_DEFAULTS", "LowPrecNumbers", "lowprec_numbers", "lowprec_table", "LowPrecExplorer", "N_EXPLORE",
+           "D_EXPLORE"]
 
 N_EXPLORE, D_EXPLORE = 256, 64          # small enough for < 100 ms per change
 BLOCKS = (("per tensor", 0), ("128 rows", 128), ("64 rows", 64), ("16 rows", 16), ("1 row", 1))
 STRENGTHS = (1, 3, 10, 30, 100)
 FMTS = (("FP8 e4m3", "fp8_e4m3"), ("FP4 e2m1", "fp4_e2m1"))
+#: The explorer opens where its N shows the lesson: FP4, a scale per 16 rows, outliers x30, the
+#: transform on. At N = 256 a tensor is only four blocks of 64 rows, so a scale per 64 rows is
+#: hardly finer than the tensor's (`block_headroom`) and its gain drowns in the scatter.
+LOWPREC_DEFAULTS = {"fmt": "fp4_e2m1", "block": 16, "strength": 30, "transform": True}
 
 
 @dataclass(frozen=True)
@@ -85,23 +90,24 @@ class LowPrecExplorer(Explorer):
     Left: the largest |k| of each channel the quantiser sees (log scale): a few outlier channels,
     or, with the transform, every channel at a similar height. Right: RMSE of the attention output
     against float64 for bf16 rounding, the per-tensor baseline of this format, and your setting.
-    The format is a pair of buttons, so the chosen one is always readable. `n` (queries and keys)
-    is fixed per explorer: N_EXPLORE = 256 answers within a slider step; a static snapshot can
-    take the table's 2,048.
+    The format is a pair of buttons, so the chosen one is always readable. It opens at
+    `LOWPREC_DEFAULTS`. `n` (queries and keys) is fixed per explorer: N_EXPLORE = 256 answers
+    within a slider step; a static snapshot can take the table's 2,048.
     """
     name = "lowprec_error"
     size = (style.WIDTH, 4.0)
 
-    def __init__(self, fmt: str = "fp8_e4m3", block: int = 64, strength: float = 30, transform: bool = True,
-                 *, n: int = N_EXPLORE):
+    def __init__(self, fmt: str = LOWPREC_DEFAULTS["fmt"], block: int = LOWPREC_DEFAULTS["block"],
+                 strength: float = LOWPREC_DEFAULTS["strength"],
+                 transform: bool = LOWPREC_DEFAULTS["transform"], *, n: int = N_EXPLORE):
         self.n = as_int("n", n, 16, 1 << 14)
         super().__init__(fmt=fmt, block=block, strength=strength, transform=transform)
 
     def controls(self):
-        return {"fmt": toggle("format", FMTS, "fp8_e4m3"),
-                "block": steps("scale per", BLOCKS, 64),
-                "strength": steps("outlier strength (x)", STRENGTHS, 30),
-                "transform": checkbox("random orthogonal transform of Q, K", True)}
+        return {"fmt": toggle("format", FMTS, LOWPREC_DEFAULTS["fmt"]),
+                "block": steps("scale per", BLOCKS, LOWPREC_DEFAULTS["block"]),
+                "strength": steps("outlier strength (x)", STRENGTHS, LOWPREC_DEFAULTS["strength"]),
+                "transform": checkbox("random orthogonal transform of Q, K", LOWPREC_DEFAULTS["transform"])}
 
     def compute(self, fmt, block, strength, transform):
         return lowprec_numbers(fmt, block, strength, transform, n=self.n)
