@@ -190,3 +190,48 @@ def test_explorer_refuses_values_its_controls_cannot_take():
         with pytest.raises(ValueError, match=name):
             ex.set(**kw)
     assert ex.error is None
+
+
+# --- the CUDA-graph mode ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dec,pre,length,g", [(63, 1, 64, 4), (32, 2, 512, 4), (8, 0, 1, 8), (0, 3, 40, 1),
+                                              (5, 1, 16, 2)])
+def test_graph_mode_tiles_for_the_captured_worst_case(dec, pre, length, g):
+    """Under a CUDA graph captured with this batch the tile is the rule's for one request holding
+    every row but one per other request; every batch the graph can replay (same count, no more
+    rows) fits the tiles the plan reserves, ceil(rows g / T_q) + n - 1."""
+    r = tile_size_numbers(dec, pre, length, g, mode="cuda_graph")
+    n, rows = dec + pre, dec + pre * length
+    assert r.worst_packed == (rows - n + 1) * g and r.rule == rule((rows - n + 1) * g)
+    assert r.batch_rule == rule(rows * g // n)
+    want = [fill(q * g, r.rule) for q in [1] * dec + [length] * pre]
+    assert int(r.tiles.sum()) == sum(t for t, _ in want) and int(r.idle.sum()) == sum(i for _, i in want)
+    assert r.reserved == -(-rows * g // r.rule) + n - 1
+    rng = np.random.default_rng(n)
+    for _ in range(50):                       # random batches the graph allows: n requests, <= rows
+        cut = np.sort(rng.choice(np.arange(1, rows), n - 1, replace=False)) if n > 1 else np.array([], int)
+        lens = np.diff(np.r_[0, cut, rows])
+        assert sum(fill(int(q) * g, r.rule)[0] for q in lens) <= r.reserved
+
+
+def test_graph_table_counts_by_filling():
+    text = tile_size_table.__globals__["graph_mode_table"]()
+    lines = text.splitlines()[2:]
+    cases = [[1] * 64, [1] * 63 + [64], [1] * 32 + [512] * 2, [3] * 8]
+    for line, l_qo in zip(lines, cases):
+        cells = line.split()
+        n, rows = len(l_qo), sum(l_qo)
+        per, graph = rule(rows * 4 // n), rule((rows - n + 1) * 4)
+        for t, idle in ((per, cells[-4]), (graph, cells[-2])):
+            tiles, waste = zip(*(fill(q * 4, t) for q in l_qo))
+            assert idle == f"{sum(waste) / (sum(tiles) * t):.0%}"
+        assert (int(cells[-5]), int(cells[-3])) == (per, graph)
+        assert cells[-1] == (str(rule(l_qo[0] * 4)) if len(set(l_qo)) == 1 else "-")
+
+
+def test_explorer_left_ticks_are_quarters_of_the_view():
+    ex = EXPLORERS["tile_size"](head_dim=256, g=8)
+    lo, hi = ex.ax.get_xlim()
+    assert list(ex.ax.get_xticks()) == list(np.linspace(0, hi, 5))
+    ex.set(mode="cuda_graph", decode=63, prefill=1, prefill_len=64, head_dim=128, g=4)
+    assert "graph" in ex.ax_s.get_title() and "T_q = 128" in ex.summary.value
