@@ -35,7 +35,7 @@ def kv_cache_rows(models=("Llama-3-8B", "Llama-3.1-70B"), gpu="H200", batch: int
             raise ValueError(f"models: {name} is an MLA model (one latent row per token); valid: GQA "
                              f"or MHA models, whose cache holds K and V per KV head")
         g = m.q_heads // m.kv_heads
-        row = {"model": m.name, "bf16": kv_bytes_per_token(m, "bf16") / m.layers,
+        row = {"model": name, "bf16": kv_bytes_per_token(m, "bf16") / m.layers,
                "fp8": kv_bytes_per_token(m, "fp8") / m.layers,
                "fp8_token": kv_bytes_per_token(m, "fp8") / m.layers + kq.scale_bytes_per_token(m.kv_heads, "token"),
                "all_bf16": kv_bytes_per_token(m, "bf16"), "all_fp8": kv_bytes_per_token(m, "fp8")}
