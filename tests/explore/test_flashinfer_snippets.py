@@ -108,3 +108,32 @@ def test_host_costs_read_the_plan_times():
     fi = [r["plan_us"] / 1e3 for r in run["sections"]["paged"]["rows"] if "plan_us" in r]
     assert _spans(text.splitlines()[0])[0] == (round(min(fi), 2), round(max(fi), 2))
     assert f"({len(fi)} batches)" in text
+
+
+# --- the CUDA-graph snippet and its buffers --------------------------------------------------
+
+def test_cuda_graph_snippet_is_python_with_fixed_buffers_and_a_plan_before_each_replay():
+    import ast
+    from attnlab.explore.flashinfer.snippets import CUDA_GRAPH_SNIPPET
+    tree = ast.parse(CUDA_GRAPH_SNIPPET)
+    calls = {kw.arg: kw.value for node in ast.walk(tree) if isinstance(node, ast.Call) for kw in node.keywords}
+    assert isinstance(calls["use_cuda_graph"], ast.Constant) and calls["use_cuda_graph"].value is True
+    for name in ("paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer"):
+        assert name in calls                      # FlashInfer's decode wrapper's keyword names
+    loop = next(n for n in ast.walk(tree) if isinstance(n, ast.For))
+    body = [ast.unparse(n) for n in loop.body]
+    assert body[0].startswith("w.plan(") and body[-1] == "graph.replay()"
+    assert max(map(len, CUDA_GRAPH_SNIPPET.splitlines())) <= 100
+
+
+def test_cuda_graph_buffers_name_the_workspace_shapes():
+    from attnlab.explore.flashinfer.snippets import cuda_graph_buffers
+    from attnlab.machine.schedule import fixed_size_workspace, plan_balanced
+    text = cuda_graph_buffers(max_batch=16, max_pages=4096, max_ctas=20, max_items=8, kv_heads=2, group=4)
+    ws = fixed_size_workspace(plan_balanced([(1, 1024)] * 16, kv_heads=2, num_ctas=20, group=4), 20, 8, 32)
+    assert "(17,)" in text and "(4,096,)" in text and "(16,)" in text
+    for name in ("items", "valid", "count", "merge_indptr", "merge_slots", "merge_out"):
+        assert f"{name} {tuple(getattr(ws, name).shape)}" in text
+    assert f"{20 * 8:,} slots" in text and max(map(len, text.splitlines())) <= 100
+    with pytest.raises(ValueError, match="max_pages"):
+        cuda_graph_buffers(max_batch=16, max_pages=8)

@@ -9,12 +9,37 @@ import numpy as np
 
 from attnlab.validate import as_int, as_sequence
 from attnlab.core.paged import PagedKVCache, bsr_attention, to_bsr
-from attnlab.machine.schedule import plan_balanced
+from attnlab.machine.schedule import fixed_size_workspace, plan_balanced
 from attnlab.core.variants import Variant, variant_attention
 from attnlab.explore import style
 from attnlab.explore.flashinfer.checks import Checked, attention_bound
 
-__all__ = ["mixed_batch_check", "tree_mask", "tree_check", "paged_lesson", "host_costs"]
+__all__ = ["mixed_batch_check", "tree_mask", "tree_check", "paged_lesson", "host_costs",
+           "CUDA_GRAPH_SNIPPET", "cuda_graph_buffers"]
+
+#: FlashInfer's decode wrapper under a CUDA graph, as notebook 05 shows it (static: not run here).
+#: Every buffer the graph reads has a fixed address and the size of the largest batch; plan()
+#: copies each step's arrays and plan into them before the replay.
+CUDA_GRAPH_SNIPPET = """\
+import flashinfer, torch
+B, P = 256, 256 * 512                      # the captured batch; pages of the longest steps
+i32 = dict(dtype=torch.int32, device="cuda")
+indptr, indices, last = torch.empty(B + 1, **i32), torch.empty(P, **i32), torch.empty(B, **i32)
+ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")      # partial states of split chunks
+w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+    ws, "NHD", use_cuda_graph=True, use_tensor_cores=True,
+    paged_kv_indptr_buffer=indptr, paged_kv_indices_buffer=indices,
+    paged_kv_last_page_len_buffer=last)
+q = torch.empty(B, 32, 128, dtype=torch.bfloat16, device="cuda")   # fixed too
+w.plan(kv_indptr, kv_indices, kv_last_page_len, 32, 8, 128, 16)    # a batch of B: the capture
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    o = w.run(q, (k_pool, v_pool))
+for step in steps:                          # each step padded to B requests
+    w.plan(step.kv_indptr, step.kv_indices, step.kv_last_page_len, 32, 8, 128, 16)
+    q.copy_(step.q)                         # plan() has copied the arrays and the plan in
+    graph.replay()                          # o now holds this step's output
+"""
 
 
 def _dense_masked(q, k, v, mask):
@@ -189,3 +214,33 @@ def host_costs(res: dict) -> str:
             f"FlashInfer plan(), scheduled section: {_span(fi_sched)} ms per call ({len(fi_sched)} batches)\n"
             f"balanced plan, planned and packed in Python: {_span([r['plan_us'] / 1e3 for r in ours])} ms per step\n"
             f"balanced plan, copied into the graph's buffers: {_span([r['load_us'] / 1e3 for r in ours])} ms")
+
+
+def cuda_graph_buffers(max_batch: int = 256, max_pages: int = 256 * 512, max_ctas: int = 132,
+                       max_items: int = 32, kv_heads: int = 8, group: int = 4) -> str:
+    """What `CUDA_GRAPH_SNIPPET`'s fixed buffers hold, beside the course's fixed-size workspace
+    (`fixed_size_workspace`) that plays the same part for the persistent kernel of notebook 05:
+    each row names FlashInfer's buffer, its shape for the largest batch, and the Workspace arrays
+    of the same role with their shapes, read from a workspace built here (a balanced plan of
+    max_batch decode requests of 1,024 tokens on max_ctas CTAs)."""
+    max_batch = as_int("max_batch", max_batch, 1, 1 << 16)
+    max_pages = as_int("max_pages", max_pages, max_batch, 1 << 31)
+    max_ctas, max_items = as_int("max_ctas", max_ctas, 1, 1 << 12), as_int("max_items", max_items, 1, 1 << 12)
+    kv_heads, group = as_int("kv_heads", kv_heads, 1, 256), as_int("group", group, 1, 64)
+    plan = plan_balanced([(1, 1024)] * max_batch, kv_heads=kv_heads, num_ctas=max_ctas, group=group)
+    ws = fixed_size_workspace(plan, max_ctas, max_items, max_batch * kv_heads)
+
+    def shape(*names):
+        return ", ".join(f"{n} {tuple(getattr(ws, n).shape)}" for n in names)
+    rows = [
+        {"fi": "paged_kv_indptr_buffer", "fs": f"({max_batch + 1},)", "ours": "kv_indptr (core.paged)"},
+        {"fi": "paged_kv_indices_buffer", "fs": f"({max_pages:,},)", "ours": "kv_indices: the block tables"},
+        {"fi": "paged_kv_last_page_len_buffer", "fs": f"({max_batch},)", "ours": "kv_last_page_len"},
+        {"fi": "int workspace: the work items", "fs": "8 MiB", "ours": shape("items", "valid", "count")},
+        {"fi": "int workspace: the merge", "fs": "", "ours": shape("merge_indptr", "merge_slots")},
+        {"fi": "int workspace: the outputs", "fs": "", "ours": shape("merge_out")},
+        {"fi": "float workspace ws", "fs": "128 MiB", "ours": f"partial (o, lse): {max_ctas * max_items:,} slots"},
+    ]
+    return (f"CUDA-graph buffers for a captured batch of {max_batch} decode requests, {kv_heads} KV heads, "
+            f"g = {group}\n" + style.table(rows, {"fi": "FlashInfer buffer", "fs": "size",
+                                                   "ours": "the course's counterpart"}))
