@@ -299,3 +299,13 @@ def test_a_refused_batch_is_not_claimed_by_the_stale_figure_and_its_box_covers_n
     assert fb.x0 <= box.x0 and box.x1 <= fb.x1 and fb.y0 <= box.y0 and box.y1 <= fb.y1
     ex.set(batch=64)                                  # a valid value: the note and the box go
     assert ex.error is None and not ex._error_text.get_visible() and "batch 64," in ex.ax_n.get_title()
+
+
+def test_mixed_table_longest_first_row_is_lpt_of_the_holistic_items():
+    from attnlab.machine.schedule import heap_schedule
+    p = direct_plan(64, "longtail", 264, "holistic", 512)
+    cost = sorted((2 * len(w.q_rows) + w.kv_end - w.kv_start for w in p.work), reverse=True)
+    loads = heap_schedule(cost, 264)[2]
+    row = fx.mixed_plan_table(64, "longtail", 264, 512).splitlines()[-1].split()
+    assert row[:3] == ["holistic,", "longest", "first"]
+    assert row[-2] == f"{max(loads):,}" and row[-1] == f"{sum(loads) / (264 * max(loads)):.0%}"

@@ -27,7 +27,8 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from attnlab.validate import as_int, as_sequence, choice
 from attnlab.machine.models import get_model
-from attnlab.machine.schedule import plan_balanced, plan_fixed_split, plan_holistic, plan_per_request
+from attnlab.machine.schedule import (list_schedule, plan_balanced, plan_fixed_split, plan_holistic,
+                                      plan_per_request)
 from attnlab.machine.workload import DISTS, RECORDED_BATCHES, recorded_lengths
 from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
@@ -229,18 +230,24 @@ def scheduler_table(batches=(1, 8, 64, 256), dist: str = "longtail", num_ctas: i
 def mixed_plan_table(batch: int = 64, dist: str = "longtail", num_ctas: int = 264, prefill: int = 512) -> str:
     """The balanced plan (one query tile for the batch) against the holistic plan (one per class)
     on a recorded decode batch with one prefill chunk first: tiles, idle tile rows, items, the most
-    partial states of one output, makespan and utilization in the one cost unit."""
+    partial states of one output, makespan and utilization in the one cost unit; and the holistic
+    plan's own items handed out longest first, as Algorithm 1 orders them (FlashInfer's holistic
+    plan takes them in arrival order)."""
     batch, dist, num_ctas, _, prefill = _args(batch, dist, num_ctas, "balanced", prefill)
     rows = []
     for s in ("balanced", "holistic"):
         st = _stats(batch, dist, num_ctas, s, prefill)
         rows.append({"plan": s, "tiles": st.tiles, "idle": st.idle_rows, "items": st.items,
                      "merge": st.max_merge, "makespan": st.makespan, "u": st.utilization})
+    cost = np.sort(_item_cost(_plan(batch, dist, num_ctas, "holistic", prefill)))[::-1]
+    top = int(list_schedule(cost, num_ctas, descending=True).loads.max())
+    rows.append({**rows[-1], "plan": "holistic, longest first", "makespan": top,
+                 "u": float(cost.sum() / (num_ctas * top))})
     m = get_model(MODEL)
     head = (f"{MODEL} ({m.kv_heads} KV heads, g = {m.group}), {num_ctas} CTAs: one prefill chunk of "
             f"{prefill} queries over {2 * prefill:,} KV tokens,\nthen {batch} decode steps ({dist})\n")
-    return head + style.table(rows, {"plan": "plan", "tiles": "query tile", "idle": "idle tile rows",
-                                     "items": "items", "merge": "most states merged",
+    return head + style.table(rows, {"plan": "plan", "tiles": "query tile", "idle": "idle rows",
+                                     "items": "items", "merge": "most merged",
                                      "makespan": "makespan", "u": "utilization"},
                               {"idle": ".0%", "makespan": ",", "u": ".0%"})
 
