@@ -137,3 +137,13 @@ def test_cuda_graph_buffers_name_the_workspace_shapes():
     assert f"{20 * 8:,} slots" in text and max(map(len, text.splitlines())) <= 100
     with pytest.raises(ValueError, match="max_pages"):
         cuda_graph_buffers(max_batch=16, max_pages=8)
+
+
+def test_notebook_05_shows_the_cuda_graph_snippet_as_the_library_holds_it():
+    import json
+    from pathlib import Path
+    from attnlab.explore.flashinfer.snippets import CUDA_GRAPH_SNIPPET
+    path = Path(__file__).resolve().parents[2] / "notebooks" / "05_flashinfer.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert "```python\n" + CUDA_GRAPH_SNIPPET + "```" in text
