@@ -300,7 +300,7 @@ def test_query_tile_cuda_graph_costs_a_decode_batch_with_one_prefill():
     ([1, 0], {}, ValueError, "l_qo[1]"),
     ([1, 2.5], {}, TypeError, "l_qo[1]"),
     ("12", {}, TypeError, "l_qo"),
-    (True, {}, TypeError, "l_qo"),
+    (True, {}, TypeError, "avg_packed_qo_len"),
     (16.5, {"mode": "cuda_graph"}, ValueError, "l_qo"),
     (16.5, {"group": 4}, ValueError, "group"),
     ([1, 2], {"group": 0}, ValueError, "group"),

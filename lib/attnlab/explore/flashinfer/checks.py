@@ -240,50 +240,38 @@ def batch_invariance_check(l_kv: int = 6000, small: int = 1, large: int = 7, kv_
     states). A fixed split of `chunk` tokens and no split at all cut the request the same way in
     any batch: its output is bitwise equal. FlashInfer's switches for the two are
     `fixed_split_size` (in pages) and `disable_split_kv`."""
-    l_kv = as_int("l_kv", l_kv, 1, 1 << 16)
+    l_kv, num_ctas = as_int("l_kv", l_kv, 1, 1 << 16), as_int("num_ctas", num_ctas, 1, 1024)
     small, large = as_int("small", small, 0, 63), as_int("large", large, 1, 63)
     if large <= small:
         raise ValueError(f"large={large} must exceed small={small}; valid: small < large <= 63")
     kv_heads, group = as_int("kv_heads", kv_heads, 1, 16), as_int("group", group, 1, 16)
     d, chunk = as_int("d", d, 1, 512), as_int("chunk", chunk, 1, 1 << 16)
-    num_ctas = as_int("num_ctas", num_ctas, 1, 1024)
     rng = np.random.default_rng(as_int("seed", seed, 0, None))
-    others = [int(n) for n in rng.integers(500, 8000, large)]
-    q0 = rng.standard_normal((kv_heads * group, d)).astype(np.float32)
-    kv0 = rng.standard_normal((2, kv_heads, l_kv, d)).astype(np.float32)
-    qs = rng.standard_normal((large, kv_heads * group, d)).astype(np.float32)
-    kvs = [rng.standard_normal((2, kv_heads, n, d)).astype(np.float32) for n in others]
-    plans = {"balanced": lambda lens: plan_balanced(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
-             f"fixed {chunk}": lambda lens: plan_fixed_split(lens, chunk=chunk, kv_heads=kv_heads,
-                                                           num_ctas=num_ctas, group=group),
-             "no split": lambda lens: plan_per_request(lens, kv_heads=kv_heads, num_ctas=num_ctas,
-                                                       group=group)}
-    lines, measured, verdicts = [], {}, []
+    lens = [(1, l_kv)] + [(1, int(n)) for n in rng.integers(500, 8000, large)]
+    q = rng.standard_normal((large + 1, kv_heads * group, d)).astype(np.float32)
+    kv = [rng.standard_normal((2, kv_heads, n, d)).astype(np.float32) for _, n in lens]
+    kw = dict(kv_heads=kv_heads, num_ctas=num_ctas, group=group)
+    plans = {"balanced": plan_balanced, f"fixed {chunk}": lambda x, **k: plan_fixed_split(x, chunk=chunk, **k),
+             "no split": plan_per_request}
+    rows, measured, ok = [], {}, True
     for name, make in plans.items():
         outs, parts = [], []
-        for n in (small, large):
-            lens = [(1, l_kv)] + [(1, x) for x in others[:n]]
-            plan = make(lens)
-            q = np.concatenate([q0[None], qs[:n]])
-            o = run_plan(plan, q, [kv0[0]] + [x[0] for x in kvs[:n]], [kv0[1]] + [x[1] for x in kvs[:n]])
-            outs.append(o[0])
+        for n in (small + 1, large + 1):                # request 0 and the first n - 1 others
+            plan = make(lens[:n], **kw)
+            outs.append(run_plan(plan, q[:n], [x[0] for x in kv[:n]], [x[1] for x in kv[:n]])[0])
             parts.append(sorted({w.kv_end - w.kv_start for w in plan.work if w.request == 0}))
         same = np.array_equal(outs[0], outs[1])
-        k = max(-(-l_kv // min(p) ) for p in parts)
-        bound = 2 * _gamma(4 * k, _U32) * float(np.abs(kv0[1]).max())
-        diff = float(np.abs(outs[0] - outs[1]).max())
-        measured[name] = diff
-        cuts = " vs ".join(f"chunks of {max(p)}" for p in parts) if parts[0] != parts[1] else \
-            f"the same chunks of {max(parts[0])} in both"
-        lines.append({"plan": name, "cuts": cuts,
-                      "same": "bitwise equal" if same else f"differ, within {style.magnitude(bound)}"})
-        verdicts.append((same, diff <= bound))
-    ok = (not verdicts[0][0] and verdicts[0][1]) and verdicts[1][0] and verdicts[2][0]
+        bound = 2 * _gamma(4 * max(-(-l_kv // min(x)) for x in parts), _U32) * float(np.abs(kv[0][1]).max())
+        measured[name] = diff = float(np.abs(outs[0] - outs[1]).max())
+        ok = ok and diff <= bound and same == (name != "balanced")
+        cuts = (f"the same chunks of {max(parts[0])} in both" if parts[0] == parts[1] else
+                " vs ".join(f"chunks of {max(x)}" for x in parts))
+        rows.append({"plan": name, "cuts": cuts,
+                     "same": "bitwise equal" if same else f"differ, within {style.magnitude(bound)}"})
     head = (f"request 0 (decode, {l_kv:,} KV tokens, float32) in a batch of {small + 1} and in a batch "
             f"of {large + 1}, {num_ctas} CTAs")
-    return Checked(head + "\n" + style.table(lines, {"plan": "plan", "cuts": "request 0's KV cut into",
-                                                     "same": "its output in the two batches"}),
-                   ok, measured)
+    return Checked(head + "\n" + style.table(rows, {"plan": "plan", "cuts": "request 0's KV cut into",
+                                                    "same": "its output in the two batches"}), ok, measured)
 
 
 def planner_cost(batch: int = 256, repeats: int = 20) -> str:

@@ -12,6 +12,9 @@ time axis; the holistic plan itself weighs an item by its tile's rows (`plan_hol
 
 Pure part: `scheduler_plan(...)` -> the Plan, `scheduler_numbers(...)` -> SchedulerNumbers,
 `scheduler_table(...)` and `mixed_plan_table(...)` -> the text tables notebook 05 prints.
+
+The module is long because the explorer and the two tables read one cache of plans, statistics
+and Gantt bars; apart, each would build its own.
 """
 from __future__ import annotations
 

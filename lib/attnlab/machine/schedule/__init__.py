@@ -18,7 +18,8 @@ states (o, lse) fold with ⊕, in a fixed order, so the result is bitwise reprod
 The package by idea:
 
     batch       the lengths read into int64 columns, each bad pair refused by its index
-    pieces      the batch checked and cut into pieces with numpy (the query tile rule, L_kv)
+    tiles       the query tile rule, per batch or for a CUDA graph
+    pieces      the batch checked and cut into pieces with numpy (L_kv)
     lpt         the assignment: `heap_schedule`, Algorithm 1 as the short heap loop a learner
                 reads, and `list_schedule`, the fast path that gives exactly its assignment a
                 round of up to one item per CTA at a time (its docstring proves it)
@@ -36,7 +37,7 @@ What this leaves out on purpose: the KV tile search FlashInfer runs, and kernel 
 from __future__ import annotations
 
 from attnlab.machine.schedule.lpt import heap_schedule, list_schedule
-from attnlab.machine.schedule.pieces import TILE_MODES, query_tile
+from attnlab.machine.schedule.tiles import TILE_MODES, query_tile
 from attnlab.machine.schedule.plans import (KV_TILES, PLAN_COLUMNS, Plan, WorkItem, plan_balanced,
                                             plan_fixed_split, plan_per_request, run_plan)
 from attnlab.machine.schedule.workspace import Workspace, fixed_size_workspace
