@@ -28,7 +28,7 @@ COLORS = {
 LABELS = {"standard": "standard (Alg. 0)", "fa1": "FlashAttention (FA1 order)",
           "fa2": "FlashAttention-2 order", "bound": "N²d²/M (lower-bound order)"}
 
-DPI = 100             # explorer PNGs: 1,000 px wide, sharp at a laptop's 100 % zoom
+DPI = 100             # explorer PNGs: 1,000 px wide, sharp at 100 % zoom (200 dpi doubles the cost: README)
 STATIC_DPI = 120      # committed figures: no time budget, so a little sharper
 WIDTH = 10.0          # inches; two panels side by side
 #: Fonts no smaller than 9 pt anywhere (legends and annotations included).
