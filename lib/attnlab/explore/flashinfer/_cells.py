@@ -16,7 +16,7 @@ from matplotlib.path import Path
 from matplotlib.textpath import TextPath
 from matplotlib.transforms import IdentityTransform
 
-__all__ = ["COLORS", "EMPTY", "FREE", "LABEL_PT", "tint", "ink", "Cells", "Labels", "warm"]
+__all__ = ["COLORS", "EMPTY", "FREE", "LABEL_PT", "tint", "ink", "Cells", "gap_for", "Labels", "warm"]
 
 #: one colour per request (rows of every block picture), tab10 order
 COLORS = np.array([mpl.colormaps["tab10"](i)[:3] for i in range(10)])
@@ -62,14 +62,15 @@ class Cells:
         self.stripes = ax.add_collection(LineCollection([], colors="#1a1a1a", linewidths=1.1, zorder=4))
         self.artists = [self.fill, self.stripes]
 
-    def set(self, x, y, color, used=1.0, shared=False, h=1.0) -> None:
+    def set(self, x, y, color, used=1.0, shared=False, h=1.0, gap=GAP) -> None:
         """Unit-wide cells centred at (x, y), h rows tall; `used` in [0, 1]: the filled share of
-        the width."""
+        the width; `gap` the space between neighbours in x (`gap_for` drops it where a cell is a
+        few pixels wide)."""
         x = np.asarray(x, dtype=float)
         y = np.broadcast_to(np.asarray(y, dtype=float), x.shape)
         used = np.broadcast_to(np.asarray(used, dtype=float), x.shape)
         color = np.broadcast_to(np.asarray(color, dtype=float), x.shape + (3,)).reshape(-1, 3)
-        w, hh = 1 - self.GAP, np.broadcast_to(np.asarray(h, dtype=float), x.shape) - self.GAP
+        w, hh = 1 - gap, np.broadcast_to(np.asarray(h, dtype=float), x.shape) - self.GAP
         left = x - w / 2
         full, part = _boxes(x, y, w, hh), _boxes(left + used * w / 2, y, used * w, hh)
         self.fill.set_verts(np.concatenate([full, part]))
@@ -78,6 +79,19 @@ class Cells:
         scale = np.c_[np.full(mark.sum(), w), hh[mark]][:, None, None] * 0.96
         centres = np.c_[x[mark], y[mark]][:, None, None]
         self.stripes.set_segments((_STRIPES[None] * scale + centres).reshape(-1, 2, 2))
+
+
+#: below this many pixels per cell the gaps go: a gap thinner than a pixel lands on the pixel grid
+#: unevenly (some columns lose it, others show it grey), and the cells read as one band anyway
+DENSE_PX = 6.0
+
+
+def gap_for(px: float) -> float:
+    """The gap between cells `px` pixels wide, in cell widths: Cells.GAP while that is a pixel or
+    more, one pixel down to DENSE_PX pixels per cell, none below."""
+    if px * Cells.GAP >= 1:
+        return Cells.GAP
+    return 1 / px if px >= DENSE_PX else 0.0
 
 
 @lru_cache(maxsize=2048)

@@ -19,7 +19,7 @@ from attnlab.core.paged import BSRLayout, PagedKVCache, bsr_attention, composabl
 from attnlab.explore import style
 from attnlab.explore._base import Explorer
 from attnlab.explore._controls import slider, steps
-from attnlab.explore.flashinfer._cells import EMPTY, Cells, Labels, ink
+from attnlab.explore.flashinfer._cells import EMPTY, Cells, Labels, gap_for, ink
 
 __all__ = ["ComposableNumbers", "composable_numbers", "composable_text", "ComposableExplorer",
            "PAGE_SIZES", "CHECK_HEAD_DIM"]
@@ -28,6 +28,7 @@ PAGE_SIZES = (1, 2, 4, 8, 16)
 #: head dim of the equality check: the outputs' agreement does not depend on it, the time does
 CHECK_HEAD_DIM = 16
 PREFIX, OWN = np.array(to_rgb(style.COLORS["fa1"])), np.array(to_rgb(style.COLORS["fa2"]))
+MATRIX_PT = 217                  # a matrix panel's width as laid out, in points (pixels per column)
 PANEL_PT = 300                   # width of a matrix panel in points (does a label fit the prefix?)
 
 
@@ -175,11 +176,12 @@ class ComposableExplorer(Explorer):
         fill = np.minimum(r.page_size, lens - j * r.page_size) / r.page_size
         pre = j < s
         color = np.where(pre[:, None], PREFIX, OWN)
-        self.cells["a"].set(x, row, color, fill)
+        gap = gap_for(MATRIX_PT / 72 * self.figure.dpi / len(cols))     # pixels per column
+        self.cells["a"].set(x, row, color, fill, gap=gap)
         own = ~pre                                                     # (b): prefix pages once, n tall
         self.cells["b"].set(np.r_[x[:s], x[own]], np.r_[np.full(s, (n - 1) / 2), row[own]],
                             np.r_[color[:s], color[own]], np.r_[fill[:s], fill[own]], False,
-                            np.r_[np.full(s, n), np.ones(own.sum())])
+                            np.r_[np.full(s, n), np.ones(own.sum())], gap=gap)
         wide = s / len(cols) * PANEL_PT > 90                            # the label fits the prefix
         self.labels["a"].set([((s - 1) / 2, 0)] * wide, [f"prefix read {n}x"] * wide, ink([PREFIX]))
         self.labels["b"].set([((s - 1) / 2, (n - 1) / 2)] * wide, ["read once"] * wide, ink([PREFIX]))

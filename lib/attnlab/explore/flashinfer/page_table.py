@@ -22,8 +22,8 @@ from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import slider, text
 from attnlab.explore.flashinfer._cells import COLORS, EMPTY, FREE, Cells, Labels, ink, tint, warm
 
-__all__ = ["parse_lengths", "PageTable", "page_table_numbers", "page_table_text", "PageTableExplorer",
-           "LECTURE_LENGTHS"]
+__all__ = ["parse_lengths", "PageTable", "page_table_numbers", "blocks_needed", "page_table_text",
+           "PageTableExplorer", "LECTURE_LENGTHS"]
 
 LECTURE_LENGTHS = "19, 10, 29"
 MAX_REQUESTS = 6                 # typed requests; with MAX_FORKS, at most 10 rows (one colour each)
@@ -89,21 +89,45 @@ def page_table_numbers(page_size: int = 4, lengths=LECTURE_LENGTHS, forks: int =
     lengths = parse_lengths(lengths)
     forks = as_int("forks", forks, 0, MAX_FORKS)
     pool = as_int("pool", pool, 1, MAX_POOL)
-    cache = PagedKVCache(pool, page_size, 1, seed=seed)
-    tokens = lambda n: (np.zeros((n, 1)), np.zeros((n, 1)))    # noqa: E731  the layout needs no data
     try:
-        rids = [cache.add(*tokens(n)) for n in lengths]
-        for j in range(1, forks + 1):
-            rids.append(cache.fork(rids[0]))
-            cache.append(rids[-1], *tokens(j))
-    except OutOfBlocks as e:
-        raise ValueError(f"pool={pool} blocks is too small at page_size={page_size}: "
-                         f"{str(e).split(';')[0]}; valid: a larger pool or page size") from None
+        cache, rids = _filled(pool, page_size, lengths, forks, seed)
+    except OutOfBlocks:
+        need = blocks_needed(page_size, lengths, forks)
+        valid = (f"pool {need} to {MAX_POOL} blocks, or a larger page size" if need <= MAX_POOL
+                 else f"a larger page size or fewer tokens (no pool up to {MAX_POOL} blocks holds them)")
+        raise ValueError(f"pool={pool} blocks is too small at page_size={page_size}: these requests "
+                         f"need {need} blocks; valid: {valid}.") from None
     layout = to_bsr(cache, rids)
     return PageTable(page_size, pool, tuple(cache.seq_len(r) for r in rids), forks,
                      tuple(tuple(cache.block_table(r)) for r in rids), layout,
                      readonly(layout.to_scipy().toarray()),
                      readonly(np.bincount(layout.kv_indices, minlength=pool)))
+
+
+def _filled(pool: int, page_size: int, lengths: tuple, forks: int, seed: int):
+    """A PagedKVCache(pool, page_size) holding `lengths` and `forks` forks of request 0 (fork j
+    appends j tokens), and the requests' ids; OutOfBlocks if the pool runs out."""
+    cache = PagedKVCache(pool, page_size, 1, seed=seed)
+    tokens = lambda n: (np.zeros((n, 1)), np.zeros((n, 1)))    # noqa: E731  the layout needs no data
+    rids = [cache.add(*tokens(n)) for n in lengths]
+    for j in range(1, forks + 1):
+        rids.append(cache.fork(rids[0]))
+        cache.append(rids[-1], *tokens(j))
+    return cache, rids
+
+
+def blocks_needed(page_size: int, lengths, forks: int = 0) -> int:
+    """The blocks these requests hold at `page_size` (the smallest pool that fits them): each
+    request's pages, plus what each fork writes (copy-on-write copies a shared partial last
+    page before appending), counted in a pool large enough for any of them.
+
+    >>> blocks_needed(1, "19, 10, 29"), blocks_needed(4, "19, 10, 29", forks=2)
+    (58, 19)
+    """
+    lengths = parse_lengths(lengths)
+    roomy = sum(-(-n // page_size) for n in lengths) + forks * (forks + 1)
+    cache, rids = _filled(roomy, page_size, lengths, forks, 0)
+    return int(np.unique(to_bsr(cache, rids).kv_indices).size)
 
 
 def _array_lines(r: PageTable, width: int = 100) -> list[str]:
@@ -147,6 +171,8 @@ class PageTableExplorer(Explorer):
     """
     name = "page_table"
     size = (style.WIDTH, 7.0)
+    error_xy = (0.52, 0.434)         # inside panel (c): off (b)'s axis label and (c)'s title
+    error_width = 95
 
     def __init__(self, page_size: int = 4, lengths: str = LECTURE_LENGTHS, forks: int = 0, pool: int = 32):
         super().__init__(page_size=page_size, lengths=lengths, forks=forks, pool=pool)
@@ -218,7 +244,8 @@ class PageTableExplorer(Explorer):
         under = np.where(fill[:, None] >= 0.5, COLORS[row_of], tint(COLORS[row_of]))   # under the label
         self.labels["c"].set(np.c_[j, row_of][:nnz * ids], lay.kv_indices[:nnz * ids], ink(under)[:nnz * ids])
         self.cells["d"].set(np.arange(nnz), 0, COLORS[row_of], 1.0, shared[lay.kv_indices])
-        self._arrays(lay, pages, nnz <= ID_CELLS)
+        ids_d = nnz <= ID_CELLS
+        self._arrays(lay, pages, ids_d)
         for ax, cols, rows in ((self.ax_a, pool, None), (self.ax_b, pool, n), (self.ax_c, width, n),
                                (self.ax_d, nnz, None)):
             pad = 0.5 if ax is not self.ax_d else 0.5 + 12 / (STRIP_PT / nnz)   # room for kv_indptr
@@ -228,7 +255,8 @@ class PageTableExplorer(Explorer):
                 ax.set_yticks(range(rows))
         typed = ", ".join(map(str, r.lengths[:n - r.forks]))
         forks = f" + {r.forks} fork(s)" if r.forks else ""
-        self.head.set_text(f"lengths {typed}{forks}, page size {ps}, pool {pool}")
+        listed = "" if ids_d else f"; (d)'s {nnz} ids are listed under the figure"
+        self.head.set_text(f"lengths {typed}{forks}, page size {ps}, pool {pool}{listed}")
         arrays = "\n".join(_array_lines(r, 120))
         share = (f" {int(shared.sum())} block(s) are shared (striped): a fork holds its parent's blocks "
                  f"by reference until it writes into one (copy-on-write)." if shared.any() else "")
@@ -260,8 +288,6 @@ class PageTableExplorer(Explorer):
                 texts += [f"req {i}", f"last {lay.kv_last_page_len[i]}"]
             elif wide > 12:
                 xy.append((mid, 1.1)); texts.append(i)
-        if not ids:
-            xy.append(((nnz - 1) / 2, 0)); texts.append(f"{nnz} entries: listed in the summary below")
         self.marks.set_segments(marks)
         row_of = np.repeat(np.arange(n), pages)
         colors = np.concatenate([ink(COLORS[row_of]) if ids else np.zeros((0, 3)),

@@ -55,7 +55,7 @@ KINDS = {
     "causal": (lambda _: causal(), None, NO_PARAM, 0),
     "sliding window": (sliding_window, "window w (keys)", W_STOPS, 64),
     "sink + window": (lambda w: sink_window(SINKS, w), f"window w (+ {SINKS} sink keys)", W_STOPS, 64),
-    "soft-cap": (soft_cap, "cap c (logits squashed into (-c, c))", (1, 2, 3, 5, 10, 30, 50), 2),
+    "soft-cap": (soft_cap, "cap c (|logit| < c)", (1, 2, 3, 5, 10, 30, 50), 2),
     "ALiBi": (alibi, "ALiBi slope", tuple((f"1/{2 ** k}" if k else "1", 2.0 ** -k)
                                           for k in range(8, -1, -1)), 0.0625),
     "sigmoid": (sigmoid, "bias b (weight = σ(s + b))", (-8, -6, -4, -2, 0, 2), -4),
@@ -189,9 +189,13 @@ class VariantGalleryExplorer(Explorer):
         super().__init__(variant=variant, **given, second=second, N=N, tile=tile)
 
     def controls(self):
-        return {"variant": dropdown("variant", list(KINDS), "sliding window"),
+        variant = dropdown("variant", list(KINDS), "sliding window")
+        second = dropdown("& second variant", list(SECOND), "none")
+        for w in (variant, second):            # a dropdown ends short of the slider beside it
+            w.layout.width, w.layout.margin = "400px", "2px 40px 2px 2px"
+        return {"variant": variant,
                 "param": steps(KINDS["sliding window"][1], W_STOPS, 64),
-                "second": dropdown("& second variant", list(SECOND), "none"),
+                "second": second,
                 "N": steps("N = N_q = N_k (tokens)", N_STOPS, 256),
                 "tile": steps("tile size B_r = B_c", TILES, 32)}
 
