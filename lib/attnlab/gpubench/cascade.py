@@ -207,8 +207,8 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
 
 
 def main(argv=None) -> int:
-    return section_main("cascade", argv, __doc__, "n x prefix x unique list, e.g. 8x4096x256,64x4096x256",
-                        CASES, DRY["cases"], lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out),
+    return section_main("cascade", argv, __doc__, ("requests", "prefix", "unique"), CASES, DRY["cases"],
+                        lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out),
                         ("--peers", PEERS))
 
 

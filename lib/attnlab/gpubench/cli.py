@@ -1,47 +1,190 @@
-"""The command line the GPU harnesses share: --out, --dry, --cases "AxB,..." and one subset flag."""
+"""The command line the GPU harnesses share, built from each section's declarations: --out, --dry,
+--cases "AxB,..." (as many numbers a case as the section's CASES hold), and the section's named
+subsets (peers, variants, plans) as choices. A bad argument is a usage error before anything runs:
+exit status 2 and one line naming the argument, never a traceback."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 
-__all__ = ["parse", "section_main", "flashinfer_version", "write_json"]
+__all__ = ["Parser", "UsageError", "case_list", "name_list", "int_list", "out_path", "existing_file",
+           "check_arg", "need_gpu", "describe", "parse", "section_main", "flashinfer_version", "write_json"]
+
+NO_GPU = "no CUDA GPU here: the full-size cases need one; --dry runs the small cases on the CPU"
 
 
-def parse(argv, doc: str, cases_help: str, default_cases, dry_cases, subset=None, extra=()):
-    """(args, cases, chosen subset). `subset` = (flag, allowed names[, default names: all allowed]);
-    `extra` = (flag, help) pairs.
-    --dry on a machine without CUDA sets TRITON_INTERPRET=1 before any kernel is defined."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--out", help="write the full result as JSON here (rewritten as rows come in)")
+class UsageError(SystemExit):
+    """argparse's usage error, exit status 2, carrying its one line as the message."""
+
+    def __init__(self, line: str):
+        super().__init__(2)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose error is one line on stderr, then exit status 2 (UsageError)."""
+
+    def error(self, message):
+        line = f"{self.prog}: error: {message} (see --help for usage)"
+        sys.stderr.write(line + "\n")
+        raise UsageError(line)
+
+
+def describe(doc: str) -> str:
+    """A command line's description: its module docstring's first paragraph."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+def _positive(text: str, what: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be a positive integer; got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{what} must be a positive integer; got {text!r}")
+    return n
+
+
+def _unique(items, text: str, what: str, show=repr):
+    if not items:
+        raise argparse.ArgumentTypeError(f"takes at least one {what}; got {text!r}")
+    seen = [x for i, x in enumerate(items) if x in items[:i]]
+    if seen:
+        raise argparse.ArgumentTypeError(f"lists {show(seen[0])} twice; got {text!r}")
+    return tuple(items)
+
+
+def case_list(fields):
+    """An argparse type: "AxB,CxD" -> ((A, B), (C, D)), each case as many positive integers as
+    `fields` names (("batch", "context")), at least one case, none twice."""
+    fields = tuple(fields)
+
+    def parse_cases(text: str):
+        cases = []
+        for part in text.split(","):
+            nums = part.split("x") if part else []
+            if len(nums) != len(fields):
+                raise argparse.ArgumentTypeError(
+                    f"each case is {' x '.join(fields)} ({len(fields)} number{'s' if len(fields) > 1 else ''}"
+                    f"{', joined by x' if len(fields) > 1 else ''}); got {part!r} in {text!r}")
+            cases.append(tuple(_positive(n, f) for n, f in zip(nums, fields)))
+        return _unique(cases, text, "case", lambda c: "x".join(map(str, c)))
+    parse_cases.__name__ = "cases"
+    return parse_cases
+
+
+def name_list(allowed, what: str = "name"):
+    """An argparse type: "a,b" -> ("a", "b"), each one of `allowed`, at least one, none twice."""
+    allowed = tuple(allowed)
+
+    def parse_names(text: str):
+        names = [p.strip() for p in text.split(",") if p.strip()]
+        bad = [n for n in names if n not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(f"takes {','.join(allowed)}; got {bad[0]!r} in {text!r}")
+        return _unique(names, text, what)
+    parse_names.__name__ = what
+    return parse_names
+
+
+def int_list(what: str):
+    """An argparse type: "16,1" -> (16, 1), positive integers, at least one, none twice."""
+    def parse_ints(text: str):
+        return _unique([_positive(p, what) for p in text.split(",")] if text else [], text, what)
+    parse_ints.__name__ = what
+    return parse_ints
+
+
+def out_path(text: str) -> str:
+    """An argparse type: a file to write, checked before anything runs: its folder exists, it is
+    no folder itself ("" passes: write nothing)."""
+    if text == "":
+        return text
+    folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name in it")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist ({folder})")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} is not writable ({folder})")
+    return text
+
+
+def existing_file(text: str) -> str:
+    """An argparse type: a file to read, which must exist."""
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    return text
+
+
+def check_arg(ap: argparse.ArgumentParser, flag: str, kind, value):
+    """`kind(value)` (an argparse type) for a value checked after parsing; its refusal is a usage
+    error naming `flag`."""
+    try:
+        return kind(value)
+    except argparse.ArgumentTypeError as e:
+        ap.error(f"argument {flag}: {e}")
+
+
+def need_gpu(ap: argparse.ArgumentParser, dry: bool, message: str = NO_GPU) -> None:
+    """Refuse at once (a usage error) when there is no CUDA GPU and this is no --dry run; on
+    --dry without CUDA set TRITON_INTERPRET=1 before any kernel is defined."""
+    import torch
+    if torch.cuda.is_available():
+        return
+    if not dry:
+        ap.error(message)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def parse(argv, doc: str, fields, default_cases, dry_cases, subset=None, extra=(), *, prog=None,
+          allowed=None, gpu_message: str = NO_GPU):
+    """(args, cases, chosen subset), everything checked before it returns. `fields` names the
+    numbers of a case (("batch", "context")), as many as `default_cases`' tuples hold; None: no
+    --cases; `allowed`: the values a case's first number may take off --dry.
+    `subset` = (flag, allowed names[, default names: all allowed]); `extra` = (flag, help[, type])
+    triples. No CUDA and no --dry: refused (`need_gpu`)."""
+    ap = Parser(prog=prog, description=describe(doc))
+    ap.add_argument("--out", type=out_path, help="write the full result as JSON here (rewritten as rows come in)")
     ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
-    ap.add_argument("--cases", help=cases_help)
-    for flag, text in extra:
-        ap.add_argument(flag, help=text)
+    if fields is not None:
+        fields = tuple(fields)
+        if len(fields) != len(default_cases[0]):
+            raise ValueError(f"fields must name the {len(default_cases[0])} numbers of a case; got {fields}")
+        example = ",".join("x".join(map(str, c)) for c in default_cases[:2])
+        ap.add_argument("--cases", type=case_list(fields),
+                        help=f"{' x '.join(fields)} list, e.g. {example} (default: the section's CASES)")
+    for flag, text, *kind in extra:
+        ap.add_argument(flag, help=text, **({"type": kind[0]} if kind else {}))
     if subset:
-        ap.add_argument(subset[0], default=",".join(subset[2] if len(subset) > 2 else subset[1]),
+        ap.add_argument(subset[0], type=name_list(subset[1], subset[0].lstrip("-").removesuffix("s")),
+                        default=tuple(subset[2] if len(subset) > 2 else subset[1]),
                         help=f"subset of {','.join(subset[1])}")
     args = ap.parse_args(argv)
-    import torch
-    if args.dry and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    cases = ([tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")] if args.cases
-             else dry_cases if args.dry else default_cases)
-    chosen = None
-    if subset:
-        given = getattr(args, subset[0].lstrip("-").replace("-", "_"))
-        chosen = tuple(p for p in given.split(",") if p)
-        if set(chosen) - set(subset[1]):
-            ap.error(f"{subset[0]} takes {','.join(subset[1])}; got {given}")
+    cases = getattr(args, "cases", None)
+    if cases and allowed is not None and not args.dry:
+        bad = [c[0] for c in cases if c[0] not in allowed]
+        if bad:
+            ap.error(f"argument --cases: {fields[0]} must be one of {','.join(map(str, allowed))} "
+                     f"(--dry takes any); got {bad[0]}")
+    need_gpu(ap, args.dry, gpu_message)
+    cases = list(cases) if cases else dry_cases if args.dry else default_cases
+    chosen = getattr(args, subset[0].lstrip("-").replace("-", "_")) if subset else None
     return args, cases, chosen
 
 
-def section_main(section: str, argv, doc: str, cases_help: str, default_cases, dry_cases, run, subset=None,
+def section_main(section: str, argv, doc: str, fields, default_cases, dry_cases, run, subset=None,
                  extra=()) -> int:
-    """A section module's `main`: parse the command line, `run(args, cases, chosen subset)`, print
-    the section's rows in the run schema (gpubench.core.table); exit status 0."""
+    """A section module's `main`: parse and check the command line (`parse`), `run(args, cases,
+    chosen subset)`, print the section's rows in the run schema (gpubench.core.table); exit 0."""
     from attnlab.gpubench.core import table
-    args, cases, chosen = parse(argv, doc, cases_help, default_cases, dry_cases, subset, extra)
+    args, cases, chosen = parse(argv, doc, fields, default_cases, dry_cases, subset, extra,
+                                prog=f"python -m attnlab.gpubench.{section}")
     print(table(run(args, cases, chosen), section))
     return 0
 

@@ -87,7 +87,7 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = F
 
 
 def main(argv=None) -> int:
-    return section_main("decode", argv, __doc__, "unused: the cases are CASES", CASES, DRY["cases"],
+    return section_main("decode", argv, __doc__, None, CASES, DRY["cases"],     # no --cases: CASES hold the splits
                         lambda a, cases, _: run(dry=a.dry, out=a.out))
 
 

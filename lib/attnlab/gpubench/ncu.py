@@ -144,23 +144,29 @@ def summarize(details_csv: str, raw_csv: str, made: list[tuple[str, int]]) -> li
 
 
 def main(argv=None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from attnlab.gpubench.cli import Parser, describe, check_arg, existing_file, need_gpu, out_path
+    ap = Parser(prog="python -m attnlab.gpubench.ncu", description=describe(__doc__))
     ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
     ap.add_argument("--metrics", action="store_true", help="print RAW_METRICS for ncu --metrics, and stop")
     ap.add_argument("--group", default="recorded", choices=GROUPS, help="which calls to profile")
-    ap.add_argument("--summarize", nargs=2, metavar=("DETAILS_CSV", "RAW_CSV"))
+    ap.add_argument("--summarize", nargs=2, type=existing_file, metavar=("DETAILS_CSV", "RAW_CSV"))
     ap.add_argument("--made", help="the calls a profiling run made: written by a run (default ncu_calls.json, "
                                    "none for --dry), read by --summarize")
-    ap.add_argument("--out", help="with --summarize: write the summary as JSON here")
+    ap.add_argument("--out", type=out_path, help="with --summarize: write the summary as JSON here")
     args = ap.parse_args(argv)
     if args.metrics:
         print(",".join([*RAW_METRICS, STALL_METRICS]))
         return 0
+    if args.out is not None and not args.summarize:
+        ap.error("argument --out: writes the summary, so it needs --summarize")
     if args.summarize:
-        with open(args.made or "ncu_calls.json") as f:
-            made = [tuple(x) if isinstance(x, list) else x for x in json.load(f)]
-        doc = {"kernels": summarize(*args.summarize, made)}
+        path = args.made or "ncu_calls.json"
+        try:
+            with open(path) as f:
+                made = [tuple(x) if isinstance(x, list) else x for x in json.load(f)]
+            doc = {"kernels": summarize(*args.summarize, made)}
+        except (OSError, ValueError) as e:           # no calls file, not JSON, not the report of those calls
+            ap.error(f"argument --summarize: {e}")
         text = json.dumps(doc, indent=1)
         if args.out:
             with open(args.out, "w") as f:
@@ -168,10 +174,10 @@ def main(argv=None) -> int:
         else:
             print(text)
         return 0
-    import os
+    if args.made:                                   # a profiling run writes it: its folder must exist
+        check_arg(ap, "--made", out_path, args.made)
+    need_gpu(ap, args.dry)
     import torch
-    if args.dry and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
     made = profile(torch, calls(torch, dry=args.dry, group=args.group))
     if args.made or not args.dry:
         with open(args.made or "ncu_calls.json", "w") as f:

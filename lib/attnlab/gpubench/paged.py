@@ -170,11 +170,12 @@ def run(cases=CASES, page_sizes=PAGE_SIZES, peers=PEERS, *, dry: bool = False, o
 
 
 def main(argv=None) -> int:
+    from attnlab.gpubench.cli import int_list
+
     def go(a, cases, peers):
-        sizes = tuple(int(x) for x in a.page_sizes.split(",")) if a.page_sizes else PAGE_SIZES
-        return run(cases, sizes, peers, dry=a.dry, out=a.out)
-    return section_main("paged", argv, __doc__, "batch x context list, e.g. 1x32768,16x8192", CASES, DRY["cases"],
-                        go, ("--peers", PEERS), extra=[("--page-sizes", "e.g. 16,1")])
+        return run(cases, a.page_sizes or PAGE_SIZES, peers, dry=a.dry, out=a.out)
+    return section_main("paged", argv, __doc__, ("batch", "context"), CASES, DRY["cases"], go, ("--peers", PEERS),
+                        extra=[("--page-sizes", "page sizes, e.g. 16,1", int_list("page size"))])
 
 
 if __name__ == "__main__":

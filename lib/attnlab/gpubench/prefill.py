@@ -186,7 +186,7 @@ def _verdicts(rows) -> None:
 
 
 def main(argv=None) -> int:
-    return section_main("prefill", argv, __doc__, "batch x N list, e.g. 1x8192,4x4096", CASES, DRY["cases"],
+    return section_main("prefill", argv, __doc__, ("batch", "N"), CASES, DRY["cases"],
                         lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out), ("--peers", PEERS))
 
 

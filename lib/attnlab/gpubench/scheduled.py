@@ -238,8 +238,8 @@ def table(res: dict) -> str:
 
 def main(argv=None) -> int:
     from attnlab.gpubench.cli import parse
-    args, cases, plans = parse(argv, __doc__, "batch sizes from the recorded ones, e.g. 1,16,256", CASES,
-                               DRY["cases"], ("--plans", KINDS, PLANS))
+    args, cases, plans = parse(argv, __doc__, ("batch",), CASES, DRY["cases"], ("--plans", KINDS, PLANS),
+                               prog="python -m attnlab.gpubench.scheduled", allowed=RECORDED_BATCHES)
     print(table(run(cases, plans, dry=args.dry, out=args.out)))
     return 0
 

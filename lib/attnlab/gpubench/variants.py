@@ -187,7 +187,7 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
 
 
 def main(argv=None) -> int:
-    return section_main("variants", argv, __doc__, "batch x N list, e.g. 4x4096,1x16384", CASES, DRY["cases"],
+    return section_main("variants", argv, __doc__, ("batch", "N"), CASES, DRY["cases"],
                         lambda a, cases, variants: run(cases, variants, dry=a.dry, out=a.out),
                         ("--variants", VARIANTS))
 

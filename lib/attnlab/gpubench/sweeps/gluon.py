@@ -144,9 +144,11 @@ SMOKE = [(1, 4, 4, 256, 256, 128, False, 0, 0), (1, 4, 4, 256, 256, 128, True, 0
          (1, 4, 4, 1000, 700, 128, False, 5.0, 129), (1, 2, 1, 1, 1, 64, False, 30.0, 1)]
 
 
-def smoke():
+def smoke(table=None):
+    """Every step set of `table` (default VARIANTS) on the SMOKE shapes, against the reference."""
+    table = VARIANTS if table is None else table
     for (B, H, hkv, nq, nk, d, causal, cap, w), (name, (st, ns, bn, dims)) in itertools.product(SMOKE,
-                                                                                                 VARIANTS.items()):
+                                                                                                 table.items()):
         if d not in dims:
             continue
         q, k, v = inputs(B, H, hkv, nq, nk, d)
@@ -172,8 +174,10 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def full(only=None):
-    """Every VARIANTS entry at each shape: poisoned outputs checked, then timed beside the peers."""
+def full(only=None, table=None):
+    """Every entry of `table` (default VARIANTS) at each shape: poisoned outputs checked, then
+    timed beside the peers."""
+    table = VARIANTS if table is None else table
     shapes = [(1, 32, 4096, 128), (2, 32, 4096, 128), (4, 32, 4096, 128), (1, 32, 8192, 128),
               (1, 32, 16384, 128), (4, 32, 4096, 64)]
     rows = []
@@ -186,7 +190,7 @@ def full(only=None):
         del ref_sdpa
         flop = 4 * B * H * N * N * d / (2 if causal else 1)
         rec = {"shape": [B, H, N, d], "causal": causal, "tol_o": tol, "tflops": {}, "check": {}}
-        for name, (st, ns, bn, dims) in VARIANTS.items():
+        for name, (st, ns, bn, dims) in table.items():
             if (only and name not in only) or d not in dims:
                 continue
             try:
@@ -373,40 +377,68 @@ def record_ladder(runs, *, date: str, commit: str, sms: int = 132) -> dict:
             "peers": {"cudnn": "SDPA cuDNN"}, "rows": rows}
 
 
+def _parser():
+    from attnlab.gpubench.cli import Parser, describe, out_path
+    ap = Parser(prog="python -m attnlab.gpubench.sweeps.gluon", description=describe(__doc__))
+    sub = ap.add_subparsers(dest="mode")
+    for mode, text in (("smoke", "small odd shapes, every step set against a float32 reference"),
+                       ("full", "the step table: each step set checked, then timed beside the peers")):
+        p = sub.add_parser(mode, help=text)
+        p.add_argument("table", nargs="?", choices=tuple(MODES),
+                       help="run this table of step sets instead of VARIANTS")
+    sub.add_parser("ladder", help="the lesson's step table, timed REPEATS times in interleaved rounds")
+    p = sub.add_parser("record", help="a `full` run as data/measurements/'s steps file")
+    p.add_argument("run", help="the run's JSON (ladder: several, comma-separated, from one machine)")
+    p.add_argument("out", type=out_path, help="the steps file to write")
+    p.add_argument("date")
+    p.add_argument("commit")
+    p.add_argument("kind", nargs="?", choices=("early_k", "ladder"), help="the run's mode, if not `full`")
+    return ap
+
+
 def main(argv=None) -> int:
+    """The command line (see the module's docstring), checked before anything runs; a mode's
+    table of step sets is passed down to it."""
+    from attnlab.gpubench.cli import need_gpu
     argv = sys.argv[1:] if argv is None else list(argv)
-    mode = argv[0] if argv else "full"
-    if mode == "record":
-        if len(argv) not in (5, 6) or argv[5:] not in ([], ["early_k"], ["ladder"]):
-            raise SystemExit("usage: ... record RUN.json OUT.json DATE COMMIT [early_k | ladder]")
+    ap = _parser()
+    modes = ("smoke", "full", "ladder", "record")
+    if argv and not argv[0].startswith("-") and argv[0] not in modes:
+        ap.error(f"argument mode: mode must be smoke, full, ladder or record; got {argv[0]!r}")
+    args = ap.parse_args(argv or ["full"])
+    if args.mode == "record":
         loaded = []
-        for path in argv[1].split(","):                 # ladder: several runs, comma-separated
-            with open(path) as f:
-                loaded.append(json.load(f))
-        run = loaded[0]
-        if argv[5:] == ["ladder"]:
-            rec = record_ladder(loaded, date=argv[3], commit=argv[4])
+        for path in args.run.split(","):                # ladder: several runs, comma-separated
+            try:
+                with open(path) as f:
+                    loaded.append(json.load(f))
+            except (OSError, ValueError) as e:
+                ap.error(f"argument run: {path}: {e}")
+        if args.kind == "ladder":
+            rec = record_ladder(loaded, date=args.date, commit=args.commit)
         else:
-            rec = record(run, date=argv[3], commit=argv[4], steps=RECORD_EARLY if argv[5:] else RECORD_STEPS)
-        with open(argv[2], "w") as f:
+            rec = record(loaded[0], date=args.date, commit=args.commit,
+                         steps=RECORD_EARLY if args.kind == "early_k" else RECORD_STEPS)
+        with open(args.out, "w") as f:
             json.dump(rec, f, indent=1)
         return 0
-    if mode not in ("smoke", "full", "ladder"):
-        raise SystemExit(f"mode must be smoke, full, ladder or record; got {mode!r}")
+    need_gpu(ap, False, "no CUDA GPU here: the Gluon kernel runs on an sm_90 GPU only (not under Triton's "
+                        "interpreter)")
+    import torch as _t
+    if _t.cuda.get_device_capability() != (9, 0):
+        ap.error(f"the Gluon kernel runs on an sm_90 GPU only; this is sm_{''.join(map(str, _t.cuda.get_device_capability()))}")
     _torch()
-    if mode == "ladder":
+    if args.mode == "ladder":
         t0 = time.time()
         ladder()
         print(f"ladder done in {time.time() - t0:.0f}s", flush=True)
         return 0
-    for flag, table in MODES.items():                   # a mode flag runs its table instead of VARIANTS
-        if flag in argv[1:]:
-            VARIANTS.clear()
-            VARIANTS.update({k: v for k, v in table.items() if not (flag == "early_k" and mode == "smoke")
-                             or k in EARLY_SMOKE})
+    table = MODES[args.table] if args.table else VARIANTS
+    if args.table == "early_k" and args.mode == "smoke":
+        table = {k: v for k, v in table.items() if k in EARLY_SMOKE}
     t0 = time.time()
-    smoke() if mode == "smoke" else full()
-    print(f"{mode} done in {time.time() - t0:.0f}s", flush=True)
+    smoke(table) if args.mode == "smoke" else full(table=table)
+    print(f"{args.mode} done in {time.time() - t0:.0f}s", flush=True)
     return 0
 
 

@@ -212,7 +212,8 @@ def table(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    args, cases, _ = parse(argv, __doc__, "sequence lengths N, e.g. 4096,8192", [(n,) for n in NS], [(40,)])
+    args, cases, _ = parse(argv, __doc__, ("N",), [(n,) for n in NS], [(40,)],
+                           prog="python -m attnlab.gpubench.sweeps.hopper")
     ns = tuple(c[0] for c in cases)
     kw = {}
     if args.dry:    # tiny: the step rows and one grid row of each kind

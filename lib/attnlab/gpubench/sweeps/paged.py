@@ -86,10 +86,11 @@ def sweep(cases=CASES, page_sizes=PAGE_SIZES, seed: int = 0) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="write every timed configuration as JSON here")
+    from attnlab.gpubench.cli import Parser, describe, need_gpu, out_path
+    ap = Parser(prog="python -m attnlab.gpubench.sweeps.paged", description=describe(__doc__))
+    ap.add_argument("--out", type=out_path, help="write every timed configuration as JSON here")
     args = ap.parse_args(argv)
+    need_gpu(ap, False, "no CUDA GPU here: this sweep times the kernels on one and has no CPU path")
     rows = sweep()
     if args.out:
         with open(args.out, "w") as f:

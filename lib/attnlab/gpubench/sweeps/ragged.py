@@ -148,12 +148,14 @@ def best(rows: list[dict]) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] != ["--out"] or len(args) != 2:
-        raise SystemExit("usage: python -m attnlab.gpubench.sweeps.ragged --out sweep.json")
+    from attnlab.gpubench.cli import Parser, describe, need_gpu, out_path
+    ap = Parser(prog="python -m attnlab.gpubench.sweeps.ragged", description=describe(__doc__))
+    ap.add_argument("--out", type=out_path, required=True, help="write every row and the best per batch here")
+    args = ap.parse_args(argv)
+    need_gpu(ap, False, "no CUDA GPU here: this sweep times the kernels on one and has no CPU path")
     rows = sweep()
     res = {"rows": rows, "best": best(rows)}
-    with open(args[1], "w") as f:
+    with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
     for line in res["best"]:
         print(json.dumps(line))

@@ -1,0 +1,90 @@
+"""The harness's command lines (python -m attnlab.gpubench, each section, the sweeps, ncu): a bad
+argument is a usage error before anything runs (exit status 2, one line on stderr naming the
+argument, no traceback); without a GPU a full-size run is refused at once; --dry runs the small
+cases on the CPU."""
+import importlib
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+MISSING = "no-such-folder/x.json"
+
+
+def _refused(capsys, mod, argv, names):
+    """main(argv) exits 2 with one stderr line that names each of `names`; returns that line."""
+    main = importlib.import_module(f"attnlab.gpubench.{mod}").main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2, (mod, argv, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert all(n in lines[0] for n in names), (names, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("mod, argv, names", [
+    ("paged", ["--dry", "--cases", "3xq"], ["--cases", "'q'", "positive integer"]),
+    ("paged", ["--dry", "--cases", "1x2x3"], ["--cases", "batch x context", "'1x2x3'"]),
+    ("paged", ["--dry", "--cases", "2x0"], ["--cases", "context", "'0'"]),
+    ("paged", ["--dry", "--cases", "0x5"], ["--cases", "batch", "'0'"]),
+    ("paged", ["--dry", "--cases", ","], ["--cases"]),
+    ("paged", ["--dry", "--page-sizes", "0"], ["--page-sizes", "'0'"]),
+    ("paged", ["--dry", "--peers", ","], ["--peers", "at least one"]),
+    ("paged", ["--dry", "--out", MISSING], ["--out", "does not exist"]),
+    ("prefill", ["--dry", "--cases", "4096"], ["--cases", "batch x N"]),
+    ("prefill", ["--dry", "--peers", "ours,cudnn"], ["--peers", "'cudnn'", "flashinfer"]),
+    ("cascade", ["--dry", "--cases", "8x4096"], ["--cases", "requests x prefix x unique"]),
+    ("decode", ["--dry", "--cases", "1x40"], ["--cases"]),                  # decode's CASES hold its splits
+    ("variants", ["--dry", "--variants", "causal,soft_cap"], ["--variants", "'soft_cap'"]),
+    ("scheduled", ["--cases", "5"], ["--cases", "batch", "5", "--dry"]),   # not a recorded batch
+    ("scheduled", ["--dry", "--plans", "balanced,greedy"], ["--plans", "'greedy'"]),
+    ("sweeps.hopper", ["--dry", "--cases", "0"], ["--cases", "N"]),
+    ("sweeps.paged", ["--out", MISSING], ["--out"]),
+    ("sweeps.ragged", [], ["--out"]),
+    ("sweeps.gluon", ["fast"], ["mode", "'fast'"]),
+    ("sweeps.gluon", ["smoke", "latest"], ["'latest'", "early_k"]),
+    ("sweeps.gluon", ["record", "run.json", "out.json", "d"], ["commit"]),
+    ("ncu", ["--group", "all"], ["--group", "'all'"]),
+    ("ncu", ["--out", "p.json"], ["--out", "--summarize"]),
+    ("ncu", ["--summarize", "d.csv", "r.csv"], ["--summarize", "d.csv"]),
+])
+def test_a_bad_argument_is_one_usage_line(capsys, tmp_path, monkeypatch, mod, argv, names):
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, mod, argv, names)
+
+
+@pytest.mark.parametrize("mod, argv, started", [
+    ("paged", [], "run"), ("prefill", ["--peers", "ours"], "run"), ("decode", [], "run"),
+    ("cascade", [], "run"), ("variants", [], "run"), ("scheduled", [], "run"),
+    ("sweeps.hopper", [], "sweep"), ("sweeps.paged", [], "sweep"), ("sweeps.ragged", ["--out", "s.json"], "sweep"),
+    ("sweeps.gluon", ["smoke"], "_torch"), ("ncu", [], "profile"),
+])
+def test_without_a_gpu_a_full_size_run_is_refused_at_once(capsys, tmp_path, monkeypatch, mod, argv, started):
+    import torch
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    m = importlib.import_module(f"attnlab.gpubench.{mod}")
+    monkeypatch.setattr(m, started, lambda *a, **k: pytest.fail(f"{mod} started without a GPU"))
+    line = _refused(capsys, mod, argv, ["no CUDA GPU"])
+    if mod.startswith("sweeps.") or mod == "ncu":
+        return
+    assert "--dry runs the small cases on the CPU" in line
+
+
+def test_dry_runs_the_small_cases_on_the_cpu(capsys, tmp_path):
+    """`python -m attnlab.gpubench.paged --dry` with one case of its own: its rows, every one checked."""
+    import torch
+    from attnlab.gpubench import paged
+    if torch.cuda.is_available():
+        pytest.skip("the dry run is for machines without a GPU")
+    out = tmp_path / "p.json"
+    assert paged.main(["--dry", "--cases", "2x20", "--page-sizes", "3", "--peers", "paged,contiguous",
+                       "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["batch"], r["context"]) for r in rows} == {(2, 20)}
+    assert {r["impl"] for r in rows} == {"paged", "contiguous"} and {r.get("page_size") for r in rows} >= {3}
+    assert all(r["max_err"] < 5e-2 for r in rows)
+    assert "paged" in capsys.readouterr().out
