@@ -326,9 +326,9 @@ def test_split_slider_only_blits():
 def test_measured_tables_fit_and_agree_with_the_run_rows():
     """Notebook 04's two tables of the recorded run: at most 100 characters a line, no commit, and
     each split row's speedup and ratio worked out here from the run file's own times."""
-    from attnlab.explore import runs
-    run = runs.newest_run()
-    sec = runs.section(run, "decode")
+    from attnlab.explore import measured
+    run = measured.newest_run()
+    sec = measured.section(run, "decode")
     text = dx.split_measured_table(sec)
     band = dx.bandwidth_table(run)
     for t in (text, band):

@@ -85,8 +85,8 @@ def test_paper_table_names_its_figures():
 
 
 def test_paged_summary_reads_the_recorded_run_and_its_ratios():
-    from attnlab.explore import measured, runs
-    res = runs.section(runs.newest_run(), "paged")
+    from attnlab.explore import measured
+    res = measured.section(measured.newest_run(), "paged")
     text = measured.paged_summary(res)
     assert res["device"] in text and res["flashinfer"] in text
     assert max(len(line) for line in text.splitlines()) <= 100
@@ -102,8 +102,8 @@ def test_paged_summary_reads_the_recorded_run_and_its_ratios():
 
 
 def test_variants_summary_ratios_come_from_the_recorded_rows():
-    from attnlab.explore import measured, runs
-    sec = runs.section(runs.newest_run(), "variants")
+    from attnlab.explore import measured
+    sec = measured.section(measured.newest_run(), "variants")
     text = measured.variants_summary(sec)
     rows = sec["rows"]
     cases = {(r["batch"], r["N"], r["variant"]) for r in rows}
@@ -196,10 +196,10 @@ def test_the_explorers_numbers_name_their_parameters(call, exc, word):
 
 def test_the_printed_checks_fit_100_characters():
     """Notebook 05 prints these; JupyterLab wraps a wider line and a table's columns stop lining up."""
-    from attnlab.explore import runs
+    from attnlab.explore import measured
     from attnlab.explore.flashinfer.snippets import host_costs, mixed_batch_check, paged_lesson
-    run = runs.newest_run()
-    texts = [paper_table(), host_costs(run), paged_lesson(runs.section(run, "paged")),
+    run = measured.newest_run()
+    texts = [paper_table(), host_costs(run), paged_lesson(measured.section(run, "paged")),
              mixed_batch_check(chunk=40, cached=24, decode_lens=(30, 9), page_size=8, d=16)]
     wide = [line for text in texts for line in text.splitlines() if len(line) > 100]
     assert not wide, wide

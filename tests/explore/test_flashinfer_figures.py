@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attnlab.explore import EXPLORERS, runs
+from attnlab.explore import EXPLORERS, measured
 from attnlab.explore._base import png_rgb
 from attnlab.explore.flashinfer import page_table as pt
 from attnlab.explore.flashinfer import variant_gallery as vg
@@ -116,10 +116,10 @@ def test_variant_controls_keep_their_sliders():
 
 
 def test_each_measured_section_states_its_own_date():
-    run = runs.newest_run()
+    run = measured.newest_run()
     for name, sec in run["sections"].items():
-        text = runs.provenance(run, name)
+        text = measured.provenance(run, name)
         assert re.search(rf", {sec['date']}: torch", text), name
         if sec["date"] != run["date"]:
             assert run["date"] not in text, name
-    assert f", {run['sections']['paged']['date']}: torch" in runs.paged_summary(runs.section(run, "paged"))
+    assert f", {run['sections']['paged']['date']}: torch" in measured.paged_summary(measured.section(run, "paged"))

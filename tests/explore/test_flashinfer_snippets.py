@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from attnlab.explore import runs
+from attnlab.explore import measured
 from attnlab.explore.flashinfer.snippets import (host_costs, mixed_batch_check, paged_lesson, tree_check,
                                                  tree_mask)
 from attnlab.machine.schedule import query_tile
@@ -87,7 +87,7 @@ def _spans(text):
 
 
 def test_paged_lesson_ratios_come_from_the_rows():
-    sec = runs.section(runs.newest_run(), "paged")
+    sec = measured.section(measured.newest_run(), "paged")
     rows = [r for r in sec["rows"] if r.get("page_size")]
     cases = {(r["batch"], r["page_size"]) for r in rows}
 
@@ -103,7 +103,7 @@ def test_paged_lesson_ratios_come_from_the_rows():
 
 
 def test_host_costs_read_the_plan_times():
-    run = runs.newest_run()
+    run = measured.newest_run()
     text = host_costs(run)
     fi = [r["plan_us"] / 1e3 for r in run["sections"]["paged"]["rows"] if "plan_us" in r]
     assert _spans(text.splitlines()[0])[0] == (round(min(fi), 2), round(max(fi), 2))

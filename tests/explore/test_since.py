@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnlab.core import lowprec as lp
-from attnlab.explore.runs import newest_run
+from attnlab.explore.measured import newest_run
 from attnlab.explore.since import fastest_per_case, kv_cache_rows, lowprec_numbers, mla_rows
 from attnlab.machine.hardware import get_gpu, ridge_point
 from attnlab.core.decode import intensity

@@ -1,7 +1,7 @@
-"""The GPU run file and its views: gpubench.schema (the one set of columns, ratio_to_best's one
-direction), gpubench.convert, and explore.measured (`runs`, what notebooks 03-06 print), checked
-against the recorded rows themselves and against small synthetic sections whose answers are worked
-out by hand. No GPU and no torch needed."""
+"""The GPU run file and its views: attnlab.runfile (the one set of columns, ratio_to_best's one
+direction, reading, writing, converting older files) and explore.measured (what notebooks 03-06
+print), checked against the recorded rows themselves and against small synthetic sections whose
+answers are worked out by hand. No GPU and no torch needed."""
 from __future__ import annotations
 
 import json
@@ -9,11 +9,10 @@ import re
 
 import pytest
 
-from attnlab.explore import runs
+from attnlab.explore import measured
 from attnlab.explore.measured import reader
-from attnlab.gpubench.convert import to_schema
 from attnlab.gpubench.run import default_path
-from attnlab.gpubench.schema import COLUMNS, SCHEMA, own_row, section_rows
+from attnlab.runfile import COLUMNS, SCHEMA, own_row, section_rows, to_schema
 
 
 def test_section_rows_by_hand():
@@ -82,7 +81,7 @@ def test_the_recorded_file_is_in_the_schema_and_its_sections_read_back():
         raw = json.load(f)
     assert raw["schema"] == SCHEMA and all(tuple(r) == COLUMNS for r in raw["rows"])
     assert all("rows" not in sec for sec in raw["sections"].values())
-    assert section_rows("paged", runs.section(res, "paged")["rows"], raw["commits_by_section"]["paged"]) == \
+    assert section_rows("paged", measured.section(res, "paged")["rows"], raw["commits_by_section"]["paged"]) == \
         [r for r in raw["rows"] if r["section"] == "paged"]
     for r in raw["rows"]:                                 # one direction: 1.0 = the fastest of its case
         if r["ratio_to_best"] is not None:
@@ -94,12 +93,12 @@ def test_the_recorded_file_is_in_the_schema_and_its_sections_read_back():
     assert set(res["commits_by_section"]) == set(res["sections"])
     for name, commit in res["commits_by_section"].items():
         assert re.fullmatch(r"[0-9a-f]{40}", commit), name
-        text = runs.provenance(res, name)
+        text = measured.provenance(res, name)
         assert commit[:7] not in text and "note:" not in text and max(map(len, text.splitlines())) <= 100
     with pytest.raises(KeyError, match="no 'nonexistent' section"):
-        runs.provenance(res, "nonexistent")
+        measured.provenance(res, "nonexistent")
     bare = {k: v for k, v in res.items() if k not in ("ceilings", "commit", "commits_by_section")}
-    assert "measured ceilings: copy" in runs.provenance(bare, "paged")      # paged's own ceilings
+    assert "measured ceilings: copy" in measured.provenance(bare, "paged")      # paged's own ceilings
 
 
 def test_newest_run_goes_by_the_date_in_the_name(tmp_path, monkeypatch):
@@ -107,15 +106,15 @@ def test_newest_run_goes_by_the_date_in_the_name(tmp_path, monkeypatch):
                        ("h200-2026-12-09-paged.json", "not a run file")):
         (tmp_path / name).write_text(json.dumps({"mark": date, "schema": SCHEMA, "sections": {}, "rows": []}))
     monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
-    assert [p.name for p in runs.run_files()] == ["h200-2026-11-30.json", "h200-2026-12-01.json", "a100-2026-12-02.json"]
-    assert runs.newest_run()["mark"] == "b"
+    assert [p.name for p in measured.run_files()] == ["h200-2026-11-30.json", "h200-2026-12-01.json", "a100-2026-12-02.json"]
+    assert measured.newest_run()["mark"] == "b"
     (tmp_path / "b100-2026-12-03.json").write_text(json.dumps({"mark": "old", "sections": {}}))
-    with pytest.raises(ValueError, match="not a run file in schema .*gpubench.convert"):
-        runs.newest_run()
+    with pytest.raises(ValueError, match="not a run file in schema .*python -m attnlab.runfile"):
+        measured.newest_run()
     for p in tmp_path.iterdir():
         p.unlink()
     with pytest.raises(FileNotFoundError, match="no run file"):
-        runs.newest_run()
+        measured.newest_run()
 
 
 def test_default_path_names_the_gpu_and_date():
@@ -124,7 +123,7 @@ def test_default_path_names_the_gpu_and_date():
 
 def test_section_refuses_a_missing_one_by_name():
     with pytest.raises(KeyError, match="no 'variants' section; it has"):
-        runs.section({"sections": {"prefill": {}}}, "variants")
+        measured.section({"sections": {"prefill": {}}}, "variants")
 
 
 def _cells(text, start):
@@ -132,9 +131,9 @@ def _cells(text, start):
 
 
 def test_prefill_summary_ratios_come_from_the_rows():
-    res = runs.newest_run()
-    sec = runs.section(res, "prefill")
-    text = runs.prefill_summary(res)
+    res = measured.newest_run()
+    sec = measured.section(res, "prefill")
+    text = measured.prefill_summary(res)
     assert res["device"] in text and res["flashinfer"] in text
     ours, libs = text.split("the libraries")
     assert len(_cells(libs, r"\d+ x \d+K\s")) == len(_cells(ours, r"\d+ x \d+K\s"))
@@ -149,9 +148,9 @@ def test_prefill_summary_ratios_come_from_the_rows():
 
 
 def test_cascade_and_schedule_summaries_come_from_the_rows():
-    res = runs.newest_run()
-    cas = runs.section(res, "cascade")["rows"]
-    text = runs.cascade_summary(res)
+    res = measured.newest_run()
+    cas = measured.section(res, "cascade")["rows"]
+    text = measured.cascade_summary(res)
     assert max(len(line) for line in text.splitlines()) <= 100
     counted = _cells(text.split("counted against measured")[1], r"\s*\d+\s+4096\s")
     assert len(counted) == len({r["n"] for r in cas})
@@ -160,8 +159,8 @@ def test_cascade_and_schedule_summaries_come_from_the_rows():
         auto = next(r["us"] for r in cas if r["n"] == n and r["impl"] == "cascade" and r.get("auto"))
         paged = next(r["us"] for r in cas if r["n"] == n and r["impl"] == "paged")
         assert cells[-1] == f"{paged / auto:.2f}"
-    sch = runs.section(res, "scheduled")["rows"]
-    text = runs.schedules_summary(res)
+    sch = measured.section(res, "scheduled")["rows"]
+    text = measured.schedules_summary(res)
     assert max(len(line) for line in text.splitlines()) <= 100
     lines = _cells(text.split("\nbeside\n")[1], r"\s*\d+\s+\d+\s+\d")
     assert len(lines) == len({r["batch"] for r in sch})
@@ -174,7 +173,7 @@ def test_cascade_and_schedule_summaries_come_from_the_rows():
 
 
 def test_hopper_steps_gains_are_ratios_of_consecutive_rows():
-    text = runs.hopper_steps_summary()
+    text = measured.hopper_steps_summary()
     rows = [line.split() for line in text.splitlines() if re.match(r"\d+K", line)]
     prev = None
     for cells in rows:
@@ -224,7 +223,7 @@ def test_gluon_steps_summary_comes_from_the_recorded_file(tmp_path, monkeypatch)
     from attnlab.explore.measured import reader
     name = "h200-2026-12-02-gluon-steps.json"
     res = json.loads((reader.measurements_dir() / name).read_text())
-    lines = _cells(runs.gluon_steps_summary(name), r"\d+ x \d+K,")
+    lines = _cells(measured.gluon_steps_summary(name), r"\d+ x \d+K,")
     assert len(lines) == len({(r["batch"], r["N"], r["head_dim"], r["causal"]) for r in res["rows"]})
     for cells in lines:
         b, n, d, causal = int(cells[0]), int(cells[2][:-2]) * 1024, int(cells[3]), cells[4] == "causal"
@@ -235,7 +234,7 @@ def test_gluon_steps_summary_comes_from_the_recorded_file(tmp_path, monkeypatch)
     (tmp_path / name).write_text(json.dumps(res))
     monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match="failed its check"):
-        runs.gluon_steps_summary(name)
+        measured.gluon_steps_summary(name)
 
 
 @pytest.mark.parametrize("name", ["h200-2026-12-02-gluon-steps.json", "h200-2026-12-03-gluon-early-k.json"])
@@ -244,7 +243,7 @@ def test_gluon_steps_figure_draws_every_checked_step_of_the_file(name, tmp_path,
 
     from attnlab.explore.measured import reader
     res = json.loads((reader.measurements_dir() / name).read_text())
-    fig = runs.gluon_steps_figure(name)
+    fig = measured.gluon_steps_figure(name)
     for ax, causal in zip(fig.axes, (False, True)):
         want = sorted(r["tflops"] for r in res["rows"]
                       if r["head_dim"] == 128 and r["causal"] == causal and r["impl"] in res["steps"])
@@ -254,15 +253,15 @@ def test_gluon_steps_figure_draws_every_checked_step_of_the_file(name, tmp_path,
     (tmp_path / name).write_text(json.dumps(res))
     monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match="failed their check"):
-        runs.gluon_steps_figure(name)
+        measured.gluon_steps_figure(name)
     with pytest.raises(ValueError, match="head_dim=96"):
-        runs.gluon_steps_figure(name, head_dim=96)
+        measured.gluon_steps_figure(name, head_dim=96)
 
 
 def test_profile_summary_shares_are_the_recorded_stalls_over_cycles_per_issue(tmp_path, monkeypatch):
     with open(reader.measurements_dir() / "h200-2026-12-02-ncu.json") as f:
         rec = {k["call"]: k for k in json.load(f)["kernels"]}
-    text = runs.profile_summary(("gluon", "sdpa-cudnn"))
+    text = measured.profile_summary(("gluon", "sdpa-cudnn"))
     assert max(len(ln) for ln in text.splitlines()) <= 100
     units, waits = ([ln for ln in part.splitlines() if ln.startswith(("gluon", "sdpa-cudnn"))]
                     for part in text.split("where the warps wait"))
@@ -273,10 +272,39 @@ def test_profile_summary_shares_are_the_recorded_stalls_over_cycles_per_issue(tm
         assert unit.split()[-3] == f"{k['tensor_pipe_active_pct']:.0f}"
     for bad, exc in (("", TypeError), (["gluon"], TypeError), ("nothing-like-this", ValueError)):
         with pytest.raises(exc, match="prefix|no call"):
-            runs.profile_summary(bad)
+            measured.profile_summary(bad)
     no_stalls = {**rec["gluon default 1x4096 causal"]}
     del no_stalls["stalls"]
     (tmp_path / "p.json").write_text(json.dumps({"kernels": [no_stalls]}))
     monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match="no stall counters"):
-        runs.profile_summary("gluon", "p.json")
+        measured.profile_summary("gluon", "p.json")
+
+
+def test_the_run_file_reads_back_what_it_wrote_and_refuses_a_broken_one(tmp_path):
+    """runfile.write then runfile.read give the same run; a file that is not JSON, not in the
+    schema, or whose row lacks a column is refused by name, before or after writing."""
+    from attnlab import runfile
+    rows = section_rows("paged", [{"batch": 1, "context": 8, "impl": "paged", "us": 2.0, "bytes": 4e6}])
+    run = {"schema": SCHEMA, "device": "x", "sections": {"paged": {}}, "rows": rows}
+    path = tmp_path / "x-2026-01-01.json"
+    runfile.write(path, run)
+    assert runfile.read(path) == run and reader.load(path)["sections"]["paged"]["rows"][0]["us"] == 2.0
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json is not JSON"):
+        runfile.read(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match=r"rows\[0\] must have exactly the columns"):
+        runfile.write(path, {**run, "rows": [{k: v for k, v in rows[0].items() if k != "error"}]})
+    with pytest.raises(ValueError, match="not a run file in schema 2; `python -m attnlab.runfile FILE`"):
+        runfile.check({"sections": {}, "rows": []}, "old.json")
+    with pytest.raises(TypeError, match="path must be a file name"):
+        runfile.write(None, run)
+    assert runfile.read(path) == run                        # the refused writes left the file alone
+
+
+def test_the_live_cells_refuse_an_unknown_section_by_name():
+    from attnlab.gpubench import live
+    with pytest.raises(ValueError, match="sections='nope' is not allowed; valid: 'prefill'"):
+        live.live_run(("prefill", "nope"))
+    with pytest.raises(TypeError, match="sections must be a tuple"):
+        live.live_run("paged")

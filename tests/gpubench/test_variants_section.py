@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 from attnlab.gpubench import variants  # noqa: E402
-from attnlab.gpubench.schema import section_rows  # noqa: E402
+from attnlab.runfile import section_rows  # noqa: E402
 
 
 def _sdpa_as(name):

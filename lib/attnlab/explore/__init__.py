@@ -6,7 +6,7 @@
     decode/     notebook 04   IntensityExplorer, SplitKVExplorer, MergeExplorer, CascadeExplorer
     flashinfer/ notebook 05   paged KV, composable formats, variants, tile sizes, the scheduler
     since/      notebook 06   backends measured, MLA decode, FA4RoofExplorer, LowPrecExplorer
-    measured/                 the one reader of the recorded GPU runs (runs.py: its name for the notebooks)
+    measured/                 the one reader of the recorded GPU runs (through attnlab.runfile) and its views
 
 Every explorer subclasses `Explorer` (`_base.py`, which states the contract) and registers
 itself under its `name`: `EXPLORERS[name]()` builds it at the lecture's defaults.

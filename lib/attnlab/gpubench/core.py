@@ -141,7 +141,7 @@ def table(res: dict, section: str | None = None) -> str:
     """A run (rows in the schema) or one section's result (`section` names it: its own rows are
     put in the schema first) as text under its provenance, via attnlab.fmt.table."""
     from attnlab import fmt
-    from attnlab.gpubench.schema import section_rows
+    from attnlab.runfile import section_rows
     rows = res["rows"] if section is None else section_rows(section, res["rows"], res.get("commit"))
     head = (f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
             f"flashinfer {res.get('flashinfer')}, commit {res.get('commit')}\n")

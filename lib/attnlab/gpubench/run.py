@@ -17,22 +17,20 @@ their full results under "sections"):
 
 The ceilings (copy bandwidth, bf16 matmul rate) are measured once, first, and every section reads
 against them. Every section's rows go into the file's one table, "rows", in the one schema of
-gpubench.schema (ratio_to_best = best time / this time: higher is better, 1.0 = the fastest);
+attnlab.runfile (ratio_to_best = best time / this time: higher is better, 1.0 = the fastest);
 the sections keep their settings. The file is rewritten after each section, so a timeout keeps
 what came before.
 """
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import re
 import sys
 import traceback
 
-from attnlab.gpubench.cli import write_json
 from attnlab.gpubench.core import table as core_table
-from attnlab.gpubench.schema import SCHEMA, section_rows
+from attnlab.runfile import SCHEMA, read, section_rows, write
 
 __all__ = ["SECTIONS", "run", "default_path", "table", "main"]
 
@@ -41,7 +39,7 @@ SECTIONS = ("prefill", "decode", "paged", "cascade", "variants", "scheduled")
 
 def default_path(device: str, date: str) -> str:
     """data/measurements/<gpu>-<date>.json, the gpu the last word of the device's name (h200)."""
-    from attnlab.machine.hardware import data_path
+    from attnlab.catalog import data_path
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower().split()[-1]).strip("-") or "gpu"
     return str(data_path("gpus.json").parent / "measurements" / f"{slug}-{date}.json")
 
@@ -60,10 +58,7 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
         out = default_path(res["device"], res["date"])
     res["schema"], res["rows"] = SCHEMA, []
     if merge and out and os.path.exists(out):
-        with open(out) as f:
-            old = json.load(f)
-        if old.get("schema") != SCHEMA:
-            raise ValueError(f"out: {out} is not in schema {SCHEMA}; run gpubench.convert on it first")
+        old = read(out)                                   # a ValueError names the file and how to convert it
         res["sections"], res["rows"] = old.get("sections", {}), old.get("rows", [])
         res["ceilings_by_section"] = old.get("ceilings_by_section", {})
         res["commits_by_section"] = old.get("commits_by_section", {})
@@ -97,8 +92,10 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
         res["sections"][name] = sec
         res["ceilings_by_section"][name] = c
         res["commits_by_section"][name] = res.get("commit")
-        write_json(out, res)
-    write_json(out, res)
+        if out:
+            write(out, res)
+    if out:
+        write(out, res)
     return res
 
 

@@ -219,7 +219,7 @@ def table(res: dict) -> str:
     items: the plan's work items; /cta: the slots per CTA the graph was captured with; best/us: the
     run schema's ratio_to_best (1.0 = the fastest of the batch)."""
     from attnlab import fmt
-    from attnlab.gpubench.schema import section_rows
+    from attnlab.runfile import section_rows
     ratio = [r["ratio_to_best"] for r in section_rows("scheduled", res["rows"])]
     rows = sorted(({**r, "best": x} for r, x in zip(res["rows"], ratio)), key=lambda r: (r["batch"], r["impl"]))
     cols = {"batch": "batch", "tokens": "tokens", "impl": "impl", "items": "items", "max_items": "/cta",

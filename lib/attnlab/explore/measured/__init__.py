@@ -1,13 +1,14 @@
 """Recorded GPU runs beside the model, for notebooks 03-06: one reader of run files
-(`reader`, the schema of attnlab.gpubench.schema) and the views each notebook prints.
+(`reader`, through attnlab.runfile and its schema) and the views each notebook prints.
 
-    reader       run_files, load, newest_run, live_run, provenance, section
+    reader       run_files, load, newest_run, view (a run made here), provenance, section
     prefill      notebook 03: prefill_summary, prefill_figure, hopper_steps_summary, gluon_steps_summary,
                  gluon_steps_figure;  steps: the one step table with its noise band (ladder_summary)
     decode       notebook 04: decode_figure (its tables: explore.decode.measured_tables)
     flashinfer   notebook 05: paged_summary, cascade_summary, variants_summary, schedules_*
 
-`attnlab.explore.runs` is this package under the name the notebooks import.
+The notebooks import it as `from attnlab.explore import measured`. A run made on this machine
+(`attnlab.gpubench.live`, the optional GPU cells) is handed to these views through `view`.
 """
 from __future__ import annotations
 
@@ -22,10 +23,4 @@ from attnlab.explore.measured.reader import __all__ as _reader
 from attnlab.explore.measured.steps import *  # noqa: F401,F403
 from attnlab.explore.measured.steps import __all__ as _steps
 
-__all__ = ["not_live", *_reader, *_prefill, *_steps, *_decode, *_flashinfer]
-
-
-def not_live() -> str:
-    """What the optional GPU cell prints when it cannot measure here, and why."""
-    from attnlab import kernels as gpu
-    return f"{gpu.unavailable_reason()}: the recorded H200 measurements above stand."
+__all__ = [*_reader, *_prefill, *_steps, *_decode, *_flashinfer]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
+from attnlab.runfile import OURS
+
 from attnlab.explore import style
-from attnlab.gpubench.schema import OURS
 from attnlab.explore.measured.reader import provenance, section
 
 __all__ = ["paged_summary", "variants_summary", "cascade_summary", "SCHEDULES", "schedules_summary",
@@ -53,7 +54,7 @@ def paged_summary(res: dict) -> str:
 
 
 def variants_summary(res: dict) -> str:
-    """A run's variants section (`runs.section(run, "variants")`): per case and variant, the
+    """A run's variants section (`measured.section(run, "variants")`): per case and variant, the
     TFLOP/s of our kernels with the variant compiled in (`variant_prefill`, the FA2 loop;
     `flash_attention_hopper`; `flash_attention_gluon`, the FA3-style kernel, where the run has it),
     of compiled FlexAttention, and the best peer's time over each of ours (above 1: ours is

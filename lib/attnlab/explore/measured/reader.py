@@ -1,21 +1,21 @@
 """The one reader of run files (`python -m attnlab.gpubench`, data/measurements/<gpu>-<date>.json),
-which are in the one schema of attnlab.gpubench.schema; a file in no schema (recorded before it)
-is refused: `python -m attnlab.gpubench.convert FILE` rewrites it once.
+read through attnlab.runfile and its schema; a file in no schema (recorded before it) is refused:
+`python -m attnlab.runfile FILE` rewrites it once.
 
-`newest_run()` loads the newest file; `live_run()` makes a new run when a CUDA GPU is here; both
-give the file's dict with its schema rows under "rows", and each section under "sections" as
-`section(run, name)` gives it: its settings with its rows back in the section's own keys
-(gpubench.schema.own_row), which the formatters print.
+`newest_run()` loads the newest file; `view(run)` takes a run made here (the optional GPU cells:
+`attnlab.gpubench.live.live_run`); both give the file's dict with its schema rows under "rows",
+and each section under "sections" as `section(run, name)` gives it: its settings with its rows
+back in the section's own keys (runfile.own_row), which the formatters print.
 """
 from __future__ import annotations
 
 import json
 import re
 
-from attnlab.gpubench.schema import SCHEMA, own_row
-from attnlab.machine.hardware import data_path
+from attnlab.catalog import data_path
+from attnlab.runfile import check, own_row, read
 
-__all__ = ["measurements_dir", "run_files", "load", "recorded", "newest_run", "live_run", "provenance", "section",
+__all__ = ["measurements_dir", "run_files", "load", "recorded", "newest_run", "view", "provenance", "section",
            "profile_summary"]
 
 _RUN = re.compile(r"^([a-z0-9]+)-(\d{4}-\d{2}-\d{2})\.json$")
@@ -31,19 +31,17 @@ def run_files() -> list:
     return [p for _, _, p in sorted(found)]
 
 
-def _view(res: dict, file: str) -> dict:
-    if not isinstance(res, dict) or res.get("schema") != SCHEMA:
-        raise ValueError(f"{file} is not a run file in schema {SCHEMA}; "
-                         "`python -m attnlab.gpubench.convert` rewrites an older one")
-    rows = res.get("rows", [])
-    return {**res, "rows": list(rows), "file": file,
-            "sections": {name: section(res, name) for name in res.get("sections", {})}}
+def view(res: dict, file: str = "(live run, not saved)") -> dict:
+    """Run `res` (a run file's dict, checked against the schema; `file` names it) as the views
+    read it: its rows, and each section as `section` gives it (see the module's docstring)."""
+    check(res, file)
+    return {**res, "rows": list(res["rows"]), "file": file,
+            "sections": {name: section(res, name) for name in res["sections"]}}
 
 
 def load(path) -> dict:
     """The run file at `path` (see the module's docstring)."""
-    with open(path) as f:
-        return _view(json.load(f), getattr(path, "name", str(path)))
+    return view(read(path), getattr(path, "name", str(path)))
 
 
 def recorded(name: str) -> dict:
@@ -58,18 +56,6 @@ def newest_run() -> dict:
     if not files:
         raise FileNotFoundError(f"no run file <gpu>-<date>.json in {measurements_dir()}")
     return load(files[-1])
-
-
-def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) -> dict | None:
-    """Run those sections of `python -m attnlab.gpubench` here if a CUDA GPU is visible (minutes:
-    FlashInfer's columns need `pip install flashinfer-python`, and its first calls compile);
-    None otherwise. Nothing is written to disk."""
-    from attnlab import kernels as gpu
-    if not gpu.available():
-        return None
-    from attnlab.gpubench import run as bench
-    res = bench.run(sections, out="")
-    return _view(res, "(live run, not saved)")
 
 
 def provenance(res: dict, name: str | None = None) -> str:

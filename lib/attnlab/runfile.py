@@ -1,4 +1,6 @@
-"""The one schema of a run file (`python -m attnlab.gpubench`, data/measurements/<gpu>-<date>.json).
+"""The run file: one GPU run's measurements (`python -m attnlab.gpubench` writes it,
+attnlab.explore.measured reads it; data/measurements/<gpu>-<date>.json), its one schema, reading
+and writing it, and the conversion of files recorded before the schema.
 
 A run file is a dict: the provenance (device, sms, l2_bytes, torch, triton, flashinfer, commit,
 date), "schema" (SCHEMA, this version), "ceilings" (copy_bytes_per_s, bf16_matmul_flops, measured
@@ -20,13 +22,22 @@ exactly the columns of COLUMNS:
     commit         the commit the row's kernels were measured at
     extra          what only this section measures (model_us, predicted_us, utilization, ...)
 
-(Older files had a column `x_best` that meant us/fastest in two sections and fastest-peer/us in
-two others; gpubench.convert rewrote them into this schema once.)
+`read(path)` and `write(path, run)` check a run against the schema (`check`) on the way in and
+out. Older files had no "schema" and a column `x_best` that meant us/fastest in two sections and
+fastest-peer/us in two others; `to_schema` rewrites such a file into this schema:
+
+    python -m attnlab.runfile data/measurements/h200-2026-12-01.json [...]
+
+Layer 0: imports the standard library only.
 """
 from __future__ import annotations
 
-__all__ = ["SCHEMA", "COLUMNS", "OURS", "CASE_KEYS", "IMPL_KEYS", "case_text", "impl_text",
-           "own_names", "section_rows", "own_row"]
+import json
+import os
+import sys
+
+__all__ = ["SCHEMA", "COLUMNS", "OURS", "CASE_KEYS", "IMPL_KEYS", "CONVERT", "case_text", "impl_text",
+           "own_names", "section_rows", "own_row", "check", "read", "write", "to_schema", "main"]
 
 SCHEMA = 2
 COLUMNS = ("section", "what", "impl", "shape", "ours", "time_us", "flop", "bytes", "tflops", "tbps",
@@ -46,6 +57,8 @@ _OWN = {"time_us": "us", "flop": "flops", "bytes": "bytes", "error": "max_err"}
 _OWN_BY = {"cascade": {"bytes": "kv_bytes"}, "decode": {"error": "rel_err"}}
 #: derived values a section row may carry that the schema computes instead (x_best: two meanings)
 _DERIVED = ("tflops", "tb_per_s", "x_best")
+#: how a file recorded before the schema is rewritten into it
+CONVERT = "python -m attnlab.runfile FILE"
 
 
 def _known(section: str) -> None:
@@ -133,3 +146,72 @@ def section_rows(section: str, rows: list, commit: str | None = None) -> list[di
         times = [x["time_us"] for x in out if x["what"] == row["what"] and x["impl"] != "standard"]
         row["ratio_to_best"] = min(times) / row["time_us"] if times and row["impl"] != "standard" else None
     return out
+
+
+def check(run, where: str = "run") -> dict:
+    """`run` itself if it is a run file's dict in this schema (see the module's docstring): schema
+    SCHEMA, a "sections" dict and a "rows" list of dicts with exactly the columns of COLUMNS, each
+    of a known section. Otherwise a ValueError naming `where` (the file) and what is wrong."""
+    if not isinstance(run, dict) or run.get("schema") != SCHEMA:
+        raise ValueError(f"{where} is not a run file in schema {SCHEMA}; `{CONVERT}` rewrites an older one")
+    if not isinstance(run.get("sections"), dict) or not isinstance(run.get("rows"), list):
+        raise ValueError(f"{where}: a run file needs a 'sections' dict and a 'rows' list; got "
+                         f"{type(run.get('sections')).__name__} and {type(run.get('rows')).__name__}")
+    for i, r in enumerate(run["rows"]):
+        if not isinstance(r, dict) or tuple(r) != COLUMNS or r["section"] not in CASE_KEYS:
+            raise ValueError(f"{where}: rows[{i}] must have exactly the columns {COLUMNS} and a section of "
+                             f"{sorted(CASE_KEYS)}; got {r!r}"[:400])
+    return run
+
+
+def read(path) -> dict:
+    """The run file at `path` (a str or path), checked against the schema; a ValueError names the
+    file when it is not JSON or not in the schema."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise TypeError(f"path must be a file name (str or path); got {path!r}")
+    with open(path, encoding="utf-8") as f:
+        try:
+            run = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not JSON ({e}); `python -m attnlab.gpubench` writes a run file") from None
+    return check(run, str(path))
+
+
+def write(path, run) -> None:
+    """Write `run` (checked against the schema first) as indented JSON to `path`."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise TypeError(f"path must be a file name (str or path); got {path!r}")
+    check(run, "run")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(run, f, indent=1)
+
+
+def to_schema(old: dict) -> dict:
+    """The run file `old` (a dict with "sections", each with its own "rows") in the schema."""
+    if not isinstance(old, dict) or not isinstance(old.get("sections"), dict):
+        raise ValueError("old must be a run file's dict with a 'sections' dict")
+    if old.get("schema") == SCHEMA:
+        return old
+    new = {k: v for k, v in old.items() if k not in ("rows", "sections")}
+    new["schema"], new["sections"], new["rows"] = SCHEMA, {}, []
+    commits = old.get("commits_by_section", {})
+    for name, sec in old["sections"].items():
+        new["sections"][name] = {k: v for k, v in sec.items() if k != "rows"}
+        new["rows"] += section_rows(name, sec.get("rows", []), commits.get(name, old.get("commit")))
+    return new
+
+
+def main(argv=None) -> int:
+    """`python -m attnlab.runfile FILE...`: rewrite each file recorded before the schema into it."""
+    for path in (sys.argv[1:] if argv is None else argv):
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+        new = to_schema(old)
+        if new is not old:
+            write(path, new)
+        print(f"{path}: {'converted' if new is not old else 'already in the schema'}, {len(new['rows'])} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
