@@ -10,7 +10,7 @@ import pytest
 from attnlab.machine import schedule, workload
 from attnlab.explore import EXPLORERS
 from attnlab.explore import flashinfer as fx
-from attnlab.machine.hardware import data_path
+from attnlab.catalog import data_path
 from attnlab.course import batches
 
 KV_HEADS, GROUP = 8, 4                      # Llama-3-8B

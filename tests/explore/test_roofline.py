@@ -15,7 +15,8 @@ from attnlab.explore.roofline import (GRID, I_MAX, I_MIN, SOFTMAX_FLOPS, attenti
                                       RooflineExplorer, roofline_points, spec_sources)
 from attnlab.explore.roofline import memory_table
 from attnlab.explore.roofline.explorer import KEY as _KEY
-from attnlab.machine.hardware import data_path, get_gpu, gpus
+from attnlab.catalog import data_path
+from attnlab.machine.hardware import get_gpu, gpus
 from attnlab.machine.models import attention_linear_crossover, linear_flops_per_token
 
 

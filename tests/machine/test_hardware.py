@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from attnlab.machine import hardware as hw
-from attnlab.machine.hardware import (DTYPE_BYTES, GPU, attainable, data_path, get_gpu, gpus, peak,
+from attnlab.catalog import data_path
+from attnlab.machine.hardware import (DTYPE_BYTES, GPU, attainable, get_gpu, gpus, peak,
                               ridge_point, roofline_time)
 
 REQUIRED = ("name", "sms", "hbm_bytes", "hbm_bandwidth", "sram_per_sm", "l2_bytes", "peak_flops",

@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from attnlab.machine.hardware import data_path, get_gpu
+from attnlab.catalog import data_path
+from attnlab.machine.hardware import get_gpu
 from attnlab.machine.models import (Model, PrefillCost, attention_linear_crossover, get_model,
                             linear_flops_per_token, models, prefill_cost, prefill_cost_curve)
 

@@ -14,7 +14,7 @@ import inspect
 import json
 import sys
 
-from attnlab.machine.hardware import data_path
+from attnlab.catalog import data_path
 from attnlab.machine.workload import DISTS, RECORDED_BATCHES, lengths
 
 FILENAME = "request_lengths.json"

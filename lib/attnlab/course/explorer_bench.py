@@ -9,16 +9,17 @@ explorer caches itself: a setting whose numbers were never computed (the browser
 ms") can take longer than any line here.
 Target on the course's 2-core CPU: under 100 ms per change, under 20 ms for the numbers. The
 last lines time `schedule.plan_balanced` (target under 100 us) from a list of pairs, from an
-(n, 2) array and with every column built, against the straightforward heapq planner it
-replaced, kept here as `balanced_heapq`, and check that both make the same plan.
+(n, 2) array and with every column built, against the straightforward heapq planner
+(`schedule.lpt.balanced_heapq`), and check that both make the same plan.
 """
 from __future__ import annotations
 
 import statistics
 import sys
 import time
+from dataclasses import astuple
 
-from attnlab.validate import as_int
+from attnlab.timing import median_time
 
 from attnlab.explore import EXPLORERS
 from attnlab.explore._drive import candidate_values
@@ -56,43 +57,6 @@ def bench_explorer(cls, repeats: int = 2) -> tuple[float, float, float, int]:
     return med, first, num, len(times)
 
 
-def balanced_heapq(lens, kv_heads: int, num_ctas: int, group: int):
-    """plan_balanced the straightforward way, as the schedule module first wrote it: Python loops
-    over the pairs and pieces, sorted(), then `heap_schedule`'s heap pop and push per item.
-    (work, loads, merge) in the layout of a Plan's, for the comparison."""
-    from attnlab.machine.schedule import WorkItem, heap_schedule, query_tile
-    pairs = [(as_int(f"lengths[{i}] l_qo", q, 1, None), as_int(f"lengths[{i}] l_kv", k, 1, None))
-             for i, (q, k) in enumerate(lens)]
-    packed = [q * group for q, _ in pairs]
-    tq = query_tile(sum(packed) / len(packed))
-    total = kv_heads * sum(-(-p // tq) * k for p, (_, k) in zip(packed, pairs))
-    chunk = max(1, -(-total // num_ctas))
-    items = [(r, h, range(t0, min(t0 + tq, p)), a, min(a + chunk, k))
-             for r, ((_, k), p) in enumerate(zip(pairs, packed)) for h in range(kv_heads)
-             for t0 in range(0, p, tq) for a in range(0, k, chunk)]
-    costs = [2 * len(rows) + (b - a) for _, _, rows, a, b in items]
-    order = sorted(range(len(items)), key=lambda i: -costs[i])
-    ctas, _, loads = heap_schedule([costs[i] for i in order], num_ctas)
-    work = [WorkItem(*items[i], cta, costs[i]) for i, cta in zip(order, ctas)]
-    outputs: dict = {}
-    for j, w in enumerate(work):
-        outputs.setdefault((w.request, w.kv_head, w.q_rows.start // tq), []).append(j)
-    merge = tuple((key, tuple(sorted(js, key=lambda j: work[j].kv_start)))
-                  for key, js in sorted(outputs.items()))
-    return tuple(work), loads, merge
-
-
-def median_time(fn, repeats: int) -> float:
-    for _ in range(min(repeats, 100)):              # warm up
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def planner_line(batch: int = 256, repeats: int = 300) -> str:
     """The balanced plan's cost for a long-tailed batch (8 KV heads, 132 CTAs, group 4): from a
     list of pairs, from an (n, 2) array, and with every column built; beside the
@@ -100,6 +64,7 @@ def planner_line(batch: int = 256, repeats: int = 300) -> str:
     import numpy as np
 
     from attnlab.machine.schedule import PLAN_COLUMNS, plan_balanced
+    from attnlab.machine.schedule.lpt import balanced_heapq
     from attnlab.machine.workload import lengths
     lens = lengths("longtail", batch, seed=0)
     array = np.array(lens)
@@ -115,7 +80,8 @@ def planner_line(batch: int = 256, repeats: int = 300) -> str:
     slow = median_time(lambda: balanced_heapq(lens, **kw), 5)
     plan = plan_balanced(lens, **kw)
     work, loads, merge = balanced_heapq(lens, **kw)
-    same = plan.work == work and plan.loads.tolist() == loads and plan.merge == merge
+    same = ([astuple(w) for w in plan.work] == list(work) and plan.loads.tolist() == loads
+            and plan.merge == merge)
     return (f"plan_balanced, batch {batch}, 8 KV heads, 132 CTAs, {len(plan.work):,} items: "
             f"{fast * 1e6:.0f} us from a list of pairs (target {PLANNER_TARGET_US:.0f} us), "
             f"{from_array * 1e6:.0f} us from an (n, 2) array, {columns * 1e6:.0f} us with every "

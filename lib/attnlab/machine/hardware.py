@@ -33,10 +33,10 @@ from typing import Mapping
 
 import numpy as np
 
-from attnlab.catalog import data_path, find, freeze, load
+from attnlab.catalog import find, freeze, load
 from attnlab.validate import as_float, as_int, as_reals, short
 
-__all__ = ["GPU", "DTYPE_BYTES", "data_path", "gpus", "get_gpu", "dtype_name", "peak", "ridge_point",
+__all__ = ["GPU", "DTYPE_BYTES", "gpus", "get_gpu", "dtype_name", "peak", "ridge_point",
            "sm_share_time", "WaveTime", "decode_time", "DecodeTime", "best_split", "SPLITS",
            "attainable", "roofline_time", "recommended_split", "SPLIT_MARGIN"]
 

@@ -279,7 +279,8 @@ def planner_cost(batch: int = 256, repeats: int = 20) -> str:
     132 CTAs) on this machine, per layer of a 32-layer model (one plan serves every layer), and
     beside it `make bench`'s straightforward heapq planner (a WorkItem object and a heap pop and
     push per item) on the same batch. Machine-dependent: for a cell whose output is not compared."""
-    from attnlab.course.explorer_bench import balanced_heapq, median_time  # the timer and the planner `make bench` uses
+    from attnlab.machine.schedule.lpt import balanced_heapq         # the planner `make bench` times too
+    from attnlab.timing import median_time
     lens = lengths("longtail", batch, seed=0)
     plan = plan_balanced(lens, kv_heads=8, num_ctas=132, group=4)
     t = median_time(lambda: plan_balanced(lens, kv_heads=8, num_ctas=132, group=4), repeats)

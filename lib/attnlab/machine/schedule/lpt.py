@@ -34,8 +34,9 @@ import numpy as np
 
 from attnlab.validate import as_bool, as_counts, as_int, as_reals, as_sequence, short
 from attnlab.machine.schedule.pieces import MAX_CTAS, MAX_ITEMS
+from attnlab.machine.schedule.tiles import query_tile
 
-__all__ = ["heap_schedule", "Schedule", "list_schedule"]
+__all__ = ["heap_schedule", "balanced_heapq", "Schedule", "list_schedule"]
 
 _KEY_LIMIT = 1 << 62            # keys, and a key plus one item's cost, stay below 2^63
 _HEAP_BELOW = 10                # rounds of fewer items than this: the heap loop is quicker
@@ -66,6 +67,47 @@ def heap_schedule(cost, num_ctas: int) -> tuple[list, list, list]:
     for load, c in heap:
         loads[c] = load
     return cta, start, loads
+
+
+
+def balanced_heapq(lens, kv_heads: int, num_ctas: int, group: int) -> tuple[tuple, list, tuple]:
+    """The balanced plan (`plans.plan_balanced`) the straightforward way: Python loops over the
+    requests' (l_qo, l_kv) pairs and their pieces, `sorted()` longest first, then `heap_schedule`'s
+    pop and push per item. (work, loads, merge) in the layout of a Plan's, each work item the tuple
+    (request, kv_head, q_rows, kv_start, kv_end, cta, cost) that `dataclasses.astuple` makes of a
+    WorkItem: `make bench` and notebook 05 time it beside the fast planner, which must agree.
+
+    >>> from dataclasses import astuple
+    >>> from attnlab.machine.schedule import plan_balanced
+    >>> kw = dict(kv_heads=2, num_ctas=4, group=4)
+    >>> work, loads, merge = balanced_heapq([(1, 300), (4, 50), (1, 7)], **kw)
+    >>> plan = plan_balanced([(1, 300), (4, 50), (1, 7)], **kw)
+    >>> [astuple(w) for w in plan.work] == list(work), plan.loads.tolist() == loads, plan.merge == merge
+    (True, True, True)
+    """
+    lens = as_sequence("lens", lens, "a list of (l_qo, l_kv) pairs")
+    if not lens:
+        raise ValueError("lens must hold at least one (l_qo, l_kv) pair; got none")
+    kv_heads, num_ctas = as_int("kv_heads", kv_heads, 1, None), as_int("num_ctas", num_ctas, 1, MAX_CTAS)
+    group = as_int("group", group, 1, None)
+    pairs = [(as_int(f"lengths[{i}] l_qo", q, 1, None), as_int(f"lengths[{i}] l_kv", k, 1, None))
+             for i, (q, k) in enumerate(lens)]
+    packed = [q * group for q, _ in pairs]
+    tq = query_tile(sum(packed) / len(packed))
+    total = kv_heads * sum(-(-p // tq) * k for p, (_, k) in zip(packed, pairs))
+    chunk = max(1, -(-total // num_ctas))
+    items = [(r, h, range(t0, min(t0 + tq, p)), a, min(a + chunk, k))
+             for r, ((_, k), p) in enumerate(zip(pairs, packed)) for h in range(kv_heads)
+             for t0 in range(0, p, tq) for a in range(0, k, chunk)]
+    costs = [2 * len(rows) + (b - a) for _, _, rows, a, b in items]
+    order = sorted(range(len(items)), key=lambda i: -costs[i])
+    ctas, _, loads = heap_schedule([costs[i] for i in order], num_ctas)
+    work = [(*items[i], cta, costs[i]) for i, cta in zip(order, ctas)]
+    outputs: dict = {}
+    for j, (request, kv_head, q_rows, *_) in enumerate(work):
+        outputs.setdefault((request, kv_head, q_rows.start // tq), []).append(j)
+    merge = tuple((key, tuple(sorted(js, key=lambda j: work[j][3]))) for key, js in sorted(outputs.items()))
+    return tuple(work), loads, merge
 
 
 class Schedule:
