@@ -26,6 +26,11 @@ def _refused(capsys, mod, argv, names):
 
 
 @pytest.mark.parametrize("mod, argv, names", [
+    ("run", ["--dry", "--sections", ","], ["--sections", "at least one"]),
+    ("run", ["--dry", "--sections", "paged,pagd"], ["--sections", "'pagd'", "prefill"]),
+    ("run", ["--dry", "--sections", "paged,paged"], ["--sections", "twice"]),
+    ("run", ["--dry", "--merge"], ["--merge", "--out"]),
+    ("run", ["--dry", "--out", MISSING], ["--out", "does not exist"]),
     ("paged", ["--dry", "--cases", "3xq"], ["--cases", "'q'", "positive integer"]),
     ("paged", ["--dry", "--cases", "1x2x3"], ["--cases", "batch x context", "'1x2x3'"]),
     ("paged", ["--dry", "--cases", "2x0"], ["--cases", "context", "'0'"]),
@@ -37,6 +42,7 @@ def _refused(capsys, mod, argv, names):
     ("prefill", ["--dry", "--cases", "4096"], ["--cases", "batch x N"]),
     ("prefill", ["--dry", "--peers", "ours,cudnn"], ["--peers", "'cudnn'", "flashinfer"]),
     ("cascade", ["--dry", "--cases", "8x4096"], ["--cases", "requests x prefix x unique"]),
+    ("cascade", ["--dry", "--cases", "2x20x5"], ["--cases", "prefix", "16 tokens", "'2x20x5'"]),
     ("decode", ["--dry", "--cases", "1x40"], ["--cases"]),                  # decode's CASES hold its splits
     ("variants", ["--dry", "--variants", "causal,soft_cap"], ["--variants", "'soft_cap'"]),
     ("scheduled", ["--cases", "5"], ["--cases", "batch", "5", "--dry"]),   # not a recorded batch
@@ -56,7 +62,20 @@ def test_a_bad_argument_is_one_usage_line(capsys, tmp_path, monkeypatch, mod, ar
     _refused(capsys, mod, argv, names)
 
 
+def test_merge_checks_the_file_it_keeps_before_running(capsys, tmp_path, monkeypatch):
+    from attnlab.gpubench import run as bench
+    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("a section ran"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rows": [')
+    _refused(capsys, "run", ["--dry", "--merge", "--out", str(bad)], ["--merge", str(bad), "JSON"])
+    old = tmp_path / "old.json"                            # recorded before the schema: no "schema"
+    old.write_text(json.dumps({"device": "x", "sections": {"paged": {"rows": []}}, "rows": []}))
+    line = _refused(capsys, "run", ["--dry", "--merge", "--out", str(old)], ["--merge", str(old)])
+    assert "python -m attnlab.runfile" in line             # how to convert it, in the same line
+
+
 @pytest.mark.parametrize("mod, argv, started", [
+    ("run", [], "run"),
     ("paged", [], "run"), ("prefill", ["--peers", "ours"], "run"), ("decode", [], "run"),
     ("cascade", [], "run"), ("variants", [], "run"), ("scheduled", [], "run"),
     ("sweeps.hopper", [], "sweep"), ("sweeps.paged", [], "sweep"), ("sweeps.ragged", ["--out", "s.json"], "sweep"),

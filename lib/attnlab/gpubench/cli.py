@@ -59,9 +59,10 @@ def _unique(items, text: str, what: str, show=repr):
     return tuple(items)
 
 
-def case_list(fields):
+def case_list(fields, check=None):
     """An argparse type: "AxB,CxD" -> ((A, B), (C, D)), each case as many positive integers as
-    `fields` names (("batch", "context")), at least one case, none twice."""
+    `fields` names (("batch", "context")), at least one case, none twice; `check(case)`: what is
+    wrong with a case the section cannot run (a sentence), or None."""
     fields = tuple(fields)
 
     def parse_cases(text: str):
@@ -72,7 +73,11 @@ def case_list(fields):
                 raise argparse.ArgumentTypeError(
                     f"each case is {' x '.join(fields)} ({len(fields)} number{'s' if len(fields) > 1 else ''}"
                     f"{', joined by x' if len(fields) > 1 else ''}); got {part!r} in {text!r}")
-            cases.append(tuple(_positive(n, f) for n, f in zip(nums, fields)))
+            case = tuple(_positive(n, f) for n, f in zip(nums, fields))
+            wrong = check(case) if check else None
+            if wrong:
+                raise argparse.ArgumentTypeError(f"{wrong}; got {part!r} in {text!r}")
+            cases.append(case)
         return _unique(cases, text, "case", lambda c: "x".join(map(str, c)))
     parse_cases.__name__ = "cases"
     return parse_cases
@@ -143,10 +148,10 @@ def need_gpu(ap: argparse.ArgumentParser, dry: bool, message: str = NO_GPU) -> N
 
 
 def parse(argv, doc: str, fields, default_cases, dry_cases, subset=None, extra=(), *, prog=None,
-          allowed=None, gpu_message: str = NO_GPU):
+          allowed=None, check=None, gpu_message: str = NO_GPU):
     """(args, cases, chosen subset), everything checked before it returns. `fields` names the
     numbers of a case (("batch", "context")), as many as `default_cases`' tuples hold; None: no
-    --cases; `allowed`: the values a case's first number may take off --dry.
+    --cases; `allowed`: the values a case's first number may take off --dry; `check`: see case_list.
     `subset` = (flag, allowed names[, default names: all allowed]); `extra` = (flag, help[, type])
     triples. No CUDA and no --dry: refused (`need_gpu`)."""
     ap = Parser(prog=prog, description=describe(doc))
@@ -157,7 +162,7 @@ def parse(argv, doc: str, fields, default_cases, dry_cases, subset=None, extra=(
         if len(fields) != len(default_cases[0]):
             raise ValueError(f"fields must name the {len(default_cases[0])} numbers of a case; got {fields}")
         example = ",".join("x".join(map(str, c)) for c in default_cases[:2])
-        ap.add_argument("--cases", type=case_list(fields),
+        ap.add_argument("--cases", type=case_list(fields, check),
                         help=f"{' x '.join(fields)} list, e.g. {example} (default: the section's CASES)")
     for flag, text, *kind in extra:
         ap.add_argument(flag, help=text, **({"type": kind[0]} if kind else {}))
@@ -179,12 +184,12 @@ def parse(argv, doc: str, fields, default_cases, dry_cases, subset=None, extra=(
 
 
 def section_main(section: str, argv, doc: str, fields, default_cases, dry_cases, run, subset=None,
-                 extra=()) -> int:
+                 extra=(), check=None) -> int:
     """A section module's `main`: parse and check the command line (`parse`), `run(args, cases,
     chosen subset)`, print the section's rows in the run schema (gpubench.core.table); exit 0."""
     from attnlab.gpubench.core import table
     args, cases, chosen = parse(argv, doc, fields, default_cases, dry_cases, subset, extra,
-                                prog=f"python -m attnlab.gpubench.{section}")
+                                prog=f"python -m attnlab.gpubench.{section}", check=check)
     print(table(run(args, cases, chosen), section))
     return 0
 

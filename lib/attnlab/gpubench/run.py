@@ -105,20 +105,33 @@ def table(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
-    ap.add_argument("--out", help="result file (default data/measurements/<gpu>-<date>.json; none on --dry)")
+    """`python -m attnlab.gpubench`: the command line checked before anything runs (a bad argument,
+    an --out in a missing folder, --merge onto a file that is no run file in the schema, no GPU
+    without --dry: exit status 2, one line), then `run` and its table."""
+    import datetime
+
+    from attnlab.gpubench.cli import Parser, describe, name_list, need_gpu, out_path
+    ap = Parser(prog="python -m attnlab.gpubench", description=describe(__doc__))
+    ap.add_argument("--sections", type=name_list(SECTIONS, "section"), default=SECTIONS,
+                    help=f"subset of {','.join(SECTIONS)}")
+    ap.add_argument("--out", type=out_path,
+                    help="result file (default data/measurements/<gpu>-<date>.json; none on --dry)")
     ap.add_argument("--merge", action="store_true", help="keep the other sections already in --out")
     ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
     args = ap.parse_args(argv)
-    sections = tuple(s for s in args.sections.split(",") if s)
-    if set(sections) - set(SECTIONS):
-        ap.error(f"--sections takes {','.join(SECTIONS)}; got {args.sections}")
-    import torch
-    if args.dry and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    res = run(sections, dry=args.dry, out=args.out, merge=args.merge)
+    need_gpu(ap, args.dry)
+    out = args.out
+    if out is None and not args.dry:
+        import torch
+        out = default_path(torch.cuda.get_device_name(0), datetime.date.today().isoformat())
+    if args.merge and not out:
+        ap.error("argument --merge: keeps the other sections of --out; a --dry run writes no file, give --out")
+    if args.merge and os.path.exists(out):
+        try:
+            read(out)
+        except (ValueError, OSError) as e:
+            ap.error(f"argument --merge: {e}")
+    res = run(args.sections, dry=args.dry, out=out, merge=args.merge)
     print(table(res))
     return 0
 
