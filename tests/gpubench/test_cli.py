@@ -78,7 +78,8 @@ def test_merge_checks_the_file_it_keeps_before_running(capsys, tmp_path, monkeyp
     ("run", [], "run"),
     ("paged", [], "run"), ("prefill", ["--peers", "ours"], "run"), ("decode", [], "run"),
     ("cascade", [], "run"), ("variants", [], "run"), ("scheduled", [], "run"),
-    ("sweeps.hopper", [], "sweep"), ("sweeps.paged", [], "sweep"), ("sweeps.ragged", ["--out", "s.json"], "sweep"),
+    ("sweeps.hopper", [], "sweep"), ("sweeps.paged", [], "sweep"),
+    ("sweeps.ragged", ["--out", "s.json"], "sweep"),
     ("sweeps.gluon", ["smoke"], "_torch"), ("ncu", [], "profile"),
 ])
 def test_without_a_gpu_a_full_size_run_is_refused_at_once(capsys, tmp_path, monkeypatch, mod, argv, started):

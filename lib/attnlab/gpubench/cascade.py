@@ -208,7 +208,8 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
 
 def main(argv=None) -> int:
     def whole_pages(case):
-        return f"prefix must be a whole number of pages of {PAGE_SIZE} tokens" if case[1] % PAGE_SIZE else None
+        pages = f"prefix must be a whole number of pages of {PAGE_SIZE} tokens"
+        return pages if case[1] % PAGE_SIZE else None
     return section_main("cascade", argv, __doc__, ("requests", "prefix", "unique"), CASES, DRY["cases"],
                         lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out),
                         ("--peers", PEERS), check=whole_pages)

@@ -155,7 +155,8 @@ def parse(argv, doc: str, fields, default_cases, dry_cases, subset=None, extra=(
     `subset` = (flag, allowed names[, default names: all allowed]); `extra` = (flag, help[, type])
     triples. No CUDA and no --dry: refused (`need_gpu`)."""
     ap = Parser(prog=prog, description=describe(doc))
-    ap.add_argument("--out", type=out_path, help="write the full result as JSON here (rewritten as rows come in)")
+    ap.add_argument("--out", type=out_path,
+                    help="write the full result as JSON here (rewritten as rows come in)")
     ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
     if fields is not None:
         fields = tuple(fields)

@@ -87,7 +87,8 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = F
 
 
 def main(argv=None) -> int:
-    return section_main("decode", argv, __doc__, None, CASES, DRY["cases"],     # no --cases: CASES hold the splits
+    # no --cases: each of CASES holds its split counts too
+    return section_main("decode", argv, __doc__, None, CASES, DRY["cases"],
                         lambda a, cases, _: run(dry=a.dry, out=a.out))
 
 

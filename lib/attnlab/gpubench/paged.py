@@ -174,8 +174,8 @@ def main(argv=None) -> int:
 
     def go(a, cases, peers):
         return run(cases, a.page_sizes or PAGE_SIZES, peers, dry=a.dry, out=a.out)
-    return section_main("paged", argv, __doc__, ("batch", "context"), CASES, DRY["cases"], go, ("--peers", PEERS),
-                        extra=[("--page-sizes", "page sizes, e.g. 16,1", int_list("page size"))])
+    return section_main("paged", argv, __doc__, ("batch", "context"), CASES, DRY["cases"], go,
+                        ("--peers", PEERS), extra=[("--page-sizes", "e.g. 16,1", int_list("page size"))])
 
 
 if __name__ == "__main__":

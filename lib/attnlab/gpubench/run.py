@@ -125,7 +125,7 @@ def main(argv=None) -> int:
         import torch
         out = default_path(torch.cuda.get_device_name(0), datetime.date.today().isoformat())
     if args.merge and not out:
-        ap.error("argument --merge: keeps the other sections of --out; a --dry run writes no file, give --out")
+        ap.error("argument --merge: keeps the other sections of --out; a --dry run writes none, give --out")
     if args.merge and os.path.exists(out):
         try:
             read(out)

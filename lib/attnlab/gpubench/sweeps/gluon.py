@@ -425,8 +425,9 @@ def main(argv=None) -> int:
     need_gpu(ap, False, "no CUDA GPU here: the Gluon kernel runs on an sm_90 GPU only (not under Triton's "
                         "interpreter)")
     import torch as _t
-    if _t.cuda.get_device_capability() != (9, 0):
-        ap.error(f"the Gluon kernel runs on an sm_90 GPU only; this is sm_{''.join(map(str, _t.cuda.get_device_capability()))}")
+    major, minor = _t.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        ap.error(f"the Gluon kernel runs on an sm_90 GPU only; this one is sm_{major}{minor}")
     _torch()
     if args.mode == "ladder":
         t0 = time.time()
