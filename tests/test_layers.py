@@ -54,13 +54,7 @@ def _imports(path: Path):
 FILES = sorted(p for p in PKG.rglob("*.py") if p.name != "__init__.py" or p.parent != PKG)
 
 
-# see test_the_layer_folders_import_each_other_one_way_only: the one import that points up today
-PENDING = {"explore/since/mla.py": "imports course.your_model, a report of layers 0-2 that belongs below explore"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=PENDING[r]))
-                                  if (r := str(p.relative_to(PKG))) in PENDING else p for p in FILES],
-                         ids=lambda p: str(p.relative_to(PKG)))
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PKG)))
 def test_imports_point_down(path):
     top, layer = _module_layer(path)
     assert layer >= 0, f"{top} is no layer folder of this test's map; add it"
@@ -144,9 +138,6 @@ def test_the_import_graph_has_no_cycle():
     assert not (found := _cycle(_graph())), " -> ".join(found)
 
 
-# explore/since/mla.py's models_side_by_side imports course.your_model (a report built from layers
-# 0-2 only): until that report moves below explore, course -> explore -> course is a cycle of folders.
-@pytest.mark.xfail(strict=True, reason="explore/since/mla.py imports course.your_model")
 def test_the_layer_folders_import_each_other_one_way_only():
     """No folder reaches itself through another: a package's own parts importing each other aside."""
     tops: dict = {}

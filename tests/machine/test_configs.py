@@ -13,8 +13,8 @@ import pytest
 import attnlab.machine.models as models_mod
 from attnlab.machine.configs import (CONFIG_DIR, config_path, configs, from_config, kv_bytes_per_token,
                                      kv_cache_bytes, prefill_shape)
-from attnlab.course.your_model import YourModel, your_model
-from attnlab.course.your_model import your_model_summary as _summary
+from attnlab.machine.your_model import YourModel, your_model
+from attnlab.machine.your_model import your_model_summary as _summary
 from attnlab.machine.hardware import get_gpu, ridge_point
 from attnlab.machine.models import Model, get_model, prefill_cost
 

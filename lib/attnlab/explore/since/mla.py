@@ -120,7 +120,7 @@ def models_side_by_side(names=("DeepSeek-V3", "Llama-3.1-70B"), gpu="H200", *, b
     """Notebook 00's report of a model (`attnlab.course.your_model.your_model`) for two or more
     models side by side, in 100 characters: the KV cache and the decode intensity against the
     GPU's ridge point."""
-    from attnlab.course.your_model import your_model      # the report notebook 00 prints
+    from attnlab.machine.your_model import your_model     # the report notebook 00 prints
     rs = [your_model(n, gpu, batch=batch, context=context, dtype=dtype) for n in names]
 
     def kind(m):
