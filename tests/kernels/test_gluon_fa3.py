@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from attnlab.kernels import gluon_fa3
-from attnlab.kernels.gluon_fa3 import (DEFAULT_STEPS, GLUON_STEPS, config_for, default_steps,
-                                       flash_attention_gluon)
+from attnlab.kernels.gluon_fa3 import GLUON_STEPS, config_for, flash_attention_gluon
+from attnlab.kernels.tuning import GLUON_DEFAULT_STEPS, gluon_default_steps
 
 
 def _qkv(b=1, hq=4, hk=2, nq=64, nk=64, d=64, dtype=torch.bfloat16):
@@ -25,8 +25,8 @@ def _qkv(b=1, hq=4, hk=2, nq=64, nk=64, d=64, dtype=torch.bfloat16):
 def test_module_imports_and_names_its_steps():
     for d in (64, 128):
         for causal in (False, True):
-            assert set(default_steps(d, causal)) <= set(GLUON_STEPS)
-    assert set(DEFAULT_STEPS) == {(d, c) for d in (64, 128) for c in (False, True)}
+            assert set(gluon_default_steps(d, causal)) <= set(GLUON_STEPS)
+    assert set(GLUON_DEFAULT_STEPS) == {(d, c) for d in (64, 128) for c in (False, True)}
     assert "interpreter" in gluon_fa3.__doc__ and "gpubench.sweeps.gluon" in gluon_fa3.__doc__
     from attnlab.kernels.gluon_fa3_kernel import fa3_fwd_kernel   # defining the kernel does not break here
     assert callable(getattr(fa3_fwd_kernel, "__getitem__", None))
@@ -34,7 +34,7 @@ def test_module_imports_and_names_its_steps():
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_config_fits_shared_memory(d):
-    for steps in (GLUON_STEPS, default_steps(d, False), default_steps(d, True), ("intra_overlap",), ()):
+    for steps in (GLUON_STEPS, gluon_default_steps(d, False), gluon_default_steps(d, True), ("intra_overlap",), ()):
         for stages in (None, 2, 3):
             cfg = config_for(d, frozenset(steps), stages)
             smem = cfg["block_m"] * d * 2 + cfg["stages"] * 2 * cfg["block_n"] * d * 2
@@ -158,7 +158,7 @@ def test_soft_cap_is_compiled_in_and_capped_in_base_2(launches):
 def test_window_implies_causal_and_reaches_every_key_as_causal(launches):
     args, consts, report = _launch(launches, window=np.int64(16))
     assert consts["CAUSAL"] and consts["WINDOW"] and args["window"] == 16 and report["causal"]
-    assert report["steps"] == tuple(s for s in GLUON_STEPS if s in default_steps(64, True))
+    assert report["steps"] == tuple(s for s in GLUON_STEPS if s in gluon_default_steps(64, True))
     for wide in (64, 10 ** 6):                           # N_k = 64 keys: the window cuts nothing
         args, consts, report = _launch(launches, window=wide)
         assert consts["CAUSAL"] and not consts["WINDOW"] and args["window"] == 0 and report["window"] == 0

@@ -12,6 +12,7 @@ import torch
 
 from attnlab.kernels import hopper
 from attnlab.kernels.hopper import DEFAULT_STEPS, HOPPER_STEPS, flash_attention_hopper, steps_run
+from attnlab.kernels.tuning import launch_config
 
 from refs.reference import attention as ref_attention
 
@@ -89,7 +90,7 @@ def test_explicit_steps_are_refused_not_dropped(planted):
     rep = {}
     flash_attention_hopper(q, k, v, causal=True, steps=("tma",), report=rep)
     assert rep["requested"] == rep["ran"] == ("tma",) and rep["dropped"] == {} and rep["inactive"] == ()
-    assert rep["descriptors"] == "host" and rep["config"] == hopper.launch_config(16, True, ("tma",))
+    assert rep["descriptors"] == "host" and rep["config"] == launch_config(16, True, ("tma",))
 
 
 def test_steps_that_ran_but_changed_nothing_are_named():
@@ -109,7 +110,7 @@ def test_steps_that_ran_but_changed_nothing_are_named():
 
 @pytest.mark.parametrize("kw, err, match", [
     ({"report": []}, TypeError, "report must be a dict"),
-    ({"fallback": "no"}, TypeError, "fallback must be a bool"),
+    ({"fallback": "no"}, TypeError, r"fallback must be True or False \(a bool\)"),
 ])
 def test_report_and_fallback_refusals(kw, err, match):
     q, k, v = _inputs(4, 8, 16)

@@ -183,7 +183,7 @@ def _good():
     (lambda a: a["kv_last_page_len"].fill_(0), {}, ValueError, "kv_last_page_len"),
     (lambda a: None, {"page_size": 4}, ValueError, "page_size"),
     (lambda a: None, {"splits": 6}, ValueError, r"splits=6 .* prefix_len=5"),
-    (lambda a: None, {"splits": True}, ValueError, "splits"),
+    (lambda a: None, {"splits": True}, TypeError, "splits must be an integer, got True"),
     (lambda a: None, {"unique_splits": 0}, ValueError, "splits"),
     (lambda a: None, {"block_m": 8}, ValueError, "block_m"),
     (lambda a: None, {"out": torch.empty(2, 4, 8)}, ValueError, "out must be"),

@@ -62,10 +62,10 @@ def test_low_precision_within_rule(batch, hq, hkv, ctx, d, splits, dtype):
     assert np.abs(lse.double().cpu().numpy() - rl[:, :, 0]).max() < 1e-4   # lse: fp32 from rounded inputs
 
 
-@pytest.mark.parametrize("splits", [0, 41, 2.0, True])
-def test_bad_splits(splits):
+@pytest.mark.parametrize("splits, err", [(0, ValueError), (41, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_bad_splits(splits, err):
     q, k, v = torch.randn(1, 2, 16), torch.randn(1, 1, 40, 16), torch.randn(1, 1, 40, 16)
-    with pytest.raises(ValueError, match="splits"):
+    with pytest.raises(err, match="splits"):
         split_kv_decode(q, k, v, splits)
 
 

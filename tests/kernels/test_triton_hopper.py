@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.kernels import hopper
-from attnlab.kernels.hopper import (DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, flash_attention_hopper,
-                                       launch_config, tma_ok)
+from attnlab.kernels.hopper import DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, flash_attention_hopper, tma_ok
+from attnlab.kernels.tuning import launch_config
 
 from refs.reference import attention as ref_attention
 
@@ -254,15 +254,15 @@ def test_scale_blocks_and_default_steps_without_warnings():
     (lambda q, k, v: ((q.numpy(), k, v), {}), "torch.Tensor"),
     (lambda q, k, v: ((q, k, v), {"steps": ("tma", "fp8")}), r"unknown steps \['fp8'\]; valid: tma, causal_split"),
     (lambda q, k, v: ((q, k, v), {"steps": "tma"}), "steps must be None or a tuple"),
-    (lambda q, k, v: ((q, k, v), {"causal": "False"}), "causal must be a bool"),
-    (lambda q, k, v: ((q, k, v), {"scale": -1.0}), "scale must be a finite number > 0, got -1.0"),
-    (lambda q, k, v: ((q, k, v), {"scale": float("nan")}), "scale must be"),
-    (lambda q, k, v: ((q, k, v), {"block_m": 24}), r"block_m must be a power of two in \[16, 256\], got 24"),
-    (lambda q, k, v: ((q, k, v), {"block_n": 8}), "block_n must be"),
-    (lambda q, k, v: ((q, k, v), {"num_warps": 3}), "num_warps must be"),
-    (lambda q, k, v: ((q, k, v), {"num_stages": 0}), "num_stages must be"),
+    (lambda q, k, v: ((q, k, v), {"causal": "False"}), r"causal must be True or False \(a bool\), got 'False'"),
+    (lambda q, k, v: ((q, k, v), {"scale": -1.0}), r"scale=-1.0 is out of range; valid: finite, in \(0.0, inf\)"),
+    (lambda q, k, v: ((q, k, v), {"scale": float("nan")}), "scale=nan is out of range"),
+    (lambda q, k, v: ((q, k, v), {"block_m": 24}), r"block_m=24 is out of range; valid: a power of two in \[16,"),
+    (lambda q, k, v: ((q, k, v), {"block_n": 8}), "block_n=8 is out of range"),
+    (lambda q, k, v: ((q, k, v), {"num_warps": 3}), "num_warps=3 is out of range; valid: 1, 2, 4, 8, 16"),
+    (lambda q, k, v: ((q, k, v), {"num_stages": 0}), "num_stages=0 is out of range; valid: 1 <= num_stages <= 8"),
     (lambda q, k, v: ((q, k, v), {"out": torch.empty(1, 1, 8, 8)}), "out must be"),
-    (lambda q, k, v: ((q, k, v), {"descriptors": "global"}), "descriptors must be 'device' or 'host'"),
+    (lambda q, k, v: ((q, k, v), {"descriptors": "global"}), "descriptors='global' is not allowed; valid: 'dev"),
     (lambda q, k, v: ((q, k.to("meta"), v), {}), "k is on meta but q is on"),
     (lambda q, k, v: ((q, k, v), {"soft_cap": -1.0}), "soft_cap=-1.0 is out of range"),
     (lambda q, k, v: ((q, k, v), {"soft_cap": float("inf")}), "soft_cap"),

@@ -19,7 +19,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from attnlab.kernels.decode import workspace  # noqa: E402
-from attnlab.kernels.paged import auto_splits, paged_decode  # noqa: E402
+from attnlab.kernels.paged import paged_decode  # noqa: E402
+from attnlab.kernels.tuning import auto_splits  # noqa: E402
 from attnlab.core.paged import PagedKVCache, bsr_attention, to_bsr  # noqa: E402
 from refs.paged_reference import attention as _reference, pools as _pools  # noqa: E402
 
@@ -183,7 +184,7 @@ def test_block_smaller_than_page_and_auto_splits():
 
 
 def test_auto_launch_refuses_what_no_launch_has():
-    from attnlab.kernels.paged import auto_launch
+    from attnlab.kernels.tuning import auto_launch
     with pytest.raises(ValueError, match="programs=0 is out of range"):
         auto_launch(0, 16, DEVICE)
     with pytest.raises(TypeError, match="page_size must be an integer"):
@@ -226,7 +227,7 @@ def _good():
     (lambda a: a.update(q=a["q"].double(), k_pool=a["k_pool"].double(), v_pool=a["v_pool"].double()),
      {}, TypeError, "dtype"),
     (lambda a: None, {"page_size": 4}, ValueError, r"page_size=4 .* k_pool.shape\[1\] = 3"),
-    (lambda a: None, {"page_size": True}, ValueError, "page_size"),
+    (lambda a: None, {"page_size": True}, TypeError, "page_size must be an integer, got True"),
     (lambda a: a.update(q=torch.randn(2, 3, 16)), {}, ValueError, "multiple of kv_heads"),
     (lambda a: a.update(q=torch.randn(2, 4, 8)), {}, ValueError, "head dim"),
     (lambda a: a.update(kv_indptr=a["kv_indptr"].long()), {}, TypeError, "kv_indptr must be int32"),
@@ -237,8 +238,8 @@ def _good():
     (lambda a: a["kv_indices"].fill_(6), {}, ValueError, "kv_indices"),
     (lambda a: a["kv_indptr"].add_(1), {}, ValueError, "kv_indptr"),
     (lambda a: None, {"splits": 0}, ValueError, "splits"),
-    (lambda a: None, {"splits": True}, ValueError, "splits"),
-    (lambda a: None, {"splits": 2.0}, ValueError, "splits"),
+    (lambda a: None, {"splits": True}, TypeError, "splits must be an integer, got True"),
+    (lambda a: None, {"splits": 2.0}, TypeError, "splits must be an integer, got 2.0"),
     (lambda a: None, {"splits": 7}, ValueError, r"splits=7 .* <= 6"),
     (lambda a: None, {"out": torch.empty(2, 4, 16).half()}, ValueError, "out must be"),
     (lambda a: None, {"splits": 2, "ws": workspace(2, 4, 16, 3, "cpu")}, ValueError, "ws was made"),

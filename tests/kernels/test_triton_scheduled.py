@@ -272,7 +272,7 @@ def test_refusals_of_the_function():
         scheduled_decode(q, a["k"], a["v"], indptr, indices, last, plan, page_size=4)
     with pytest.raises(TypeError, match="q must be a torch.Tensor"):
         scheduled_decode(q.numpy(), a["k"], a["v"], indptr, indices, last, plan, page_size=3)
-    with pytest.raises(TypeError, match="return_lse must be a bool, got 'yes'"):
+    with pytest.raises(TypeError, match=r"return_lse must be True or False \(a bool\), got 'yes'"):
         scheduled_decode(q, a["k"], a["v"], indptr, indices, last, plan, page_size=3, return_lse="yes")
     with pytest.raises(ValueError, match=r"kv_indptr .*\(batch \+ 1 = 3\)"):
         scheduled_decode(q, a["k"], a["v"], indptr[:2], indices, last, plan, page_size=3)

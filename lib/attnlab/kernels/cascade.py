@@ -23,14 +23,14 @@ Under TRITON_INTERPRET=1 dot products run in float32 and a bf16 output is rounde
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
+from attnlab.validate import as_bool
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import LOG2E, check_paged, dot, finish, online_update
+from attnlab.kernels.common import (LOG2E, as_block, as_count, as_scale, check_paged, dot, finish,
+                                    online_update)
 from attnlab.kernels.paged import paged_decode
 from attnlab.kernels.tuning import auto_splits
 
@@ -132,21 +132,19 @@ def prefix_plan(n: int, q_heads: int, kv_heads: int, prefix_len: int, device, *,
     interpreter, else up to 64 of the n g rows), keys per tile, the prefix cut into `splits`
     chunks of `chunk` tokens (whole tiles; splits=None: `auto_splits` over the KV heads x row
     blocks, about one block per SM, chunks >= PREFIX_MIN_CHUNK). On an H200 (Llama-3-8B, prefix
-    4096): 32 splits at n = 8, 8 at n = 64, the fastest of 4-32 in the recorded run (data/measurements),
-    where the earlier rule's 8 splits at n = 8 ran 24 % slower."""
+    4096): 32 splits at n = 8, 8 at n = 64, the fastest of 4-32 in the recorded run (data/measurements)."""
     interp = interpreting()
-    for name, val in (("block_m", block_m), ("block_n", block_n)):
-        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 16 or val & (val - 1)):
-            raise ValueError(f"{name}={val!r} must be a power of two >= 16, or None")
+    block_m, block_n = as_block("block_m", block_m), as_block("block_n", block_n)
     rows, longest = n * (q_heads // kv_heads), max(prefix_len, 1)
     block_m = block_m or (16 if interp else min(64, max(16, triton.next_power_of_2(rows))))
     block_n = block_n or (16 if interp else 64)
     if splits is None:
         splits = auto_splits(triton.cdiv(rows, block_m), kv_heads, longest, device, waves=1,
                              min_chunk=block_n if interp else PREFIX_MIN_CHUNK)
-    elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= longest:
-        raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= prefix_len={prefix_len} "
+    elif not 1 <= as_count("splits", splits) <= longest:
+        raise ValueError(f"splits={splits} is out of range; valid: 1 <= splits <= prefix_len={prefix_len} "
                          f"(1 for an empty prefix), or None")
+    splits = int(splits)
     chunk = triton.cdiv(triton.cdiv(longest, splits), block_n) * block_n    # whole tiles
     return block_m, block_n, triton.cdiv(longest, chunk), chunk          # no split left without keys
 
@@ -162,18 +160,20 @@ def cascade_decode(q, prefix_k, prefix_v, k_pool, v_pool, kv_indptr, kv_indices,
     kv_indptr (n + 1), kv_indices, kv_last_page_len (n) of the unique tokens (every request >= 1),
     exactly as `paged_decode` takes them. `splits`: chunks of the prefix (None: enough programs for
     about two per SM, chunks >= PREFIX_MIN_CHUNK); `unique_splits`: `paged_decode`'s splits.
-    `out`: an optional contiguous (n, q_heads, d) tensor of q's dtype.
+    `out`: an optional contiguous (n, q_heads, d) tensor of q's dtype. block_m, block_n: the prefix
+    kernel's tiles, None or powers of two in [16, 256].
 
     Returns o (n, q_heads, d) in q's dtype, or (o, lse) with lse float32 (n, q_heads), natural log:
     equal to each request's attention over prefix + its own tokens.
     """
-    B, hq, d, hkv = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    B, hq, d, hkv, page_size = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
+                                           page_size)
     _check_prefix(q, prefix_k, prefix_v, k_pool)
     interp = interpreting()
     P, g = prefix_k.shape[0], hq // hkv
-    if unique_splits is not None and (isinstance(unique_splits, bool) or not isinstance(unique_splits, int)
-                                      or unique_splits < 1):
-        raise ValueError(f"unique_splits={unique_splits!r} must be an int >= 1, or None")
+    if unique_splits is not None:
+        unique_splits = as_count("unique_splits", unique_splits, 1)
+    scale, return_lse = as_scale(scale, d), as_bool("return_lse", return_lse)
     block_m, block_n, splits, chunk = prefix_plan(B, hq, hkv, P, q.device, splits=splits,
                                                   block_m=block_m, block_n=block_n)
     rows, row_blocks = B * g, triton.cdiv(B * g, block_m)
@@ -182,7 +182,6 @@ def cascade_decode(q, prefix_k, prefix_v, k_pool, v_pool, kv_indptr, kv_indices,
     elif (not isinstance(out, torch.Tensor) or out.shape != (B, hq, d) or out.dtype != q.dtype
           or out.device != q.device or not out.is_contiguous()):
         raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {(B, hq, d)} on {q.device}")
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     f32 = dict(dtype=torch.float32, device=q.device)
     op = torch.empty((B * hq * splits, d), **f32)
     lp = torch.empty((B * hq * splits,), **f32)

@@ -7,18 +7,28 @@ merge of split states, and the launchers' argument checks.
     merge_splits_kernel                    ⊕ of a request's split states, fixed order (decode, paged)
     check_qkv(q, k, v)                     the prefill launchers' (B, H, N, d) checks
     check_paged(q, k_pool, v_pool, ...)    the paged launchers' page-table checks
+    as_count, as_scale, as_block, as_warps, as_stages
+                                           the launch arguments every launcher takes, checked
+                                           through `attnlab.validate` before anything reaches Triton
+                                           (flags: `validate.as_bool`)
 
 `kernels.fa2` is the readable kernel that first uses them (and re-exports online_update and
 finish); every other kernel imports them from here.
 """
 from __future__ import annotations
 
+import math
+import numbers
+
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 
+from attnlab.validate import as_float, as_int, short
+
 __all__ = ["LOG2E", "DTYPES", "dot", "online_update", "finish", "merge_splits_kernel", "check_qkv",
-           "check_paged"]
+           "check_paged", "as_count", "as_scale", "as_block", "as_warps", "as_stages", "WARPS"]
 
 LOG2E = 1.4426950408889634
 #: The dtypes every kernel takes for q, k, v.
@@ -81,6 +91,67 @@ def merge_splits_kernel(OP, LP, O, LSE, SPLITS, HEAD_DIM,
     tl.store(LSE + pid, tl.where(total > 0, m_safe + tl.log(safe_total), float("-inf")))
 
 
+#: The warp counts a Triton launch takes.
+WARPS = (1, 2, 4, 8, 16)
+
+
+def as_count(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer launch argument (a Python or numpy integer) in [lo, hi] as an int: a float (even
+    2.0), a bool or a string is a TypeError, outside the range a ValueError (`validate.as_int`).
+
+    >>> as_count("splits", np.int64(3), 1)
+    3
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {short(value)} ({type(value).__name__})")
+    return as_int(name, value, lo, hi)
+
+
+def as_scale(scale, d: int) -> float:
+    """The softmax scale: None is 1 / sqrt(d); else a finite real > 0 (a string is a TypeError,
+    NaN, inf, 0 and negatives a ValueError)."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    return as_float("scale", scale, 0.0, None, lo_open=True)
+
+
+def as_block(name: str, value, lo: int = 16, hi: int = 256) -> int | None:
+    """A block size: None (the launcher chooses) or a power of two in [lo, hi]; tl.dot needs 16
+    rows at least, tl.arange a power of two.
+
+    >>> as_block("block_m", 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: block_m=3 is out of range; valid: a power of two in [16, 256], or None
+    """
+    if value is None:
+        return None
+    value = as_count(name, value)
+    if not lo <= value <= hi or value & (value - 1):
+        raise ValueError(f"{name}={value} is out of range; valid: a power of two in [{lo}, {hi}], or None")
+    return value
+
+
+def as_warps(value, name: str = "num_warps") -> int | None:
+    """Warps per program: None (the launcher chooses) or one of WARPS."""
+    if value is None:
+        return None
+    value = as_count(name, value)
+    if value not in WARPS:
+        raise ValueError(f"{name}={value} is out of range; valid: {', '.join(map(str, WARPS))}, or None")
+    return value
+
+
+def as_stages(value, lo: int = 1, hi: int = 8, name: str = "num_stages") -> int | None:
+    """Software-pipeline stages: None (the launcher chooses) or an integer in [lo, hi]."""
+    if value is None:
+        return None
+    value = as_count(name, value)
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value} is out of range; valid: {lo} <= {name} <= {hi}, or None")
+    return value
+
+
 def check_qkv(q, k, v):
     """Refuse what a prefill kernel cannot take: q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d) torch
     tensors of one dtype of DTYPES, Hq a multiple of Hkv, 1 <= d <= 256, N >= 1."""
@@ -107,9 +178,10 @@ def check_qkv(q, k, v):
 
 def check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size):
     """Refuse what a paged decode cannot take: q (batch, q_heads, d), NHD pools (pages, page_size,
-    kv_heads, d) of q's dtype, FlashInfer's int32 page table on q's device; its contents are
-    checked (`attnlab.core.paged.BSRLayout`) only when on the CPU (on a GPU that would sync).
-    Returns (batch, q_heads, d, kv_heads)."""
+    kv_heads, d) of q's dtype, FlashInfer's int32 page table on q's device; page_size an integer
+    (Python or numpy) equal to the pool's; the table's contents are checked
+    (`attnlab.core.paged.BSRLayout`) only when on the CPU (on a GPU that would sync).
+    Returns (batch, q_heads, d, kv_heads, page_size), page_size as an int."""
     for name, t in (("q", q), ("k_pool", k_pool), ("v_pool", v_pool), ("kv_indptr", kv_indptr),
                     ("kv_indices", kv_indices), ("kv_last_page_len", kv_last_page_len)):
         if not isinstance(t, torch.Tensor):
@@ -125,8 +197,9 @@ def check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page
                         f"got {q.dtype}, {k_pool.dtype}, {v_pool.dtype}")
     B, hq, d = q.shape
     pages, ps, hkv, dk = k_pool.shape
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size != ps:
-        raise ValueError(f"page_size={page_size!r} does not match the pool: k_pool.shape[1] = {ps}")
+    page_size = as_count("page_size", page_size, 1)
+    if page_size != ps:
+        raise ValueError(f"page_size={page_size} does not match the pool: k_pool.shape[1] = {ps}")
     if dk != d or not 1 <= d <= 256:
         raise ValueError(f"head dim: q has d={d}, k_pool d={dk}; they must be equal, 1 <= d <= 256")
     if B < 1 or pages < 1 or hkv < 1 or hq % hkv:
@@ -150,4 +223,4 @@ def check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page
     if q.device.type == "cpu":                         # contents: free to check here, a sync on a GPU
         from attnlab.core.paged import BSRLayout
         BSRLayout(kv_indptr.numpy(), kv_indices.numpy(), kv_last_page_len.numpy(), ps, pages)
-    return B, hq, d, hkv
+    return B, hq, d, hkv, ps

@@ -13,16 +13,16 @@ load-balanced schedule (FlashInfer's design, later in the course).
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
+from attnlab.validate import as_bool
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import LOG2E, DTYPES, dot, finish, merge_splits_kernel, online_update
+from attnlab.kernels.common import (LOG2E, DTYPES, as_block, as_count, as_scale, as_warps, dot, finish,
+                                    merge_splits_kernel, online_update)
 
-__all__ = ["split_kv_decode", "workspace"]
+__all__ = ["split_kv_decode", "workspace", "check_workspace"]
 
 
 @triton.jit
@@ -76,11 +76,44 @@ def workspace(batch: int, q_heads: int, head_dim: int, splits: int, device) -> d
     """Buffers for the partial states and the output, allocated once. Passing them to
     `split_kv_decode` keeps every pointer fixed between calls, so the two launches can be captured
     in a CUDA graph and replayed (FlashInfer's fixed workspace serves the same purpose)."""
-    f32 = dict(dtype=torch.float32, device=device)
-    return {"op": torch.empty((batch * q_heads * splits, head_dim), **f32),
-            "lp": torch.empty((batch * q_heads * splits,), **f32),
-            "o": torch.empty((batch * q_heads, head_dim), **f32),
-            "lse": torch.empty((batch * q_heads,), **f32), "splits": splits}
+    batch, q_heads = as_count("batch", batch, 1), as_count("q_heads", q_heads, 1)
+    head_dim, splits = as_count("head_dim", head_dim, 1, 256), as_count("splits", splits, 1)
+    shapes = _ws_shapes(batch, q_heads, head_dim, splits)
+    return {**{key: torch.empty(shape, dtype=torch.float32, device=device) for key, shape in shapes.items()},
+            "splits": splits}
+
+
+def _ws_shapes(batch: int, q_heads: int, head_dim: int, splits: int) -> dict:
+    """The shapes of `workspace`'s tensors: partial states (o, lse) per split, then the merged ones."""
+    rows = batch * q_heads
+    return {"op": (rows * splits, head_dim), "lp": (rows * splits,), "o": (rows, head_dim), "lse": (rows,)}
+
+
+def check_workspace(ws, batch: int, q_heads: int, head_dim: int, splits: int, device) -> dict:
+    """`ws` if it is what `workspace(batch, q_heads, head_dim, splits, device)` makes: a dict whose
+    "op", "lp", "o", "lse" are float32 tensors of those shapes on `device` and whose "splits" is
+    `splits`. Anything else is refused by name (TypeError for the wrong kind of thing, ValueError
+    for a workspace of other shapes), before a kernel could write past its buffers."""
+    made = "kernels.decode.workspace(batch, q_heads, d, splits, device)"
+    if not isinstance(ws, dict) or not {"op", "lp", "o", "lse", "splits"} <= set(ws):
+        keys = f" with keys {sorted(map(str, ws))}" if isinstance(ws, dict) else ""
+        raise TypeError(f"ws must be a dict from {made}, got {type(ws).__name__}{keys}")
+    want = _ws_shapes(batch, q_heads, head_dim, splits)
+    for key in want:
+        if not isinstance(ws[key], torch.Tensor) or ws[key].dtype != torch.float32:
+            what = ws[key].dtype if isinstance(ws[key], torch.Tensor) else type(ws[key]).__name__
+            raise TypeError(f"ws[{key!r}] must be a float32 torch.Tensor from {made}, got {what}")
+    made_for = as_count("ws['splits']", ws["splits"])
+    got = {key: tuple(ws[key].shape) for key in want}
+    if made_for != splits or got != want:
+        raise ValueError(f"ws was made for splits={made_for} and shapes {got}; this call needs "
+                         f"splits={splits} and shapes {want}")
+    for key in want:
+        t = ws[key]
+        if t.device != torch.device(device) or not t.is_contiguous():
+            where = f"{t.device}" + ("" if t.is_contiguous() else ", not contiguous")
+            raise ValueError(f"ws[{key!r}] is on {where}; valid: contiguous, on {device} (q's device)")
+    return ws
 
 
 def split_kv_decode(q, k, v, splits: int = 1, *, scale: float | None = None, block_n: int | None = None,
@@ -88,7 +121,8 @@ def split_kv_decode(q, k, v, splits: int = 1, *, scale: float | None = None, blo
     """Decode attention for one new query per head: q (batch, Hq, d), k and v (batch, Hkv, ctx, d).
 
     Returns o (batch, Hq, d) in float32, or (o, lse). `splits` in 1..ctx. `ws` is an optional
-    `workspace(...)` for these shapes (needed for CUDA-graph capture).
+    `workspace(...)` for these shapes (needed for CUDA-graph capture); block_n None or a power of
+    two in [16, 256], num_warps one of 1, 2, 4, 8, 16.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -101,21 +135,26 @@ def split_kv_decode(q, k, v, splits: int = 1, *, scale: float | None = None, blo
     if k.shape[0] != B or dk != d or hkv == 0 or hq % hkv:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch and head dim, "
                          f"with query heads a multiple of KV heads")
-    if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= ctx:
-        raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= context={ctx}")
+    if B < 1 or hq < 1 or ctx < 1:
+        raise ValueError(f"batch={B}, query heads={hq} and context={ctx} must be >= 1")
+    if not 1 <= d <= 256:
+        raise ValueError(f"head dim d={d} is out of range; valid: 1 <= d <= 256")
+    splits = as_count("splits", splits)
+    if not 1 <= splits <= ctx:
+        raise ValueError(f"splits={splits} is out of range; valid: 1 <= splits <= context={ctx}")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
         raise TypeError(f"q, k, v must share one dtype of float16, bfloat16, float32; got {q.dtype}, {k.dtype}, {v.dtype}")
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put q, k, v on one device")
+    scale, return_lse = as_scale(scale, d), as_bool("return_lse", return_lse)
+    block_n, num_warps = as_block("block_n", block_n), as_warps(num_warps)
+    ws = workspace(B, hq, d, splits, q.device) if ws is None else check_workspace(ws, B, hq, d, splits, q.device)
     q, k, v = (t.contiguous() for t in (q, k, v))
     group = hq // hkv
     interp = interpreting()
     block_n = block_n or (16 if interp else 64)
     chunk = -(-ctx // splits)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    if ws is None:
-        ws = workspace(B, hq, d, splits, q.device)
-    elif ws["splits"] != splits or ws["o"].shape != (B * hq, d):
-        raise ValueError(f"ws was made for splits={ws['splits']} and o {tuple(ws['o'].shape)}; "
-                         f"this call needs splits={splits} and o {(B * hq, d)}")
     op, lp = ws["op"], ws["lp"]
     block_d = max(16, triton.next_power_of_2(d))
     kw = {} if interp else {"num_warps": num_warps or 4}

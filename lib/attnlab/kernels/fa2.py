@@ -16,14 +16,14 @@ is written in float32 and rounded by torch (the interpreter truncates where a GP
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
+from attnlab.validate import as_bool
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import LOG2E, check_qkv, dot, finish, online_update
+from attnlab.kernels.common import (LOG2E, as_block, as_scale, as_stages, as_warps, check_qkv, dot,
+                                    finish, online_update)
 
 __all__ = ["flash_attention_triton", "online_update", "finish"]   # the last two re-exported from common
 
@@ -87,9 +87,14 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None
     """Attention of (batch, heads, N, d) torch tensors with the Triton kernel above.
 
     Returns O (same dtype as q), or (O, lse) with lse float32 of shape (batch, heads, N_q).
-    Block sizes default to 128 x 64 on a GPU (64 x 64 for d > 128) and 16 x 16 when interpreting.
+    Block sizes (None or powers of two in [16, 256]) default to 128 x 64 on a GPU (64 x 64 for
+    d > 128) and 16 x 16 when interpreting; num_warps one of 1, 2, 4, 8, 16, num_stages 1 to 8.
     """
     check_qkv(q, k, v)
+    causal, return_lse = as_bool("causal", causal), as_bool("return_lse", return_lse)
+    scale = as_scale(scale, q.shape[3])
+    block_m, block_n = as_block("block_m", block_m), as_block("block_n", block_n)
+    num_warps, num_stages = as_warps(num_warps), as_stages(num_stages)
     q, k, v = (t.contiguous() for t in (q, k, v))
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
@@ -98,8 +103,6 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None
         block_m = 16 if interp else (128 if d <= 128 else 64)
     if block_n is None:
         block_n = 16 if interp else 64
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
     o = torch.empty_like(q)
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds to nearest): there the kernel
     # writes fp32 and torch rounds
@@ -109,12 +112,12 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None
     kw = {}
     if not interp:
         kw = {"num_warps": num_warps or (4 if d <= 64 else 8), "num_stages": num_stages or 3}
-    _fwd_kernel[grid](q, k, v, dst, lse, float(scale) * LOG2E,
+    _fwd_kernel[grid](q, k, v, dst, lse, scale * LOG2E,
                       q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                       v.stride(0), v.stride(1), v.stride(2), dst.stride(0), dst.stride(1), dst.stride(2),
                       H, H // k.shape[1], n_q, n_k, d,
                       BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
-                      CAUSAL=bool(causal), UPCAST=interp or q.dtype == torch.float32,
+                      CAUSAL=causal, UPCAST=interp or q.dtype == torch.float32,
                       IEEE=q.dtype == torch.float32 or interp, **kw)
     if dst is not o:
         o.copy_(dst)

@@ -28,8 +28,8 @@ each part is, is in `kernels.gluon_fa3_kernel`; `steps` switches those parts (GL
 
 TMA loads, wgmma, the stage ring with mbarriers, exp2 softmax and the causal tile skipping are
 always on; soft_cap and window are compile-time switches of the same kernel, so a launch without
-them runs the plain kernel. steps=None runs `default_steps(d, causal)` (causal: with a window
-too), the fastest set measured per case on the H200 without variants (DEFAULT_STEPS); num_stages
+them runs the plain kernel. steps=None runs `kernels.tuning.gluon_default_steps(d, causal)` (causal:
+with a window too), the fastest set measured per case on the H200 without variants; num_stages
 sets the K/V ring's depth (2 by default, 3 with intra_overlap where shared memory holds them) and
 block_n the keys per tile (128 by default). The record of what ran is written
 into `report` (a dict) when given.
@@ -47,31 +47,19 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.validate import as_bool
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import LOG2E, check_qkv
+from attnlab.kernels.common import LOG2E, as_count, as_scale, check_qkv
+from attnlab.kernels.tuning import gluon_default_steps
 from attnlab.kernels.variants import variant_args
 
-__all__ = ["flash_attention_gluon", "GLUON_STEPS", "DEFAULT_STEPS", "default_steps", "config_for"]
+__all__ = ["flash_attention_gluon", "GLUON_STEPS", "config_for"]
 
 GLUON_STEPS = ("warp_specialize", "split_warpgroups", "pingpong", "intra_overlap", "lpt_order", "tma_store",
                "early_k_release")
-_SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
-#: steps=None: the fastest correct set per (d, causal) measured on the H200 with Triton 3.6
-#: (python -m attnlab.gpubench.sweeps.gluon). At d = 128 ping-pong with the intra-warpgroup overlap
-#: on a 3-stage ring (early_k mode, h200-2026-12-03-gluon-early-k.json): 2.4 % over the 2-stage sets
-#: on average, causal and not; at 2 stages the overlap had cost 0-15 % (a freed stage was refilled
-#: just before its next use). At d = 64 every set of that sweep ran 1-22 % slower than the defaults.
-_PP_OV = _SPLIT + ("pingpong", "intra_overlap")
-DEFAULT_STEPS = {(128, False): _PP_OV, (128, True): _PP_OV,
-                 (64, False): ("lpt_order", "tma_store"), (64, True): _SPLIT + ("pingpong",)}
 BLOCK_M = 128
 BLOCK_N = 128
 _SHARED_LIMIT = 232448                    # bytes of shared memory one H100 / H200 CTA may use
-
-
-def default_steps(d: int, causal: bool) -> tuple:
-    """What steps=None runs for head dim d (64 or 128) and this causal flag."""
-    return DEFAULT_STEPS[(d, bool(causal))]
 
 
 def _max_stages(d: int, bn: int) -> int:
@@ -85,13 +73,15 @@ def config_for(d: int, steps, num_stages: int | None = None, block_n: int | None
     ws = "warp_specialize" in steps
     split = ws and "split_warpgroups" in steps
     overlap = "intra_overlap" in steps
-    bn = BLOCK_N if block_n is None else block_n
-    if isinstance(bn, bool) or bn not in (64, 128, 256) or _max_stages(d, bn) < 2:
-        raise ValueError(f"block_n must be 64, 128 or 256 (two stages in shared memory), got {block_n!r}")
+    bn = BLOCK_N if block_n is None else as_count("block_n", block_n)
+    if bn not in (64, 128, 256) or _max_stages(d, bn) < 2:
+        raise ValueError(f"block_n={bn} is out of range; valid: 64, 128 or 256 (two stages in shared "
+                         f"memory), or None")
     most = _max_stages(d, bn)
-    stages = num_stages or (3 if overlap and most >= 3 else 2)
-    if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= most:
-        raise ValueError(f"num_stages must be an int in [2, {most}] for d={d}, block_n={bn}, got {num_stages!r}")
+    stages = (3 if overlap and most >= 3 else 2) if num_stages is None else as_count("num_stages", num_stages)
+    if not 2 <= stages <= most:
+        raise ValueError(f"num_stages={stages} is out of range; valid: 2 <= num_stages <= {most} for d={d}, "
+                         f"block_n={bn}, or None")
     return {"block_m": BLOCK_M, "block_n": bn, "stages": stages, "num_warps": 4 if split else 8,
             "split": split,    # 168 x 384 threads: 24 for the producer, 240 for each computing thread
             "maxnreg": 168 if ws else None}
@@ -109,28 +99,25 @@ def _parse_steps(steps) -> frozenset | None:
 
 
 def _check(q, k, v, causal, scale, soft_cap, window, report):
-    """Every argument refused by name before anything touches the device; (scale, cap, window)
-    resolved: scale defaults to 1/sqrt(d), cap 0.0 and window 0 are off, a window is clamped to N_k."""
+    """Every argument refused by name before anything touches the device; (causal, scale, cap,
+    window) resolved: scale defaults to 1/sqrt(d), cap 0.0 and window 0 are off, a window is
+    clamped to N_k."""
     check_qkv(q, k, v)
     if q.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"q, k, v must be float16 or bfloat16 for the Gluon kernel, got {q.dtype}")
     d = q.shape[3]
     if d not in (64, 128):
         raise ValueError(f"head dim d={d} is not supported by the Gluon kernel; valid: 64, 128")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
+    causal = as_bool("causal", causal)
     cap, window = variant_args(soft_cap, window, k.shape[2])
-    if scale is None:
-        scale = d ** -0.5
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (scale > 0 and scale < float("inf")):
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    scale = as_scale(scale, d)
     if report is not None and not isinstance(report, dict):
         raise TypeError(f"report must be a dict to fill or None, got {type(report).__name__}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (B, H, N, d), got strides {tuple(t.stride())}; "
                              "call .contiguous() first")
-    return float(scale), cap, window
+    return causal, scale, cap, window
 
 
 def _check_device(q, k, v):
@@ -156,16 +143,17 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
     on an sm_90 GPU. Returns (o, lse): o in q's dtype and shape, lse float32 (B, Hq, N_q), natural
     log. scale defaults to 1/sqrt(d). soft_cap=c: c tanh(s / c) on the scaled logits; window=w:
     q_idx - w < kv_idx <= q_idx, causal implied (None or 0: off; module docstring). steps: None
-    (default_steps(d, causal)) or names from GLUON_STEPS; num_stages, block_n: the K/V ring
+    (`tuning.gluon_default_steps(d, causal)`) or names from GLUON_STEPS; num_stages, block_n: the K/V ring
     (config_for). report, a dict, is filled with {"kernel", "steps", "inactive", "config",
     "causal", "soft_cap", "window"}: the last three as compiled (0 = off; a window of N_k keys or
     more runs as causal, window 0)."""
     requested = _parse_steps(steps)
-    scale, cap, window = _check(q, k, v, causal, scale, soft_cap, window, report)
-    _check_device(q, k, v)
+    causal, scale, cap, window = _check(q, k, v, causal, scale, soft_cap, window, report)
     causal = causal or window > 0
     if requested is None:
-        requested = frozenset(default_steps(q.shape[3], causal))
+        requested = frozenset(gluon_default_steps(q.shape[3], causal))
+    cfg = config_for(q.shape[3], requested, num_stages, block_n)      # the launch refused here too
+    _check_device(q, k, v)
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -173,7 +161,6 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
 
     B, H, n_q, d = q.shape
     hkv, n_k = k.shape[1], k.shape[2]
-    cfg = config_for(d, requested, num_stages, block_n)
     window = window if window < n_k else 0          # every key a causal row sees is in the window
     bm, bn = cfg["block_m"], cfg["block_n"]
     qm = bm // 2 if cfg["split"] else bm          # the rows of one consumer: Q and O tiles

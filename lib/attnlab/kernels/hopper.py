@@ -57,14 +57,15 @@ import warnings
 import torch
 import triton
 
+from attnlab.validate import as_bool
 from attnlab.kernels import interpreting
 from attnlab.kernels.common import LOG2E
 from attnlab.kernels.hopper_checks import COMPILE_ERRORS, check_args, parse_steps, tma_ok
 from attnlab.kernels.hopper_kernel import DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, hopper_kernel
 from attnlab.kernels.tuning import default_descriptors, launch_config
 
-__all__ = ["flash_attention_hopper", "HOPPER_STEPS", "DEFAULT_STEPS", "cumulative_steps", "tma_ok", "launch_config",
-           "steps_run", "dropped_steps", "forget_dropped"]
+__all__ = ["flash_attention_hopper", "HOPPER_STEPS", "DEFAULT_STEPS", "cumulative_steps", "tma_ok", "steps_run",
+           "dropped_steps", "forget_dropped"]
 
 _ALLOCATOR_DEVICE = None
 _WORKING = {}     # (dtype, d, causal, descriptors, soft-cap on, window on) -> the steps that compiled
@@ -128,11 +129,13 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
     """
     global _LAST
     requested = parse_steps(steps)                       # the names first: refused on any device
-    causal, scale, cap, window, descriptors, out = check_args(
-        q, k, v, causal, scale, return_lse, block_m, block_n, num_warps, num_stages, out, descriptors,
-        soft_cap, window, default_descriptors)
-    if not isinstance(fallback, bool):
-        raise TypeError(f"fallback must be a bool, got {fallback!r}")
+    a = check_args(q, k, v, causal, scale, return_lse, block_m, block_n, num_warps, num_stages, out, descriptors,
+                   soft_cap, window, default_descriptors)
+    causal, scale, cap, window = a["causal"], a["scale"], a["cap"], a["window"]
+    descriptors, out, launch = a["descriptors"], a["out"], a["launch"]
+    block_m, block_n = launch["block_m"], launch["block_n"]
+    num_warps, num_stages = launch["num_warps"], launch["num_stages"]
+    fallback = as_bool("fallback", fallback)
     if report is not None and not isinstance(report, dict):
         raise TypeError(f"report must be a dict to fill or None, got {type(report).__name__}")
     B, H, n_q, d = q.shape
@@ -179,7 +182,7 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
         report.update(steps_run())
     if dst is not out:
         out.copy_(dst)
-    return (out, lse) if return_lse else out
+    return (out, lse) if a["return_lse"] else out
 
 
 def _launch(q, k, v, o, lse, causal, scale, st, descriptors, block_m, block_n, num_warps,

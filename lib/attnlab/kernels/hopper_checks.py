@@ -2,7 +2,7 @@
 TMA can address the tensors, and which errors mean "this step does not compile here".
 
     parse_steps(steps)          None -> DEFAULT_STEPS; a tuple / set of HOPPER_STEPS names, else refused
-    check_args(q, k, v, ...)    every argument, refused by name; returns the resolved ones
+    check_args(q, k, v, ...)    every argument, refused by name; returns the resolved ones (a dict)
     tma_ok(*tensors)            last stride 1, other strides and the data pointer 16-byte multiples
     COMPILE_ERRORS              the exceptions a step that does not build raises
 
@@ -11,12 +11,11 @@ raises one of COMPILE_ERRORS.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
+from attnlab.validate import as_bool, choice
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import check_qkv
+from attnlab.kernels.common import as_block, as_scale, as_stages, as_warps, check_qkv
 from attnlab.kernels.hopper_kernel import DEFAULT_STEPS, HOPPER_STEPS
 from attnlab.kernels.variants import variant_args
 
@@ -40,39 +39,24 @@ def parse_steps(steps) -> frozenset:
     return frozenset(steps)
 
 
-def _pow2(name, value, lo, hi):
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo or value > hi or value & (value - 1):
-        raise ValueError(f"{name} must be a power of two in [{lo}, {hi}], got {value!r}")
-
-
 def check_args(q, k, v, causal, scale, return_lse, block_m, block_n, num_warps, num_stages, out,
                descriptors, soft_cap, window, default_descriptors):
-    """Refuse, by name, what flash_attention_hopper cannot take. Returns (causal, scale, cap,
-    window, descriptors, out): a window implies causal, scale defaults to 1/sqrt(d), descriptors
-    to default_descriptors(causal), out to a new tensor of q's shape and dtype."""
+    """Refuse, by name, what flash_attention_hopper cannot take (`kernels.common`'s checks: flags
+    are bools, scale a finite real > 0, blocks powers of two in [16, 256], num_warps in 1-16,
+    num_stages in 1-8). Returns the resolved arguments as a dict: causal (a window implies it),
+    return_lse, scale (1/sqrt(d) by default), cap, window, descriptors (default_descriptors(causal)
+    by default), out (a new tensor of q's shape and dtype by default) and "launch", the given
+    block_m, block_n, num_warps, num_stages (None where not given)."""
     check_qkv(q, k, v)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {return_lse!r}")
+    causal, return_lse = as_bool("causal", causal), as_bool("return_lse", return_lse)
     cap, window = variant_args(soft_cap, window, k.shape[2])
     causal = causal or window > 0
     if descriptors is None:
         descriptors = default_descriptors(causal)
-    if descriptors not in ("device", "host"):
-        raise ValueError(f"descriptors must be 'device' or 'host', got {descriptors!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[3])
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    _pow2("block_m", block_m, 16, 256)
-    _pow2("block_n", block_n, 16, 256)
-    _pow2("num_warps", num_warps, 1, 16)
-    if num_stages is not None and (isinstance(num_stages, bool) or not isinstance(num_stages, int)
-                                   or not 1 <= num_stages <= 8):
-        raise ValueError(f"num_stages must be an int in [1, 8], got {num_stages!r}")
+    choice("descriptors", descriptors, ("device", "host"))
+    scale = as_scale(scale, q.shape[3])
+    launch = {"block_m": as_block("block_m", block_m), "block_n": as_block("block_n", block_n),
+              "num_warps": as_warps(num_warps), "num_stages": as_stages(num_stages)}
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
@@ -83,7 +67,8 @@ def check_args(q, k, v, causal, scale, return_lse, block_m, block_n, num_warps, 
     if not interpreting() and q.device.type != "cuda":
         raise ValueError(f"q, k, v are on {q.device}: the compiled kernel needs CUDA tensors "
                          "(set TRITON_INTERPRET=1 before importing triton to run it on a CPU)")
-    return causal, float(scale), cap, window, descriptors, out
+    return {"causal": causal, "return_lse": return_lse, "scale": scale, "cap": cap, "window": window,
+            "descriptors": descriptors, "out": out, "launch": launch}
 
 
 def tma_ok(*tensors) -> bool:

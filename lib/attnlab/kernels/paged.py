@@ -36,30 +36,26 @@ a bf16 output is rounded by torch (the interpreter truncates fp32 to bf16; a GPU
 What it leaves out on purpose: FlashInfer's plan-time load balancing (one persistent schedule for
 the whole batch), the HND layout (pass a permuted view: any strides are taken), fp8 KV, RoPE.
 
-`paged_span`, the gather loop, is shared with `kernels.scheduled`; the page-table checks are in
-`kernels.common`, and the launch rules the H200 sweeps chose (`auto_splits`, `auto_launch`) in
-`kernels.tuning`.
+`paged_decode` does three things in turn: it checks every argument (`_check`, with the page-table
+checks of `kernels.common`), chooses the launch (`launch_choices`, from the rules the H200 sweeps
+chose in `kernels.tuning`: `split_from_lengths`, `auto_splits`, `auto_launch`), and launches.
+`paged_span`, the gather loop, is shared with `kernels.scheduled`.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from attnlab.validate import as_bool, as_float
+from attnlab.validate import as_bool
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import LOG2E, check_paged, dot, finish, merge_splits_kernel, online_update
-from attnlab.kernels.decode import workspace
-# the launch choices live in kernels.tuning; imported here under their old names (gpubench.paged,
-# tests and notebooks import auto_splits, auto_launch, MIN_CHUNK from this module)
-from attnlab.kernels.tuning import (INTERPRETER_SMS, MIN_CHUNK, WAVES, auto_block_n, auto_launch, auto_splits,
-                                    split_from_lengths)
+from attnlab.kernels.common import (LOG2E, as_block, as_count, as_scale, as_stages, as_warps, check_paged,
+                                    dot, finish, merge_splits_kernel, online_update)
+from attnlab.kernels.decode import check_workspace, workspace
+from attnlab.kernels.tuning import MIN_CHUNK, auto_launch, auto_splits, split_from_lengths
 
-__all__ = ["paged_decode", "paged_span", "auto_splits", "auto_block_n", "auto_launch", "choose_splits",
-           "request_lengths", "longest_first", "MIN_CHUNK", "WAVES", "INTERPRETER_SMS"]
+__all__ = ["paged_decode", "paged_span", "launch_choices", "choose_splits", "request_lengths", "longest_first"]
 
 _LENGTHS: dict = {}          # page table (storage, version) -> its lengths; a few recent tables
 
@@ -207,68 +203,91 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     decode plan takes it. `splits` per request (None: `choose_splits`, from the real lengths); `out` an optional contiguous
     (batch, q_heads, d) tensor of q's dtype to write into; `ws` an optional
     `kernels.decode.workspace(batch, q_heads, d, splits, device)` for the partial states.
-    block_n, num_warps, num_stages and prefetch (each None: `auto_launch`) are launch choices.
+    block_n (a power of two in [16, 256]), num_warps (1, 2, 4, 8, 16), num_stages (1 to 8) and
+    prefetch (a bool), each None: `launch_choices`, are launch choices.
 
     Returns o (batch, q_heads, d) in q's dtype, or (o, lse) with lse float32 (batch, q_heads),
     natural log.
     """
-    B, hq, d, hkv = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    a = _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size, splits, scale, out,
+               return_lse, block_n, num_warps, num_stages, ws, prefetch)
+    B, hq, d, hkv, page_size = a["B"], a["hq"], a["d"], a["hkv"], a["page_size"]
+    go = launch_choices(B, hkv, kv_indptr, kv_indices, kv_last_page_len, page_size, q.device, splits=a["splits"],
+                        block_n=a["block_n"], num_warps=a["num_warps"], num_stages=a["num_stages"],
+                        prefetch=a["prefetch"])
+    splits = go["splits"]
+    ws = workspace(B, hq, d, splits, q.device) if ws is None else check_workspace(ws, B, hq, d, splits, q.device)
+    out = torch.empty((B, hq, d), dtype=q.dtype, device=q.device) if out is None else out
     interp = interpreting()
-    if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16
-                                or block_n & (block_n - 1)):
-        raise ValueError(f"block_n={block_n!r} must be a power of two >= 16, or None")
-    if prefetch is not None:
-        prefetch = as_bool("prefetch", prefetch)
-    return_lse = as_bool("return_lse", return_lse)
-    scale = 1.0 / math.sqrt(d) if scale is None else as_float("scale", scale, 0.0, 1e4, lo_open=True)
-    longest = page_size * (kv_indices.numel() - B + 1)        # no request of this table is longer
-    order = None                                       # explicit splits: launch order as batched
-    if splits is None:
-        auto = choose_splits(B, hkv, kv_indptr, kv_indices, kv_last_page_len, page_size, q.device, block_n=block_n)
-        splits, min_chunk = auto["splits"], auto["min_chunk"]
-        if auto["rule"] == "lengths":                  # the read that chose the split also sorted
-            order = longest_first(kv_indptr, kv_last_page_len, page_size)
-    elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= longest:
-        raise ValueError(f"splits={splits!r} is out of range; valid: 1 <= splits <= {longest} (the "
-                         f"longest request {kv_indices.numel()} pages can hold), or None")
-    else:
-        min_chunk = 1                                  # as asked: `splits` chunks per request
-    auto = auto_launch(B * hkv * splits, page_size, q.device)
-    block_n = block_n or auto["block_n"]
-    num_stages = num_stages or auto["num_stages"]
-    prefetch = auto["prefetch"] if prefetch is None else prefetch
-    if out is None:
-        out = torch.empty((B, hq, d), dtype=q.dtype, device=q.device)
-    elif (not isinstance(out, torch.Tensor) or out.shape != (B, hq, d) or out.dtype != q.dtype
-          or out.device != q.device or not out.is_contiguous()):
-        raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {(B, hq, d)} on {q.device}")
-    if ws is None:
-        ws = workspace(B, hq, d, splits, q.device)
-    elif not isinstance(ws, dict) or not {"op", "lp", "o", "lse", "splits"} <= set(ws):
-        raise TypeError(f"ws must be a dict from kernels.decode.workspace(batch, q_heads, d, splits, device), "
-                        f"got {type(ws).__name__}{' with keys ' + str(sorted(ws)) if isinstance(ws, dict) else ''}")
-    elif ws["splits"] != splits or ws["o"].shape != (B * hq, d):
-        raise ValueError(f"ws was made for splits={ws['splits']} and o {tuple(ws['o'].shape)}; "
-                         f"this call needs splits={splits} and o {(B * hq, d)}")
     block_d = max(16, triton.next_power_of_2(d))
-    kw = {} if interp else {"num_warps": num_warps or 4, "num_stages": num_stages}
+    kw = {} if interp else {"num_warps": go["num_warps"], "num_stages": go["num_stages"]}
     one = splits == 1                                  # the first stage writes the answer itself
     lse = ws["lp"] if one else ws["lse"]
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds to nearest): there the kernels
     # write fp32 and torch rounds
     dst = torch.empty(out.shape, dtype=torch.float32, device=q.device) if interp and q.dtype == torch.bfloat16 else out
     fp32 = q.dtype == torch.float32
+    order = go["order"]
     _paged_split_kernel[(B * hkv, splits)](
         q, k_pool, v_pool, dst if one else ws["op"], ws["lp"], kv_indptr, kv_indices,
-        kv_last_page_len, kv_indptr if order is None else order, scale * LOG2E, *q.stride(), *k_pool.stride(), *v_pool.stride(),
-        splits, min_chunk, hkv, hq // hkv, d,
-        PAGE_SIZE=page_size, BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=block_n,
+        kv_last_page_len, kv_indptr if order is None else order, a["scale"] * LOG2E, *q.stride(), *k_pool.stride(),
+        *v_pool.stride(), splits, go["min_chunk"], hkv, hq // hkv, d,
+        PAGE_SIZE=page_size, BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=go["block_n"],
         BLOCK_D=block_d, D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
-        UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=prefetch, ORDERED=order is not None, **kw)
+        UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=go["prefetch"], ORDERED=order is not None, **kw)
     if not one:
         merge_splits_kernel[(B * hq,)](ws["op"], ws["lp"], dst, lse, splits, d,
-                                 BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d,
-                                 **({} if interp else {"num_warps": 4}))
+                                       BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d,
+                                       **({} if interp else {"num_warps": 4}))
     if dst is not out:
         out.copy_(dst)
-    return (out, lse.view(B, hq)) if return_lse else out
+    return (out, lse.view(B, hq)) if a["return_lse"] else out
+
+
+def _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size, splits, scale, out,
+           return_lse, block_n, num_warps, num_stages, ws, prefetch) -> dict:
+    """paged_decode's arguments, each refused by name (`kernels.common`'s checks) before anything is
+    read from the table or launched; the resolved ones as a dict. The workspace's shapes depend on
+    the split chosen, so `check_workspace` checks them once it is."""
+    B, hq, d, hkv, page_size = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    if splits is not None:
+        longest = page_size * (kv_indices.numel() - B + 1)        # no request of this table is longer
+        splits = as_count("splits", splits)
+        if not 1 <= splits <= longest:
+            raise ValueError(f"splits={splits} is out of range; valid: 1 <= splits <= {longest} (the "
+                             f"longest request {kv_indices.numel()} pages can hold), or None")
+    if out is not None and (not isinstance(out, torch.Tensor) or out.shape != (B, hq, d) or out.dtype != q.dtype
+                            or out.device != q.device or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {(B, hq, d)} on {q.device}")
+    if ws is not None and not isinstance(ws, dict):
+        raise TypeError(f"ws must be a dict from kernels.decode.workspace(batch, q_heads, d, splits, device), "
+                        f"got {type(ws).__name__}")
+    return {"B": B, "hq": hq, "d": d, "hkv": hkv, "page_size": page_size, "splits": splits,
+            "scale": as_scale(scale, d), "return_lse": as_bool("return_lse", return_lse),
+            "block_n": as_block("block_n", block_n), "num_warps": as_warps(num_warps),
+            "num_stages": as_stages(num_stages),
+            "prefetch": None if prefetch is None else as_bool("prefetch", prefetch)}
+
+
+def launch_choices(batch: int, kv_heads: int, kv_indptr, kv_indices, kv_last_page_len, page_size: int, device,
+                   *, splits=None, block_n=None, num_warps=None, num_stages=None, prefetch=None) -> dict:
+    """What `paged_decode` launches with, for checked arguments: {"splits", "min_chunk", "order",
+    "block_n", "num_warps", "num_stages", "prefetch"}. splits=None: `choose_splits` (the read
+    that chose the split also sorted the requests, longest first, when the lengths rule chose);
+    an explicit `splits` cuts every request into that many chunks, launched in batch order. The
+    rest, where None, from `kernels.tuning.auto_launch` (num_warps 4)."""
+    order = None
+    if splits is None:
+        auto = choose_splits(batch, kv_heads, kv_indptr, kv_indices, kv_last_page_len, page_size, device,
+                             block_n=block_n)
+        splits, min_chunk = auto["splits"], auto["min_chunk"]
+        if auto["rule"] == "lengths":
+            order = longest_first(kv_indptr, kv_last_page_len, page_size)
+    else:
+        min_chunk = 1                                  # as asked: `splits` chunks per request
+    auto = auto_launch(batch * kv_heads * splits, page_size, device)
+    return {"splits": splits, "min_chunk": min_chunk, "order": order,
+            "block_n": auto["block_n"] if block_n is None else block_n,
+            "num_warps": 4 if num_warps is None else num_warps,
+            "num_stages": auto["num_stages"] if num_stages is None else num_stages,
+            "prefetch": auto["prefetch"] if prefetch is None else prefetch}

@@ -30,16 +30,15 @@ The decoder's launch choices (block_n) come from `kernels.tuning.auto_block_n`.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 import triton
 
-from attnlab.validate import as_bool, as_float, as_int
+from attnlab.validate import as_bool, as_int
 from attnlab.machine.schedule import Plan, Workspace, fixed_size_workspace
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import DTYPES, LOG2E, check_paged
+from attnlab.kernels.common import (DTYPES, LOG2E, as_block, as_scale, as_stages, as_warps,
+                                    check_paged)
 from attnlab.kernels.scheduled_kernels import (MERGE_WARPS, check_fit, merge_items_kernel, merge_slots, routes,
                                                scheduled_kernel)
 from attnlab.kernels.tuning import auto_block_n
@@ -84,12 +83,9 @@ class ScheduledDecoder:
                             else as_int("max_outputs", max_outputs, 1, None))
         if dtype not in DTYPES:
             raise TypeError(f"dtype={dtype} is not supported; valid: float16, bfloat16, float32")
-        if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16
-                                    or block_n & (block_n - 1)):
-            raise ValueError(f"block_n={block_n!r} must be a power of two >= 16, or None")
+        block_n, num_warps, num_stages = as_block("block_n", block_n), as_warps(num_warps), as_stages(num_stages)
         self.dtype, self.group = dtype, self.q_heads // self.kv_heads
-        self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else as_float("scale", scale, 0.0, None,
-                                                                                   lo_open=True)
+        self.scale = as_scale(scale, self.head_dim)
         dev = torch.device(device)
         i32, f32 = dict(dtype=torch.int32, device=dev), dict(dtype=torch.float32, device=dev)
         B, hq, d, slots = self.max_batch, self.q_heads, self.head_dim, self.max_ctas * self.max_items
@@ -139,8 +135,8 @@ class ScheduledDecoder:
         if isinstance(kv_indices, torch.Tensor) and kv_indices.numel() > self.max_pages:
             raise ValueError(f"kv_indices has {kv_indices.numel()} pages; valid: <= max_pages={self.max_pages}")
         try:                                           # the pool as this decoder sees it: max_pages pages
-            B, hq, d, _ = check_paged(q, self._pool_shape, self._pool_shape, kv_indptr, kv_indices,
-                                 kv_last_page_len, self.page_size)
+            B, hq, d, _, _ = check_paged(q, self._pool_shape, self._pool_shape, kv_indptr, kv_indices,
+                                         kv_last_page_len, self.page_size)
         except ValueError as e:
             raise ValueError(f"{e} (the pool: this decoder's max_pages={self.max_pages})") from None
         if q.device != self.device:
@@ -273,9 +269,9 @@ def scheduled_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
     the busiest CTA's items, its outputs) or a schedule.Workspace. Returns o (batch, q_heads, d) in
     q's dtype, or (o, lse) with lse float32 (batch, q_heads), natural log. fused_merge: as
     ScheduledDecoder's (one launch)."""
-    B, hq, d, hkv = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {return_lse!r}")
+    B, hq, d, hkv, page_size = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
+                                           page_size)
+    return_lse = as_bool("return_lse", return_lse)
     if isinstance(plan_or_workspace, Plan):
         p = plan_or_workspace
         ws = fixed_size_workspace(p, p.num_ctas, int(np.bincount(p.cta).max()), p.num_outputs)

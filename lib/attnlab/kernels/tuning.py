@@ -2,15 +2,16 @@
 
     launch_config(d, causal, steps)      flash_attention_hopper's blocks, warps, stages
     default_descriptors(causal)          flash_attention_hopper's descriptors=None
+    gluon_default_steps(d, causal)       flash_attention_gluon's steps=None (GLUON_DEFAULT_STEPS)
     auto_splits(batch, kv_heads, ...)    paged_decode's splits=None when no lengths can be read
     split_from_lengths(lengths, ...)     paged_decode's splits=None from the requests' real lengths
     auto_launch(programs, page_size, .)  paged_decode's block_n, num_stages, prefetch
     auto_block_n(programs, device)       ScheduledDecoder's block_n
 
-The sweeps are `python -m attnlab.gpubench.sweeps.hopper` and `... .sweeps.paged`; their H200 runs
-of 2026-12-01 (and the scheduled decoder's launch run) are recorded under data/measurements/. Under TRITON_INTERPRET=1 every choice is small and fixed (fast tests).
-The old names stay importable where they were: kernels.hopper.launch_config, kernels.paged's
-auto_splits, auto_block_n, auto_launch, MIN_CHUNK, WAVES.
+The sweeps are `python -m attnlab.gpubench.sweeps.hopper`, `... .sweeps.paged` and `... .sweeps.gluon`;
+their H200 runs (and the scheduled decoder's launch run) are recorded under data/measurements/, and
+how each choice was reached is in docs/gpu-notes.md. Under TRITON_INTERPRET=1 every choice is small
+and fixed (fast tests).
 """
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ import torch
 
 from attnlab.validate import as_int
 from attnlab.kernels import interpreting
+from attnlab.kernels.common import as_block, as_stages, as_warps
 from attnlab.kernels.hopper_checks import parse_steps
 
-__all__ = ["launch_config", "default_descriptors", "auto_splits", "split_from_lengths", "auto_launch",
-           "auto_block_n", "sms", "MIN_CHUNK", "SMALL_CHUNK", "WAVES", "INTERPRETER_SMS"]
+__all__ = ["launch_config", "default_descriptors", "gluon_default_steps", "GLUON_DEFAULT_STEPS", "auto_splits",
+           "split_from_lengths", "auto_launch", "auto_block_n", "sms", "MIN_CHUNK", "SMALL_CHUNK", "WAVES",
+           "INTERPRETER_SMS"]
 
 #: With splits=None on a GPU no chunk is cut shorter than this many tokens (the merge costs more).
 MIN_CHUNK = 1024
@@ -50,17 +53,20 @@ def sms(device) -> int:
 def launch_config(d: int, causal: bool, steps=None, *, block_m=None, block_n=None, num_warps=None,
                   num_stages=None) -> dict:
     """The block sizes, warps and stages `flash_attention_hopper` launches with for these steps
-    (explicit arguments win)."""
+    (explicit arguments win; each None or as `flash_attention_hopper` takes it)."""
     st = parse_steps(steps)
+    block_m, block_n = as_block("block_m", block_m), as_block("block_n", block_n)
+    num_warps, num_stages = as_warps(num_warps), as_stages(num_stages)
     big = "big_tiles" in st
     if interpreting():
         bm, bn = 16, (32 if big else 16)
     else:
         bm = 128 if d <= 128 else 64
         bn = 128 if big and d <= 128 else 64
-    return {"block_m": block_m or bm, "block_n": block_n or bn,
-            "num_warps": num_warps or (4 if d <= 64 else 8),
-            "num_stages": num_stages or 3}       # the H200 sweep: 3 stages beat 2 by 10-17 % at 128 x 128
+    given = {"block_m": block_m, "block_n": block_n, "num_warps": num_warps, "num_stages": num_stages}
+    chosen = {"block_m": bm, "block_n": bn, "num_warps": 4 if d <= 64 else 8,
+              "num_stages": 3}                   # the H200 sweep: 3 stages beat 2 by 10-17 % at 128 x 128
+    return {name: chosen[name] if given[name] is None else given[name] for name in chosen}
 
 
 def default_descriptors(causal: bool) -> str:
@@ -68,6 +74,20 @@ def default_descriptors(causal: bool) -> str:
     otherwise (gpubench/sweeps/hopper.py on the H200: causal 551-582 against 525 TFLOP/s at
     N = 8K-16K; non-causal 557-582 against 543-559)."""
     return "host" if causal else "device"
+
+
+# -- flash_attention_gluon: set by gpubench/sweeps/gluon.py, whose H200 run is
+#    data/measurements/h200-2026-12-03-gluon-early-k.json (every step set, causal and not) -----------
+_SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
+#: flash_attention_gluon's steps=None per (d, causal): that sweep's fastest correct set (H200, Triton 3.6).
+GLUON_DEFAULT_STEPS = {(128, False): _SPLIT + ("pingpong", "intra_overlap"),
+                       (128, True): _SPLIT + ("pingpong", "intra_overlap"),
+                       (64, False): ("lpt_order", "tma_store"), (64, True): _SPLIT + ("pingpong",)}
+
+
+def gluon_default_steps(d: int, causal: bool) -> tuple:
+    """What `flash_attention_gluon(steps=None)` runs for head dim d (64 or 128) and this causal flag."""
+    return GLUON_DEFAULT_STEPS[(d, bool(causal))]
 
 
 def _pow2_up(x: int) -> int:
@@ -83,7 +103,7 @@ def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: i
     and no chunk of a `longest`-token request is shorter than `min_chunk`. The SM count is the
     CUDA device's; under the interpreter (or on a CPU) a small fixed INTERPRETER_SMS. On an H200
     (132 SMs, 8 KV heads) this picks 32 splits for one 32K request, 4 at batch 16, 1 from batch 64
-    (the sweep's best; 3 at batch 16 was 4 % slower than 4).
+    (the sweep's best; 3 splits at batch 16 run 4 % slower than 4).
 
     >>> auto_splits(1, 1, 1000, "cpu", min_chunk=16), auto_splits(1, 1, 20, "cpu", min_chunk=16)
     (8, 2)

@@ -24,15 +24,14 @@ Inputs may have any strides (no copies). Left out: the backward pass, lse output
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
-from attnlab.validate import as_float, as_int
+from attnlab.validate import as_bool, as_float, as_int
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import LOG2E, check_qkv, dot, finish, online_update
+from attnlab.kernels.common import (LOG2E, as_block, as_scale, as_stages, as_warps, check_qkv, dot,
+                                    finish, online_update)
 
 __all__ = ["variant_prefill", "variant_args", "kv_block_range", "blocks", "MAX_SOFT_CAP"]
 
@@ -175,7 +174,9 @@ def blocks(n_q: int, n_k: int, causal: bool = False, window: int = 0, *,
 
 
 def _blocks(d, block_m, block_n):
+    """The block sizes: each None or a power of two in [16, 256] (`kernels.common.as_block`)."""
     interp = interpreting()
+    block_m, block_n = as_block("block_m", block_m), as_block("block_n", block_n)
     return (block_m or (16 if interp else (128 if d <= 128 else 64)), block_n or (16 if interp else 64))
 
 
@@ -188,21 +189,23 @@ def variant_prefill(q, k, v, *, causal: bool = False, soft_cap: float | None = N
 
     soft_cap=c: c * tanh(s / c) on the scaled logits (`attnlab.core.variants.soft_cap(c)`); window=w:
     `sliding_window(w)`, which is causal itself; causal: bottom-right aligned. None or 0 is off.
-    Returns O in q's dtype (written into `out`, any strides, when given). Block sizes as in
-    `flash_attention_triton`. return_ranges (for tests): also an int32 (num query blocks, 4) tensor
-    of the (lo, full_lo, full_hi, hi) KV block indices each query block's loops ran over.
+    Returns O in q's dtype (written into `out`, any strides, when given). Block sizes, warps and
+    stages as in `flash_attention_triton`. return_ranges (for tests): also an int32 (num query
+    blocks, 4) tensor of the (lo, full_lo, full_hi, hi) KV block indices each query block's loops ran over.
     """
     check_qkv(q, k, v)
+    causal, return_ranges = as_bool("causal", causal), as_bool("return_ranges", return_ranges)
+    scale = as_scale(scale, q.shape[3])
+    num_warps, num_stages = as_warps(num_warps), as_stages(num_stages)
     cap, window = variant_args(soft_cap, window, k.shape[2])
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
+    block_m, block_n = _blocks(d, block_m, block_n)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
         raise ValueError(f"out must be a {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")
     interp = interpreting()
-    block_m, block_n = _blocks(d, block_m, block_n)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds): there write fp32, torch rounds
     dst = torch.empty(q.shape, dtype=torch.float32, device=q.device) if interp and q.dtype != torch.float32 else out
     grid = (triton.cdiv(n_q, block_m), B * H)
@@ -215,8 +218,8 @@ def variant_prefill(q, k, v, *, causal: bool = False, soft_cap: float | None = N
                           cap * LOG2E, *q.stride(), *k.stride(), *v.stride(), *dst.stride(),
                           H, H // k.shape[1], n_q, n_k, d,
                           BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
-                          CAUSAL=bool(causal) or window > 0, WINDOW=window, SOFT_CAP=cap > 0,
-                          RECORD=bool(return_ranges), UPCAST=interp or fp32, IEEE=interp or fp32, **kw)
+                          CAUSAL=causal or window > 0, WINDOW=window, SOFT_CAP=cap > 0,
+                          RECORD=return_ranges, UPCAST=interp or fp32, IEEE=interp or fp32, **kw)
     if dst is not out:
         out.copy_(dst)
     return (out, rec) if return_ranges else out

@@ -63,7 +63,8 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
 
     from attnlab.kernels import interpreting
     from attnlab.kernels.fa2 import flash_attention_triton
-    from attnlab.kernels.hopper import HOPPER_STEPS, cumulative_steps, flash_attention_hopper, launch_config
+    from attnlab.kernels.hopper import HOPPER_STEPS, cumulative_steps, flash_attention_hopper
+    from attnlab.kernels.tuning import launch_config
 
     t_start = time.perf_counter()
     cuda = torch.cuda.is_available()
