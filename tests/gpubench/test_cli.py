@@ -10,6 +10,14 @@ import pytest
 pytest.importorskip("torch")
 
 MISSING = "no-such-folder/x.json"
+#: what each entry point calls to start measuring: a refused command line never gets there
+STARTS = {"sweeps.hopper": "sweep", "sweeps.paged": "sweep", "sweeps.ragged": "sweep", "sweeps.gluon": "_torch",
+          "ncu": "profile"}
+
+
+def _no_start(monkeypatch, mod):
+    m = importlib.import_module(f"attnlab.gpubench.{mod}")
+    monkeypatch.setattr(m, STARTS.get(mod, "run"), lambda *a, **k: pytest.fail(f"{mod} started"))
 
 
 def _refused(capsys, mod, argv, names):
@@ -59,12 +67,12 @@ def _refused(capsys, mod, argv, names):
 ])
 def test_a_bad_argument_is_one_usage_line(capsys, tmp_path, monkeypatch, mod, argv, names):
     monkeypatch.chdir(tmp_path)
+    _no_start(monkeypatch, mod)
     _refused(capsys, mod, argv, names)
 
 
 def test_merge_checks_the_file_it_keeps_before_running(capsys, tmp_path, monkeypatch):
-    from attnlab.gpubench import run as bench
-    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("a section ran"))
+    _no_start(monkeypatch, "run")
     bad = tmp_path / "bad.json"
     bad.write_text('{"rows": [')
     _refused(capsys, "run", ["--dry", "--merge", "--out", str(bad)], ["--merge", str(bad), "JSON"])
@@ -74,20 +82,16 @@ def test_merge_checks_the_file_it_keeps_before_running(capsys, tmp_path, monkeyp
     assert "python -m attnlab.runfile" in line             # how to convert it, in the same line
 
 
-@pytest.mark.parametrize("mod, argv, started", [
-    ("run", [], "run"),
-    ("paged", [], "run"), ("prefill", ["--peers", "ours"], "run"), ("decode", [], "run"),
-    ("cascade", [], "run"), ("variants", [], "run"), ("scheduled", [], "run"),
-    ("sweeps.hopper", [], "sweep"), ("sweeps.paged", [], "sweep"),
-    ("sweeps.ragged", ["--out", "s.json"], "sweep"),
-    ("sweeps.gluon", ["smoke"], "_torch"), ("ncu", [], "profile"),
+@pytest.mark.parametrize("mod, argv", [
+    ("run", []), ("paged", []), ("prefill", ["--peers", "ours"]), ("decode", []), ("cascade", []),
+    ("variants", []), ("scheduled", []), ("sweeps.hopper", []), ("sweeps.paged", []),
+    ("sweeps.ragged", ["--out", "s.json"]), ("sweeps.gluon", ["smoke"]), ("ncu", []),
 ])
-def test_without_a_gpu_a_full_size_run_is_refused_at_once(capsys, tmp_path, monkeypatch, mod, argv, started):
+def test_without_a_gpu_a_full_size_run_is_refused_at_once(capsys, tmp_path, monkeypatch, mod, argv):
     import torch
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    m = importlib.import_module(f"attnlab.gpubench.{mod}")
-    monkeypatch.setattr(m, started, lambda *a, **k: pytest.fail(f"{mod} started without a GPU"))
+    _no_start(monkeypatch, mod)
     line = _refused(capsys, mod, argv, ["no CUDA GPU"])
     if mod.startswith("sweeps.") or mod == "ncu":
         return
