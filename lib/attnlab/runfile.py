@@ -153,7 +153,8 @@ def check(run, where: str = "run") -> dict:
     SCHEMA, a "sections" dict and a "rows" list of dicts with exactly the columns of COLUMNS, each
     of a known section. Otherwise a ValueError naming `where` (the file) and what is wrong."""
     if not isinstance(run, dict) or run.get("schema") != SCHEMA:
-        raise ValueError(f"{where} is not a run file in schema {SCHEMA}; `{CONVERT}` rewrites an older one")
+        raise ValueError(f"{where} is not a run file in schema {SCHEMA}; `{CONVERT.replace('FILE', str(where))}` "
+                         "rewrites an older one")
     if not isinstance(run.get("sections"), dict) or not isinstance(run.get("rows"), list):
         raise ValueError(f"{where}: a run file needs a 'sections' dict and a 'rows' list; got "
                          f"{type(run.get('sections')).__name__} and {type(run.get('rows')).__name__}")
@@ -202,16 +203,25 @@ def to_schema(old: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    """`python -m attnlab.runfile FILE...`: rewrite each file recorded before the schema into it."""
-    for path in (sys.argv[1:] if argv is None else argv):
-        with open(path, encoding="utf-8") as f:
-            old = json.load(f)
-        new = to_schema(old)
+    """`python -m attnlab.runfile FILE...`: rewrite each file recorded before the schema into it;
+    every file is read and converted before any is rewritten, and a bad one is one usage line."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m attnlab.runfile", description=main.__doc__)
+    ap.add_argument("files", nargs="+", help="run files recorded before the schema")
+    args = ap.parse_args(argv)
+    done = []
+    for path in args.files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                old = json.load(f)
+            done.append((path, old, to_schema(old)))
+        except (OSError, ValueError) as e:
+            ap.error(f"{path}: {e}")
+    for path, old, new in done:
         if new is not old:
             write(path, new)
         print(f"{path}: {'converted' if new is not old else 'already in the schema'}, {len(new['rows'])} rows")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -112,3 +112,18 @@ def test_dry_runs_the_small_cases_on_the_cpu(capsys, tmp_path):
     assert {r["impl"] for r in rows} == {"paged", "contiguous"} and {r.get("page_size") for r in rows} >= {3}
     assert all(r["max_err"] < 5e-2 for r in rows)
     assert "paged" in capsys.readouterr().out
+
+
+def test_runfile_convert_checks_every_file_before_rewriting_any(tmp_path, capsys):
+    from attnlab import runfile
+    from attnlab.explore.measured import reader
+    good, bad = tmp_path / "a.json", tmp_path / "b.json"
+    good.write_text(reader.run_files()[-1].read_text())      # a run file, already in the schema
+    bad.write_text("{not json")
+    with pytest.raises(SystemExit) as e:
+        runfile.main([str(good), str(bad)])
+    out = capsys.readouterr()
+    assert e.value.code == 2 and str(bad) in out.err and out.out == ""    # nothing done before the refusal
+    with pytest.raises(SystemExit) as e:
+        runfile.main([str(tmp_path / "missing.json")])
+    assert e.value.code == 2

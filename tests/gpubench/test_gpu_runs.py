@@ -295,7 +295,7 @@ def test_the_run_file_reads_back_what_it_wrote_and_refuses_a_broken_one(tmp_path
         runfile.read(tmp_path / "bad.json")
     with pytest.raises(ValueError, match=r"rows\[0\] must have exactly the columns"):
         runfile.write(path, {**run, "rows": [{k: v for k, v in rows[0].items() if k != "error"}]})
-    with pytest.raises(ValueError, match="not a run file in schema 2; `python -m attnlab.runfile FILE`"):
+    with pytest.raises(ValueError, match="not a run file in schema 2; `python -m attnlab.runfile old.json`"):
         runfile.check({"sections": {}, "rows": []}, "old.json")
     with pytest.raises(TypeError, match="path must be a file name"):
         runfile.write(None, run)
