@@ -38,7 +38,10 @@ def test_reference_caps_and_windows_as_the_harness_reference_does(monkeypatch):
     for causal, cap, w in ((False, 30.0, 0), (True, 0.0, 0), (False, 0.0, 1), (True, 5.0, 7), (False, 0.0, 99)):
         o, lse = gluon.reference(q, k, v, causal, 64 ** -0.5, cap, w)
         want = harness_reference(torch, q, k, v, causal=causal or w > 0, soft_cap=cap or None, window=w)
-        assert torch.allclose(o, want, atol=1e-5), (causal, cap, w)
+        # float32 both; with a soft cap the two tanh calls may take different float32 paths (after
+        # the kernel tests ran in the same process they were 7.6e-5 apart): a wrong mask, cap or
+        # window is off by O(0.1), far outside either bound
+        assert torch.allclose(o, want, atol=5e-4 if cap else 1e-5), (causal, cap, w)
         no_key = torch.isinf(lse)                                  # N_q > N_k: the first 20 rows see no key
         assert bool(no_key[..., :20].all()) == (causal or w > 0) and not no_key[..., 20:].any()
         assert not o[no_key].any()
