@@ -147,12 +147,16 @@ def test_prefill_summary_ratios_come_from_the_rows():
         assert cells[-3] == f"{best / ours:.2f}"
 
 
+def _part(text, title, start):
+    """The rows after `title` of a summary whose every line fits 100 characters, split in cells."""
+    assert max(len(line) for line in text.splitlines()) <= 100
+    return _cells(text.split(title)[1], start)
+
+
 def test_cascade_and_schedule_summaries_come_from_the_rows():
     res = measured.newest_run()
     cas = measured.section(res, "cascade")["rows"]
-    text = measured.cascade_summary(res)
-    assert max(len(line) for line in text.splitlines()) <= 100
-    counted = _cells(text.split("counted against measured")[1], r"\s*\d+\s+4096\s")
+    counted = _part(measured.cascade_summary(res), "counted against measured", r"\s*\d+\s+4096\s")
     assert len(counted) == len({r["n"] for r in cas})
     for cells in counted:
         n = int(cells[0])
@@ -160,9 +164,7 @@ def test_cascade_and_schedule_summaries_come_from_the_rows():
         paged = next(r["us"] for r in cas if r["n"] == n and r["impl"] == "paged")
         assert cells[-1] == f"{paged / auto:.2f}"
     sch = measured.section(res, "scheduled")["rows"]
-    text = measured.schedules_summary(res)
-    assert max(len(line) for line in text.splitlines()) <= 100
-    lines = _cells(text.split("\nbeside\n")[1], r"\s*\d+\s+\d+\s+\d")
+    lines = _part(measured.schedules_summary(res), "\nbeside\n", r"\s*\d+\s+\d+\s+\d")
     assert len(lines) == len({r["batch"] for r in sch})
     for cells in lines:
         b = int(cells[0])
