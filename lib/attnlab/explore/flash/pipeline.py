@@ -9,6 +9,7 @@ drawn six tiles, and 64 tiles for the steady state) and the recorded step table
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +62,12 @@ class PipelineNumbers:
     measured: tuple         # (label, B x N, median TFLOP/s, band) of the recorded run, or ()
 
 
+@functools.lru_cache(maxsize=None)
+def _measured(warp_specialize, consumers, overlap, stages, d) -> tuple:
+    """The recorded rows of a setting, read from the run file once per setting, not per move."""
+    return tuple(measured_setting(warp_specialize, consumers, overlap, stages, d))
+
+
 def _rects(tl):
     """Rectangles of a timeline: one per load, QK^T and PV; two per softmax (exp, then FMA)."""
     x0, x1, row, kind, tile = [], [], [], [], []
@@ -94,7 +101,7 @@ def pipeline_numbers(gpu: str = "H200", d: int = 128, warp_specialize: bool = Tr
     half = schedule(t, tiles=LONG // 2, **kw)
     per_tile = (long.makespan - half.makespan) / (LONG - LONG // 2)
     busy = tuple(long.busy(r) / long.makespan for r in RESOURCES)
-    rows = measured_setting(warp_specialize, consumers, overlap, stages, d) if get_gpu(gpu).name == "H200-SXM" else []
+    rows = _measured(warp_specialize, consumers, overlap, stages, d) if get_gpu(gpu).name == "H200-SXM" else ()
     measured = tuple((r.label, f"{r.batch} x {r.N // 1024}K", r.median, r.band) for r in rows)
     x0, x1, row, kind, tile = _rects(shown)
     return PipelineNumbers(gpu=get_gpu(gpu).name, d=t.d, warp_specialize=warp_specialize, consumers=consumers,
