@@ -1,10 +1,12 @@
 """Test-session setup. Triton kernels run on the CPU interpreter when no GPU is present; the
 variable must be set before any Triton kernel is defined, so it is set here, first."""
+
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 try:
     import torch
+
     _cuda = torch.cuda.is_available()
 except ImportError:  # torch is a test dependency; without it the GPU tests cannot import
     _cuda = False
@@ -19,18 +21,23 @@ import pytest  # noqa: E402
 try:
     import torch as _torch  # noqa: F401
     import triton as _triton  # noqa: F401
+
     _kernels = True
 except ImportError:
     _kernels = False
 if not _kernels and os.environ.get("CI"):
     raise pytest.UsageError("CI is set but torch or triton does not import: install the test extra")
-collect_ignore_glob = [] if _kernels else ["kernels/*.py", "gpubench/test_ncu_profile.py", "refs/kernel_rule.py"]
+collect_ignore_glob = (
+    [] if _kernels else ["kernels/*.py", "gpubench/test_ncu_profile.py", "refs/kernel_rule.py"]
+)
 
 
 def pytest_report_header(config):
     if not _kernels:
-        return ("torch or triton not installed: the Triton kernel tests (tests/kernels/, "
-                "test_ncu_profile.py) are left out; `make test` installs both and runs them")
+        return (
+            "torch or triton not installed: the Triton kernel tests (tests/kernels/, "
+            "test_ncu_profile.py) are left out; `make test` installs both and runs them"
+        )
 
 
 @pytest.fixture
@@ -40,6 +47,7 @@ def poisoned_alloc(monkeypatch):
     shows up as NaN in its output. The Triton kernels allocate their outputs, lse and partial-state
     workspaces with torch.empty / torch.empty_like. Yields a dict: how many tensors were poisoned."""
     import torch
+
     count = {"poisoned": 0}
 
     def poison(t):

@@ -1,6 +1,7 @@
 """The architecture's rule, checked: a module's layer is its folder, imports point down only
 (docs/architecture.md), the import graph has no cycle, explore/ imports nothing of the GPU path,
 and nothing outside kernels/ and gpubench/ imports torch or triton."""
+
 from __future__ import annotations
 
 import ast
@@ -13,13 +14,24 @@ import attnlab
 PKG = Path(attnlab.__file__).parent
 # A module's layer is its folder (or, for the foundation modules, its file): the one map. explore
 # and course have places of their own, so that an import between them both ways cannot pass.
-LAYER = {"validate": 0, "catalog": 0, "fmt": 0, "runfile": 0, "timing": 0, "core": 1, "machine": 2,
-         "explore": 3, "course": 4}
+LAYER = {
+    "validate": 0,
+    "catalog": 0,
+    "fmt": 0,
+    "runfile": 0,
+    "timing": 0,
+    "core": 1,
+    "machine": 2,
+    "explore": 3,
+    "course": 4,
+}
 FOUNDATION = {name for name, layer in LAYER.items() if layer == 0}
 # The GPU path sits beside explore: each part may import these (and itself), nothing else; no layer
 # imports it (explore reads runs through runfile; a notebook's live GPU cell calls the harness).
-GPU_ALLOWED = {"kernels": FOUNDATION | {"core", "machine"},
-               "gpubench": FOUNDATION | {"core", "machine", "kernels"}}
+GPU_ALLOWED = {
+    "kernels": FOUNDATION | {"core", "machine"},
+    "gpubench": FOUNDATION | {"core", "machine", "kernels"},
+}
 TORCH_FOLDERS = set(GPU_ALLOWED)
 
 
@@ -34,12 +46,12 @@ def _imports(path: Path):
     rel_depth = len(path.relative_to(PKG).parts) - 1
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:                                    # relative: resolve against the package
+            if node.level:  # relative: resolve against the package
                 parts = list(path.relative_to(PKG).parts[:-1])[: rel_depth - (node.level - 1)]
-                target = (parts + (node.module.split(".") if node.module else []))
+                target = parts + (node.module.split(".") if node.module else [])
                 if target:
                     yield "attnlab", target[0], node.lineno
-                else:                                         # `from . import x, y`
+                else:  # `from . import x, y`
                     for a in node.names:
                         yield "attnlab", a.name, node.lineno
             elif node.module and node.module.startswith("attnlab."):
@@ -63,13 +75,17 @@ def test_imports_point_down(path):
             continue
         where = f"{path.relative_to(PKG)}:{line}"
         if top in GPU_ALLOWED:
-            assert name in GPU_ALLOWED[top], f"{where}: {top}/ imports {name}; it may import {sorted(GPU_ALLOWED[top])}"
+            assert name in GPU_ALLOWED[top], (
+                f"{where}: {top}/ imports {name}; it may import {sorted(GPU_ALLOWED[top])}"
+            )
             continue
         if name in GPU_ALLOWED:
             raise AssertionError(f"{where} ({top}/) imports the GPU path ({name}); no layer may")
             continue
         assert name in LAYER, f"{where} imports unknown attnlab module {name}"
-        assert LAYER[name] <= layer, f"{where} (layer {layer}) imports {name} (layer {LAYER[name]}): imports must point down"
+        assert LAYER[name] <= layer, (
+            f"{where} (layer {layer}) imports {name} (layer {LAYER[name]}): imports must point down"
+        )
 
 
 def _module_names(path: Path) -> str:
@@ -91,13 +107,16 @@ def _targets(path: Path):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = (".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
-                    if node.level else node.module or "")
+            base = (
+                ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+                if node.level
+                else node.module or ""
+            )
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
         else:
             continue
         for name in names:
-            while name and name not in MODULES:             # `import attnlab.x.y.Name`: its module
+            while name and name not in MODULES:  # `import attnlab.x.y.Name`: its module
                 name = name.rpartition(".")[0]
             if name.startswith("attnlab"):
                 yield name
@@ -112,12 +131,13 @@ def _cycle(graph: dict) -> list:
         stack.append(n)
         for m in sorted(graph.get(n, ())):
             if state.get(m) == "open":
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if m not in state and (found := visit(m)):
                 return found
         state[n] = "done"
         stack.pop()
         return []
+
     for n in sorted(graph):
         if n not in state and (found := visit(n)):
             return found
@@ -143,7 +163,9 @@ def test_the_layer_folders_import_each_other_one_way_only():
     tops: dict = {}
     for name, targets in _graph().items():
         top = name.split(".")[1] if "." in name else name
-        tops.setdefault(top, set()).update(t.split(".")[1] for t in targets if "." in t and t.split(".")[1] != top)
+        tops.setdefault(top, set()).update(
+            t.split(".")[1] for t in targets if "." in t and t.split(".")[1] != top
+        )
     assert not (found := _cycle(tops)), " -> ".join(found)
 
 
@@ -161,17 +183,22 @@ def test_the_layers_are_the_folders():
     assert tops == set(LAYER) | set(GPU_ALLOWED), tops ^ (set(LAYER) | set(GPU_ALLOWED))
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if _module_layer(p)[0] not in TORCH_FOLDERS],
-                         ids=lambda p: str(p.relative_to(PKG)))
+@pytest.mark.parametrize(
+    "path",
+    [p for p in FILES if _module_layer(p)[0] not in TORCH_FOLDERS],
+    ids=lambda p: str(p.relative_to(PKG)),
+)
 def test_no_torch_outside_the_gpu_path(path):
     for kind, name, line in _imports(path):
-        assert not (kind == "ext" and name in ("torch", "triton")), \
+        assert not (kind == "ext" and name in ("torch", "triton")), (
             f"{path.relative_to(PKG)}:{line} imports {name}; only kernels/ and gpubench/ may"
+        )
 
 
 def test_library_files_stay_short_or_say_why():
     """One idea per file: a module over 300 lines says in its docstring why it is long."""
     import ast
+
     for path in sorted(PKG.rglob("*.py")):
         text = path.read_text()
         n = text.count("\n")

@@ -17,4 +17,5 @@ The optional GPU path sits beside explore (no layer imports it) and imports torc
    kernels/   the Triton kernels (layers 0-2 below them)
    gpubench/  their benchmark harness beside FlashInfer, cuDNN and FlexAttention (kernels + 0-2)
 """
+
 __version__ = "0.1.0"

@@ -3,6 +3,7 @@
 One place for what `hardware` and `models` share: where data/ is, freezing the JSON into
 read-only values, case- and separator-insensitive names, and the error for an unknown name.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ def data_path(name: str) -> Path:
         raise ValueError(f"name={name!r} must be a plain file name inside data/ (no folders, no '..')")
     path = DATA_DIR / name
     if not path.is_file():
-        raise FileNotFoundError(f"data file {name!r} not found at {path}; the data/ folder sits "
-                                f"beside lib/ in the repository (editable install expected)")
+        raise FileNotFoundError(
+            f"data file {name!r} not found at {path}; the data/ folder sits "
+            f"beside lib/ in the repository (editable install expected)"
+        )
     return path
 
 
@@ -65,8 +68,9 @@ def find(param: str, value, cls, loaded: tuple[dict, dict]):
     if isinstance(value, cls):
         return value
     if not isinstance(value, str):
-        raise TypeError(f"{param} must be a {cls.__name__} or a {param} name, got {value!r} "
-                        f"({type(value).__name__})")
+        raise TypeError(
+            f"{param} must be a {cls.__name__} or a {param} name, got {value!r} ({type(value).__name__})"
+        )
     table, lookup = loaded
     name = lookup.get(key(value))
     if name is None:

@@ -1,5 +1,6 @@
 """Wall-clock timing on this machine, for the lines a notebook prints in an ignored-output cell
 and for `make bench`: the median of repeated calls after a warm-up."""
+
 from __future__ import annotations
 
 import statistics

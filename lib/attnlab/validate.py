@@ -6,6 +6,7 @@ number, a bool is neither a number nor a count, and "False" is not a flag.
 This file is long because every layer's checks live here, with the allocation limit and the
 equality of records that hold arrays: one place, so every message reads the same way.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -14,9 +15,24 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["short", "as_int", "as_index", "as_float", "as_bool", "choice", "as_dtype", "as_array",
-           "as_counts", "as_reals", "as_dtype_bytes", "as_sequence", "ARRAY_LIMIT", "check_bytes", "as_rng",
-           "fields_equal"]
+__all__ = [
+    "short",
+    "as_int",
+    "as_index",
+    "as_float",
+    "as_bool",
+    "choice",
+    "as_dtype",
+    "as_array",
+    "as_counts",
+    "as_reals",
+    "as_dtype_bytes",
+    "as_sequence",
+    "ARRAY_LIMIT",
+    "check_bytes",
+    "as_rng",
+    "fields_equal",
+]
 
 #: The most bytes of arrays one call may allocate; a larger request is refused by name before
 #: numpy is asked (it would end in MemoryError, or swap).
@@ -24,9 +40,19 @@ ARRAY_LIMIT = 2**31
 
 #: dtype kinds of real numbers: signed and unsigned integers, floats.
 REAL_KINDS = "iuf"
-_KIND_NAMES = {"b": "bool", "i": "signed integer", "u": "unsigned integer", "f": "float",
-               "c": "complex", "O": "object", "U": "string", "S": "bytes", "V": "void",
-               "M": "datetime", "m": "timedelta"}
+_KIND_NAMES = {
+    "b": "bool",
+    "i": "signed integer",
+    "u": "unsigned integer",
+    "f": "float",
+    "c": "complex",
+    "O": "object",
+    "U": "string",
+    "S": "bytes",
+    "V": "void",
+    "M": "datetime",
+    "m": "timedelta",
+}
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
@@ -39,18 +65,18 @@ def short(value, limit: int = 60) -> str:
     """
     if isinstance(value, np.ndarray) and value.size > 8:
         return f"array of shape {value.shape}, dtype {value.dtype}"
-    if isinstance(value, int) and value.bit_length() > 4 * limit:     # repr may refuse (4300 digits)
+    if isinstance(value, int) and value.bit_length() > 4 * limit:  # repr may refuse (4300 digits)
         digits = _digits(value)
         return f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _digits(n: int) -> int:
     """Decimal digits of |n| without str() (which refuses more than 4300 digits)."""
     n = abs(n)
-    d = max(1, int((n.bit_length() - 1) * 0.30102999566398120) + 1)   # digits of 2^(bits - 1)
-    return d + 1 if n >= 10 ** d else d
+    d = max(1, int((n.bit_length() - 1) * 0.30102999566398120) + 1)  # digits of 2^(bits - 1)
+    return d + 1 if n >= 10**d else d
 
 
 def as_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
@@ -93,8 +119,9 @@ def as_index(name: str, value, lo: int | None = None, hi: int | None = None) -> 
     return as_int(name, value, lo, hi)
 
 
-def as_float(name: str, value, lo: float | None = None, hi: float | None = None, *,
-             lo_open: bool = False) -> float:
+def as_float(
+    name: str, value, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False
+) -> float:
     """`value` as a finite float in [lo, hi] (or (lo, hi] with lo_open); bools and strings are refused.
 
     >>> as_float("scale", 0.125, 0.0, None, lo_open=True)
@@ -108,7 +135,7 @@ def as_float(name: str, value, lo: float | None = None, hi: float | None = None,
         raise TypeError(f"{name} must be a real number, got {short(value)} ({type(value).__name__})")
     try:
         value = float(value)
-    except OverflowError:                          # an int beyond float64
+    except OverflowError:  # an int beyond float64
         raise ValueError(f"{name}={short(value)} is out of range; valid: finite, below 1.8e308") from None
     bad = not np.isfinite(value)
     if lo is not None:
@@ -144,11 +171,15 @@ def choice(name: str, value, allowed) -> object:
     strings and `value` is not one)."""
     allowed = tuple(allowed)
     if allowed and all(isinstance(a, str) for a in allowed) and not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, one of {', '.join(map(repr, allowed))}; "
-                        f"got {short(value)} ({type(value).__name__})")
-    try:      # a bool is not the integer it equals (True == 1); arrays have no single truth value
-        ok = any(isinstance(value, (bool, np.bool_)) == isinstance(a, (bool, np.bool_)) and bool(value == a)
-                 for a in allowed)
+        raise TypeError(
+            f"{name} must be a string, one of {', '.join(map(repr, allowed))}; "
+            f"got {short(value)} ({type(value).__name__})"
+        )
+    try:  # a bool is not the integer it equals (True == 1); arrays have no single truth value
+        ok = any(
+            isinstance(value, (bool, np.bool_)) == isinstance(a, (bool, np.bool_)) and bool(value == a)
+            for a in allowed
+        )
     except (TypeError, ValueError):
         ok = False
     if not ok:
@@ -161,15 +192,27 @@ def as_dtype(name: str, a: np.ndarray, kinds: str = REAL_KINDS) -> np.dtype:
     naming `name`, the dtype and what is valid (object, string, complex and bool arrays are not
     real numbers)."""
     if a.dtype.kind not in kinds:
-        valid = ("real numbers (integers or floats)" if set(kinds) == set(REAL_KINDS) else
-                 " or ".join(f"{_KIND_NAMES.get(k, k)} values" for k in kinds))
-        raise TypeError(f"{name} must hold {valid}, got dtype {a.dtype} "
-                        f"({_KIND_NAMES.get(a.dtype.kind, a.dtype.kind)})")
+        valid = (
+            "real numbers (integers or floats)"
+            if set(kinds) == set(REAL_KINDS)
+            else " or ".join(f"{_KIND_NAMES.get(k, k)} values" for k in kinds)
+        )
+        raise TypeError(
+            f"{name} must hold {valid}, got dtype {a.dtype} ({_KIND_NAMES.get(a.dtype.kind, a.dtype.kind)})"
+        )
     return a.dtype
 
 
-def as_array(name: str, value, *, ndim=None, shape: str | None = None, kinds: str = REAL_KINDS,
-             finite: bool = True, neginf: bool = False) -> np.ndarray:
+def as_array(
+    name: str,
+    value,
+    *,
+    ndim=None,
+    shape: str | None = None,
+    kinds: str = REAL_KINDS,
+    finite: bool = True,
+    neginf: bool = False,
+) -> np.ndarray:
     """`value` as a numpy array of real numbers, checked by name.
 
     ndim: None, an int or a tuple of allowed ranks; `shape` describes the valid shapes in the
@@ -186,27 +229,33 @@ def as_array(name: str, value, *, ndim=None, shape: str | None = None, kinds: st
     """
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be an array of real numbers, got {short(value)} (str)")
-    if isinstance(value, np.ma.MaskedArray):      # np.asarray would drop the mask without a word
-        raise TypeError(f"{name} must be a plain array, got a masked array; fill it (or pass a "
-                        f"mask= where the function takes one)")
+    if isinstance(value, np.ma.MaskedArray):  # np.asarray would drop the mask without a word
+        raise TypeError(
+            f"{name} must be a plain array, got a masked array; fill it (or pass a "
+            f"mask= where the function takes one)"
+        )
     try:
         a = np.asarray(value)
-    except (TypeError, ValueError) as e:          # ragged lists, objects numpy cannot convert
+    except (TypeError, ValueError) as e:  # ragged lists, objects numpy cannot convert
         raise TypeError(f"{name} must be an array of real numbers, got {short(value)} ({e})") from None
     if not a.size and isinstance(value, (list, tuple)) and a.dtype.kind not in kinds:
         a = a.astype({"i": np.int64, "u": np.uint64, "b": bool}.get(kinds[0], np.float64))  # [] is any kind
     as_dtype(name, a, kinds)
     if isinstance(value, (list, tuple)) and "b" not in kinds and a.size and _holds_bool(value):
-        raise TypeError(f"{name} must hold real numbers, got a bool among them in {short(value)}; "
-                        f"valid: integers or floats (True is not 1)")
+        raise TypeError(
+            f"{name} must hold real numbers, got a bool among them in {short(value)}; "
+            f"valid: integers or floats (True is not 1)"
+        )
     if ndim is not None:
         ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if a.ndim not in ranks:
             want = shape or " or ".join(f"{r}-D" for r in ranks)
             raise ValueError(f"{name} must be {want}, got shape {a.shape}")
     if finite and a.dtype.kind == "f":
-        check_bytes(f"{name} of shape {a.shape} ({a.size:,} values, each checked for NaN and inf)",
-                    a.size * (2 if neginf else 1))
+        check_bytes(
+            f"{name} of shape {a.shape} ({a.size:,} values, each checked for NaN and inf)",
+            a.size * (2 if neginf else 1),
+        )
         ok = np.isfinite(a)
         if neginf:
             ok |= np.isneginf(a)
@@ -215,8 +264,10 @@ def as_array(name: str, value, *, ndim=None, shape: str | None = None, kinds: st
             first = tuple(int(i) for i in bad[0])
             what = "NaN or +inf" if neginf else "NaN/inf"
             valid = "finite numbers or -inf (masked)" if neginf else "finite numbers"
-            raise ValueError(f"{name} holds {len(bad)} {what} value{'s' if len(bad) > 1 else ''} "
-                             f"(first at index {first}: {a[first].item()!r}); valid: {valid}")
+            raise ValueError(
+                f"{name} holds {len(bad)} {what} value{'s' if len(bad) > 1 else ''} "
+                f"(first at index {first}: {a[first].item()!r}); valid: {valid}"
+            )
     return a
 
 
@@ -242,8 +293,9 @@ def as_sequence(name: str, value, what: str = "a list") -> list:
     TypeError: rids must be a list (entries in order), got {0, 2} (set)
     """
     if isinstance(value, (str, bytes, Mapping, Set)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"{name} must be {what} (entries in order), got {short(value)} "
-                        f"({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be {what} (entries in order), got {short(value)} ({type(value).__name__})"
+        )
     return list(value)
 
 
@@ -252,16 +304,15 @@ def as_counts(name: str, value, lo: int | None = None, hi: int | None = None):
     (int64 array, False) for an array (lists, tuples, ranges, numpy arrays of any rank). Integral floats
     are accepted as in `as_int`; bools, strings and fractions are refused."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]                       # 0-d array -> numpy scalar
+        value = value[()]  # 0-d array -> numpy scalar
     if not isinstance(value, (list, tuple, range, np.ndarray)):
         return as_int(name, value, lo, hi), True
     flat = np.asarray(value, dtype=object).reshape(-1) if not isinstance(value, np.ndarray) else None
     if flat is not None and any(isinstance(v, (bool, np.bool_)) for v in flat.tolist()):
-        raise TypeError(f"{name} must hold integers, got a bool among them in {short(value)} "
-                        f"(True is not 1)")
+        raise TypeError(f"{name} must hold integers, got a bool among them in {short(value)} (True is not 1)")
     if flat is not None and flat.size and all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
         big = [v for v in flat if not -_INT64_MAX <= v <= _INT64_MAX]
-        if big:                                   # numpy would make an object array of these
+        if big:  # numpy would make an object array of these
             raise ValueError(f"{name} holds {short(big[0])}, beyond int64; valid: |value| <= {_INT64_MAX}")
     a = as_array(name, value, kinds=REAL_KINDS, finite=False)
     if a.dtype.kind == "f":
@@ -271,7 +322,9 @@ def as_counts(name: str, value, lo: int | None = None, hi: int | None = None):
             raise TypeError(f"{name} must hold integers, got {flat[bad][:5].tolist()} in {short(value)}")
     flat = a.reshape(-1)
     if flat.size:
-        low, high = (flat.min(), flat.max()) if a.dtype.kind != "f" else (float(flat.min()), float(flat.max()))
+        low, high = (
+            (flat.min(), flat.max()) if a.dtype.kind != "f" else (float(flat.min()), float(flat.max()))
+        )
         if (lo is not None and low < lo) or (hi is not None and high > hi):
             bad = np.zeros(flat.shape, dtype=bool)
             if lo is not None:
@@ -290,12 +343,14 @@ def as_reals(name: str, value, lo: float | None = None, *, lo_open: bool = False
     (float, True) for a scalar, (array, False) otherwise. Bools, strings, complex and object
     values are refused with TypeError."""
     if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
-        raise TypeError(f"{name} must be a real number or an array of them, got {short(value)} "
-                        f"({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be a real number or an array of them, got {short(value)} ({type(value).__name__})"
+        )
     scalar = not isinstance(value, (list, tuple, np.ndarray)) or np.ndim(value) == 0
     if scalar and not isinstance(value, (numbers.Real, np.ndarray)):
-        raise TypeError(f"{name} must be a real number or an array of them, got {short(value)} "
-                        f"({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be a real number or an array of them, got {short(value)} ({type(value).__name__})"
+        )
     a = as_array(name, value, kinds=REAL_KINDS, finite=True).astype(np.float64)
     if lo is not None:
         bad = (a <= lo) if lo_open else (a < lo)
@@ -315,8 +370,9 @@ def as_dtype_bytes(name: str, value):
     (2, 0.5)
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of bytes per element, got {short(value)} "
-                        f"({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be a number of bytes per element, got {short(value)} ({type(value).__name__})"
+        )
     if isinstance(value, numbers.Integral) or (np.isfinite(float(value)) and float(value).is_integer()):
         return as_int(name, value, 1, None)
     x = float(value)
@@ -336,8 +392,9 @@ def check_bytes(what: str, nbytes, limit: int = ARRAY_LIMIT) -> int:
     ValueError: num_blocks x block_size needs 1 TiB of arrays; valid: at most 2 GiB
     """
     if isinstance(nbytes, (bool, np.bool_)) or not isinstance(nbytes, numbers.Integral):
-        raise TypeError(f"{what}: the byte count must be an integer, got {short(nbytes)} "
-                        f"({type(nbytes).__name__})")
+        raise TypeError(
+            f"{what}: the byte count must be an integer, got {short(nbytes)} ({type(nbytes).__name__})"
+        )
     nbytes = int(nbytes)
     if nbytes < 0:
         raise ValueError(f"{what}: the byte count {short(nbytes)} is negative; valid: 0 .. {_bytes(limit)}")
@@ -347,7 +404,7 @@ def check_bytes(what: str, nbytes, limit: int = ARRAY_LIMIT) -> int:
 
 
 def _bytes(n: int) -> str:
-    if n >= 2**1000:                              # n / size would not fit a float
+    if n >= 2**1000:  # n / size would not fit a float
         return f"more than 2^{n.bit_length() - 1} B"
     for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
@@ -360,8 +417,10 @@ def as_rng(name: str, value) -> np.random.Generator:
     if isinstance(value, np.random.Generator):
         return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a numpy Generator or an integer seed >= 0, got "
-                        f"{short(value)} ({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be a numpy Generator or an integer seed >= 0, got "
+            f"{short(value)} ({type(value).__name__})"
+        )
     return np.random.default_rng(as_int(name, value, 0, None))
 
 
@@ -369,13 +428,18 @@ def fields_equal(a, b) -> bool:
     """Equality of two dataclass instances field by field, arrays by shape, dtype and values (the
     generated __eq__ would ask an array for one truth value). NotImplemented for other types."""
     from dataclasses import fields, is_dataclass
+
     if type(a) is not type(b) or not is_dataclass(a):
         return NotImplemented
     for f in fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
         if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
-            if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
-                    and np.array_equal(x, y)):
+            if not (
+                isinstance(x, np.ndarray)
+                and isinstance(y, np.ndarray)
+                and x.dtype == y.dtype
+                and np.array_equal(x, y)
+            ):
                 return False
         elif x != y:
             return False

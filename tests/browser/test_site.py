@@ -9,6 +9,7 @@ may ask for the network (it is answered with an empty script, so the formulas st
 
 Uses the Chromium and the not-run reporting of test_notebooks_in_browser.py; no JupyterLab.
 """
+
 from __future__ import annotations
 
 import html
@@ -71,6 +72,7 @@ def reader(request):
             else:
                 log["network"].append(url)
                 r.abort()
+
         page.route("**/*", route)
         page.on("pageerror", lambda e: log["errors"].append(str(e)))
         page.on("console", lambda m: log["console"].append(m.text) if m.type == "error" else None)
@@ -115,16 +117,20 @@ def test_page_reads_offline(site_dir, reader, name):
     problems += [f"image not loaded: {i}" for i in got["imgs"] if not (i["complete"] and i["width"] > 0)]
     if len(got["notes"]) != explorers:
         problems.append(f"{len(got['notes'])} explorer notes for {explorers} explorers")
-    problems += [f"explorer note {k + 1} has no figure after it" for k, n in enumerate(got["notes"])
-                 if not n["figure"]]
+    problems += [
+        f"explorer note {k + 1} has no figure after it" for k, n in enumerate(got["notes"]) if not n["figure"]
+    ]
     for href in got["links"]:
         if not href.startswith("file:"):
-            continue                                     # the web, e.g. the papers cited
+            continue  # the web, e.g. the papers cited
         target, anchor = _local(href)
         if not target.is_file():
             problems.append(f"link to a missing file: {href}")
-        elif anchor and target != path and not any(f'id="{html.escape(a)}"' in target.read_text("utf-8")
-                                                    for a in anchor):
+        elif (
+            anchor
+            and target != path
+            and not any(f'id="{html.escape(a)}"' in target.read_text("utf-8") for a in anchor)
+        ):
             problems.append(f"link to a missing anchor: {href}")
         elif anchor and target == path and not anchor & set(got["ids"]):
             problems.append(f"link to a missing anchor on this page: {href}")

@@ -1,4 +1,5 @@
 """standard_attention and flash_attention against the independent float64 reference."""
+
 from __future__ import annotations
 
 import functools
@@ -43,6 +44,7 @@ def _assert_close(got, want, tol, what="O"):
 
 # --- the reference itself: a few sanity checks of the convention -------------------------------
 
+
 def test_reference_mask_matches_documented_picture():
     # attention.py's docstring: N_q = 3, N_k = 5
     want = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=bool)
@@ -74,14 +76,14 @@ def test_reference_uniform_keys_average_values():
 # (n_q, n_k, d, d_v, block_r, block_c)
 CASES_2D = [
     (1, 1, 1, 1, 1, 1),
-    (7, 7, 5, 5, 3, 2),           # blocks do not divide N
-    (13, 29, 6, 6, 4, 5),         # N_q < N_k
-    (29, 13, 6, 6, 4, 5),         # N_q > N_k: causal rows 0..15 fully masked
-    (17, 17, 12, 12, 1, 1),       # blocks of 1
-    (11, 23, 7, 7, 64, 64),       # blocks larger than N
-    (23, 11, 33, 33, 5, 64),      # N_q > N_k, one K/V block
-    (31, 9, 10, 10, 1, 7),        # N_q >> N_k, rows of 1
-    (9, 31, 5, 3, 8, 1),          # d_v != d
+    (7, 7, 5, 5, 3, 2),  # blocks do not divide N
+    (13, 29, 6, 6, 4, 5),  # N_q < N_k
+    (29, 13, 6, 6, 4, 5),  # N_q > N_k: causal rows 0..15 fully masked
+    (17, 17, 12, 12, 1, 1),  # blocks of 1
+    (11, 23, 7, 7, 64, 64),  # blocks larger than N
+    (23, 11, 33, 33, 5, 64),  # N_q > N_k, one K/V block
+    (31, 9, 10, 10, 1, 7),  # N_q >> N_k, rows of 1
+    (9, 31, 5, 3, 8, 1),  # d_v != d
     (50, 50, 3, 3, 16, 16),
 ]
 
@@ -92,7 +94,7 @@ def test_float64_single_head(n_q, n_k, d, d_v, br, bc, causal):
     q, k, v = _qkv(n_q * 1000 + n_k * 10 + d, n_q, n_k, d, d_v)
     want_o, want_lse = ref.attention(q, k, v, causal=causal)
     if causal and n_q > n_k:
-        assert np.isneginf(want_lse).any()        # the case really has fully masked rows
+        assert np.isneginf(want_lse).any()  # the case really has fully masked rows
 
     o = standard_attention(q, k, v, causal=causal)
     assert o.dtype == np.float64
@@ -101,8 +103,9 @@ def test_float64_single_head(n_q, n_k, d, d_v, br, bc, causal):
         o = flash_attention(q, k, v, causal=causal, block_r=br, block_c=bc, order=order)
         assert o.dtype == np.float64
         _assert_close(o, want_o, F64_TOL, f"O {order}")
-        o2, lse = flash_attention(q, k, v, causal=causal, block_r=br, block_c=bc, order=order,
-                                  return_lse=True)
+        o2, lse = flash_attention(
+            q, k, v, causal=causal, block_r=br, block_c=bc, order=order, return_lse=True
+        )
         _assert_close(o2, want_o, F64_TOL, f"O {order} (return_lse)")
         _assert_close(lse, want_lse, F64_TOL, f"lse {order}")
         assert lse.shape == (n_q,)
@@ -116,8 +119,9 @@ def test_float64_explicit_scale(order, scale):
     q, k, v = _qkv(11, 19, 14, 9)
     want_o, want_lse = ref.attention(q, k, v, causal=True, scale=scale)
     _assert_close(standard_attention(q, k, v, causal=True, scale=scale), want_o, F64_TOL)
-    o, lse = flash_attention(q, k, v, causal=True, scale=scale, block_r=4, block_c=6,
-                             order=order, return_lse=True)
+    o, lse = flash_attention(
+        q, k, v, causal=True, scale=scale, block_r=4, block_c=6, order=order, return_lse=True
+    )
     _assert_close(o, want_o, F64_TOL)
     _assert_close(lse, want_lse, F64_TOL, "lse")
 
@@ -138,10 +142,10 @@ def test_float64_default_blocks_from_sram(order, sram):
 # (B, Hq, Hkv, n_q, n_k, d, block_r, block_c)
 CASES_4D = [
     (1, 1, 1, 9, 9, 4, 4, 4),
-    (2, 4, 4, 11, 7, 5, 3, 4),       # MHA, N_q > N_k
-    (2, 6, 2, 7, 13, 6, 2, 5),       # GQA group 3, N_q < N_k
-    (1, 8, 1, 15, 10, 3, 4, 3),      # MQA
-    (3, 4, 2, 5, 5, 7, 8, 8),        # blocks larger than N
+    (2, 4, 4, 11, 7, 5, 3, 4),  # MHA, N_q > N_k
+    (2, 6, 2, 7, 13, 6, 2, 5),  # GQA group 3, N_q < N_k
+    (1, 8, 1, 15, 10, 3, 4, 3),  # MQA
+    (3, 4, 2, 5, 5, 7, 8, 8),  # blocks larger than N
 ]
 
 
@@ -154,8 +158,7 @@ def test_float64_batched_gqa(b, hq, hkv, n_q, n_k, d, br, bc, causal):
     assert o.shape == (b, hq, n_q, d)
     _assert_close(o, want_o, F64_TOL)
     for order in ORDERS:
-        o, lse = flash_attention(q, k, v, causal=causal, block_r=br, block_c=bc, order=order,
-                                 return_lse=True)
+        o, lse = flash_attention(q, k, v, causal=causal, block_r=br, block_c=bc, order=order, return_lse=True)
         assert o.shape == (b, hq, n_q, d) and lse.shape == (b, hq, n_q)
         _assert_close(o, want_o, F64_TOL, f"O {order}")
         _assert_close(lse, want_lse, F64_TOL, f"lse {order}")
@@ -166,16 +169,19 @@ def test_gqa_head_mapping_is_h_div_group():
     rng = np.random.default_rng(5)
     q = rng.standard_normal((1, 4, 3, 2))
     k = np.broadcast_to(rng.standard_normal((1, 1, 5, 2)), (1, 2, 5, 2)).copy()
-    v = np.stack([np.zeros((5, 2)), np.ones((5, 2))])[None]      # KV head g has value g
-    for fn in (standard_attention,
-               functools.partial(flash_attention, order="fa1", block_r=2, block_c=2),
-               functools.partial(flash_attention, order="fa2", block_r=2, block_c=2)):
+    v = np.stack([np.zeros((5, 2)), np.ones((5, 2))])[None]  # KV head g has value g
+    for fn in (
+        standard_attention,
+        functools.partial(flash_attention, order="fa1", block_r=2, block_c=2),
+        functools.partial(flash_attention, order="fa2", block_r=2, block_c=2),
+    ):
         o = fn(q, k, v)
         for h in range(4):
             assert np.allclose(o[0, h], h // 2, atol=1e-6)
 
 
 # --- float32 --------------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=8)
 def _fp32_case(n, causal):
@@ -204,9 +210,9 @@ FP32_BLOCKS = [
     {"block_r": 32, "block_c": 32},
     {"block_r": 7, "block_c": 50},
     {"block_r": 64, "block_c": 1},
-    {"sram": 100_000},        # paper rule: (64, 391)
-    {"sram": 20_000},         # (64, 79)
-    {"sram": 4096},           # (16, 16)
+    {"sram": 100_000},  # paper rule: (64, 391)
+    {"sram": 20_000},  # (64, 79)
+    {"sram": 4096},  # (16, 16)
 ]
 
 
@@ -231,10 +237,11 @@ def test_float32_mixed_with_float64_promotes():
 
 # --- block sizes ------------------------------------------------------------------------------------
 
+
 def test_block_sizes_lecture_values():
     assert block_sizes(64, 100_000) == (64, 391)
     assert block_sizes(128, 100_000) == (128, 196)
-    assert block_sizes(64) == (64, 391)          # M = 100,000 is the default
+    assert block_sizes(64) == (64, 391)  # M = 100,000 is the default
 
 
 def test_block_sizes_rule_random():
@@ -260,6 +267,7 @@ def test_block_sizes_sram_too_small(d, sram):
 
 # --- bad input ---------------------------------------------------------------------------------------
 
+
 def _ok(n=5, d=4):
     return _qkv(1, n, n, d)
 
@@ -284,8 +292,7 @@ def _bad_inputs():
     ]
 
 
-@pytest.mark.parametrize("fn", [standard_attention, flash_attention],
-                         ids=["standard", "flash"])
+@pytest.mark.parametrize("fn", [standard_attention, flash_attention], ids=["standard", "flash"])
 @pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
 def test_bad_input_both_kernels(fn, case):
     _, args, kwargs, pattern = case
@@ -293,16 +300,19 @@ def test_bad_input_both_kernels(fn, case):
         fn(*args, **kwargs)
 
 
-@pytest.mark.parametrize("kwargs, exc, pattern", [
-    ({"order": "fa3"}, ValueError, r"\border\b.*fa3"),
-    ({"order": "FA1"}, ValueError, r"\border\b"),
-    ({"block_r": 0}, ValueError, r"\bblock_r\b.*0"),
-    ({"block_c": 0}, ValueError, r"\bblock_c\b.*0"),
-    ({"block_r": -3, "block_c": 4}, ValueError, r"\bblock_r\b.*-3"),
-    ({"block_r": 2.5, "block_c": 4}, TypeError, r"\bblock_r\b"),
-    ({"block_c": "8"}, TypeError, r"\bblock_c\b"),
-    ({"sram": 0}, ValueError, r"\bsram\b"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, pattern",
+    [
+        ({"order": "fa3"}, ValueError, r"\border\b.*fa3"),
+        ({"order": "FA1"}, ValueError, r"\border\b"),
+        ({"block_r": 0}, ValueError, r"\bblock_r\b.*0"),
+        ({"block_c": 0}, ValueError, r"\bblock_c\b.*0"),
+        ({"block_r": -3, "block_c": 4}, ValueError, r"\bblock_r\b.*-3"),
+        ({"block_r": 2.5, "block_c": 4}, TypeError, r"\bblock_r\b"),
+        ({"block_c": "8"}, TypeError, r"\bblock_c\b"),
+        ({"sram": 0}, ValueError, r"\bsram\b"),
+    ],
+)
 def test_bad_flash_parameters(kwargs, exc, pattern):
     q, k, v = _ok()
     with pytest.raises(exc, match=pattern):
@@ -329,22 +339,25 @@ def test_fa2_head_matches_reference_random(seed):
 
 def test_flash_attention_fa2_runs_fa2_head(monkeypatch):
     import attnlab.core.attention as att
+
     seen = []
     real = att.fa2_head
 
     def spy(*a, **k):
         seen.append(k["block_r"])
         return real(*a, **k)
+
     monkeypatch.setattr(att, "fa2_head", spy)
     q, k, v = _qkv(1, 9, 9, 4, lead=(2, 3))
     att.flash_attention(q, k, v, order="fa2", block_r=4, block_c=4)
-    assert seen == [4] * 6                         # once per (batch, head)
+    assert seen == [4] * 6  # once per (batch, head)
     att.flash_attention(q, k, v, order="fa1", block_r=4, block_c=4)
     assert len(seen) == 6
 
 
 def test_fa2_head_is_short_enough_to_read():
     import inspect
+
     n = len(inspect.getsource(fa2_head).splitlines())
     assert 15 <= n <= 32, n
 
@@ -355,24 +368,27 @@ def test_fp32_accuracy_rows_stay_within_the_stated_bound_and_the_bound_is_not_va
     (far smaller than any real bug) must already break it."""
     from attnlab.explore.flash import accuracy_bound, accuracy_rows
     from attnlab.explore.flash.checks import U32
+
     rows = accuracy_rows(Ns=(64, 257), blocks=((16, 16), (None, None)))
     assert all(r["within"] for r in rows)
     assert max(max(r["fa1"], r["fa2"]) for r in rows) > U32
-    assert accuracy_bound(257) == 8 * 2.0 ** -24 * 257 ** 0.5
-    assert 1e-5 > accuracy_bound(1000) / 2   # a 1e-5 error breaks the bound up to N = 1000
+    assert accuracy_bound(257) == 8 * 2.0**-24 * 257**0.5
+    assert 1e-5 > accuracy_bound(1000) / 2  # a 1e-5 error breaks the bound up to N = 1000
 
 
 # --- sizes refused before anything is allocated --------------------------------------------------
+
 
 def test_standard_attention_refuses_broadcast_inputs_beyond_max_scores():
     """A broadcast array has a huge shape without the memory: standard_attention would build its
     N_q x N_k scores. Refused by name before allocating; just below the limit it runs."""
     from attnlab.core.attention import MAX_SCORES
+
     n = 1 << 16
     q = np.broadcast_to(np.float32(0.5), (n, 8))
     with pytest.raises(ValueError, match=r"score entries.*at most 134,217,728"):
         standard_attention(q, q, q)
-    qi = np.broadcast_to(np.int64(1), (2, 4, 4097, 8))      # ints: refused before the float copy
+    qi = np.broadcast_to(np.int64(1), (2, 4, 4097, 8))  # ints: refused before the float copy
     with pytest.raises(ValueError, match="q, k, v of shapes"):
         standard_attention(qi, qi[:, :2], qi[:, :2])
     wide = np.broadcast_to(np.float32(1), (1 << 14, 1 << 14))  # output N_q x d_v beyond the limit
@@ -393,6 +409,7 @@ def test_block_sizes_fa2_rule_is_the_transpose_of_the_papers():
 
 def test_attention_backward_bad_input():
     from attnlab.core.backward import attention_backward
+
     q = np.ones((4, 3))
     with pytest.raises(ValueError, match="mode"):
         attention_backward(q, q, q, q, mode="keep")

@@ -5,6 +5,7 @@
 - the "SMs share the bandwidth" time model: re-implemented in reference.decode_time_ref from
   decode_time's docstring, with the GPU specs read from data/gpus.json by this file.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab.core.decode import (cascade_attention, cascade_intensity, intensity, split_bounds,
-                            split_kv_attention)
+from attnlab.core.decode import (
+    cascade_attention,
+    cascade_intensity,
+    intensity,
+    split_bounds,
+    split_kv_attention,
+)
 from attnlab.machine.hardware import SPLITS, best_split, decode_time, ridge_point, sm_share_time
 
 from refs import reference as ref
@@ -28,6 +34,7 @@ H100 = GPU_SPECS["H100-SXM"]
 
 
 # --- §4.1 arithmetic intensity -----------------------------------------------------------------
+
 
 def _flops(g, l_qo, l_kv, d):
     """QK^T and PV: 2d FLOPs each per (query, key) pair, g l_qo queries, l_kv keys."""
@@ -46,8 +53,9 @@ def _closed_form(g, l_qo, l_kv):
 def test_intensity_formula_d_cancels():
     rng = np.random.default_rng(1)
     for _ in range(50):
-        g, l_qo, l_kv = (int(x) for x in (rng.integers(1, 129), rng.integers(1, 17),
-                                          rng.integers(1, 200_000)))
+        g, l_qo, l_kv = (
+            int(x) for x in (rng.integers(1, 129), rng.integers(1, 17), rng.integers(1, 200_000))
+        )
         ratios = [_flops(g, l_qo, l_kv, d) / _bytes(g, l_qo, l_kv, d) for d in (1, 64, 128, 576)]
         # d cancels: the same ratio for every head dim, and it is the closed form
         assert max(ratios) - min(ratios) <= 1e-12 * ratios[0]
@@ -77,16 +85,16 @@ def test_intensity_about_group_size():
 
 
 def test_intensity_lecture_numbers():
-    assert intensity(1, 1, 8192) == pytest.approx(1.0, abs=1e-3)          # MHA
+    assert intensity(1, 1, 8192) == pytest.approx(1.0, abs=1e-3)  # MHA
     assert intensity(1, 1, 8192) < 1
-    assert round(intensity(8, 1, 8192), 1) == 8.0                         # exercise 4(a)
+    assert round(intensity(8, 1, 8192), 1) == 8.0  # exercise 4(a)
     assert intensity(8, 1, 8192) == pytest.approx(8 * 8192 / 8200, rel=1e-15)
-    mla = intensity(128, 1, 8192)                                         # exercise 4(b)
+    mla = intensity(128, 1, 8192)  # exercise 4(b)
     assert round(mla) == 126
     ridge = ridge_point("H100-SXM", "bf16")
     assert ridge == pytest.approx(295, abs=1)
     assert mla < ridge
-    assert mla / intensity(8, 1, 8192) > 10                               # "十几倍"
+    assert mla / intensity(8, 1, 8192) > 10  # "十几倍"
 
 
 @pytest.mark.parametrize("batch", [1, 2, 7, 64, 256])
@@ -107,14 +115,16 @@ def test_batch_of_mixed_lengths_stays_between_per_request_intensities():
     assert per.min() <= agg <= per.max() < g
 
 
-@pytest.mark.parametrize("name, args", [("g", (0, 1, 10)), ("l_qo", (1, -1, 10)),
-                                        ("l_kv", (1, 1, 0)), ("l_kv", (1, 1, np.nan))])
+@pytest.mark.parametrize(
+    "name, args", [("g", (0, 1, 10)), ("l_qo", (1, -1, 10)), ("l_kv", (1, 1, 0)), ("l_kv", (1, 1, np.nan))]
+)
 def test_intensity_bad_input(name, args):
     with pytest.raises(ValueError, match=name):
         intensity(*args)
 
 
 # --- split-KV ------------------------------------------------------------------------------------
+
 
 def test_split_bounds_cover_without_gaps():
     rng = np.random.default_rng(10)
@@ -140,9 +150,9 @@ def _rand_qkv(rng, n_q, l_kv, d, d_v=None):
 @pytest.mark.parametrize("seed", range(10))
 def test_split_kv_matches_reference(seed):
     rng = np.random.default_rng(20 + seed)
-    l_kv = int(rng.integers(1, 90)) * 2 + 1                    # odd
+    l_kv = int(rng.integers(1, 90)) * 2 + 1  # odd
     d = int(rng.integers(1, 33))
-    n_q = None if seed % 2 else int(rng.integers(1, 9))       # 1-D q and a GQA group
+    n_q = None if seed % 2 else int(rng.integers(1, 9))  # 1-D q and a GQA group
     q, k, v = _rand_qkv(rng, n_q, l_kv, d, int(rng.integers(1, 17)))
     want = ref.state_ref(q, k, v)
     splits_list = sorted({1, 2, l_kv, *rng.integers(1, l_kv + 1, size=4).tolist()})
@@ -166,8 +176,9 @@ def test_split_kv_per_chunk_states_are_chunk_attention():
         assert np.max(np.abs(o - want[0])) <= F64_TOL and np.max(np.abs(lse - want[1])) <= F64_TOL
 
 
-@pytest.mark.parametrize("splits, exc", [(0, ValueError), (-3, ValueError), (8, ValueError),
-                                         (1.5, TypeError), ("2", TypeError)])
+@pytest.mark.parametrize(
+    "splits, exc", [(0, ValueError), (-3, ValueError), (8, ValueError), (1.5, TypeError), ("2", TypeError)]
+)
 def test_split_kv_bad_splits(splits, exc):
     rng = np.random.default_rng(31)
     q, k, v = _rand_qkv(rng, None, 7, 4)
@@ -178,6 +189,7 @@ def test_split_kv_bad_splits(splits, exc):
 
 
 # --- §4.4 cascade attention -------------------------------------------------------------------
+
 
 def _cascade_case(rng, n, prefix, unique, d, d_v=None):
     d_v = d if d_v is None else d_v
@@ -203,7 +215,7 @@ def _naive(queries, pk, pv, ukv):
 def test_cascade_matches_per_request_attention(seed):
     rng = np.random.default_rng(40 + seed)
     n = int(rng.integers(1, 9))
-    prefix = int(rng.integers(0, 40)) * 2 + 1                       # odd
+    prefix = int(rng.integers(0, 40)) * 2 + 1  # odd
     unique = rng.integers(0, 20, size=n).tolist()
     unique[0] = 0
     if n > 1:
@@ -215,7 +227,7 @@ def test_cascade_matches_per_request_attention(seed):
     assert res.o.shape == o.shape and res.lse.shape == lse.shape
     assert np.max(np.abs(res.o - o)) <= F64_TOL
     assert np.max(np.abs(res.lse - lse)) <= F64_TOL
-    tokens_read = pk.shape[0] + sum(k.shape[0] for k, _ in ukv)     # prefix once, then each own
+    tokens_read = pk.shape[0] + sum(k.shape[0] for k, _ in ukv)  # prefix once, then each own
     assert res.tokens_read == tokens_read
     assert res.tokens_naive == tokens_naive
 
@@ -257,8 +269,8 @@ def test_cascade_intensity_single_digits_to_hundreds():
     assert ci["naive"] == pytest.approx(_closed_form(g, 1, prefix + unique), rel=1e-14)
     assert ci["prefix"] == pytest.approx(_closed_form(g, n, prefix), rel=1e-14)
     assert ci["unique"] == pytest.approx(_closed_form(g, 1, unique), rel=1e-14)
-    assert ci["naive"] < 10                        # single digits
-    assert 200 < ci["prefix"] < ridge_point("H100-SXM")   # "两百多，接近屋脊点"
+    assert ci["naive"] < 10  # single digits
+    assert 200 < ci["prefix"] < ridge_point("H100-SXM")  # "两百多，接近屋脊点"
 
 
 def test_cascade_bad_input():
@@ -271,14 +283,15 @@ def test_cascade_bad_input():
     with pytest.raises(ValueError, match="queries"):
         cascade_attention(queries[0], pk, pv, ukv[:1])
     with pytest.raises(ValueError, match="head dim"):
-        cascade_attention(queries, pk[:, :3], pv, ukv)          # prefix head dim 3 vs 4
+        cascade_attention(queries, pk[:, :3], pv, ukv)  # prefix head dim 3 vs 4
     bad = list(ukv)
     bad[1] = (rng.standard_normal((2, 5)), rng.standard_normal((2, 4)))
     with pytest.raises(ValueError, match="head dim"):
-        cascade_attention(queries, pk, pv, bad)                 # a unique head dim 5 vs 4
+        cascade_attention(queries, pk, pv, bad)  # a unique head dim 5 vs 4
 
 
 # --- §4.2 the simplified GPU -------------------------------------------------------------------
+
 
 def _ref(batch, context, kv_heads=8, splits=1, gpu="H100-SXM", **kw):
     sms, bw = GPU_SPECS[gpu]
@@ -303,10 +316,8 @@ def test_decode_time_matches_reference_random():
         head_dim = int(rng.choice([64, 128, 256]))
         group = int(rng.choice([1, 4, 8]))
         dtype, nbytes = [("bf16", 2), ("fp8", 1), ("fp32", 4)][int(rng.integers(3))]
-        got = decode_time(batch, context, kv_heads, splits, gpu, head_dim=head_dim, group=group,
-                          dtype=dtype)
-        want = _ref(batch, context, kv_heads, splits, gpu, head_dim=head_dim, group=group,
-                    dtype_bytes=nbytes)
+        got = decode_time(batch, context, kv_heads, splits, gpu, head_dim=head_dim, group=group, dtype=dtype)
+        want = _ref(batch, context, kv_heads, splits, gpu, head_dim=head_dim, group=group, dtype_bytes=nbytes)
         _check_against_ref(got, want)
         assert (got.batch, got.context, got.kv_heads, got.splits) == (batch, context, kv_heads, splits)
         assert 0 < got.utilization <= 1
@@ -339,11 +350,11 @@ def test_sm_share_time_wave_edges():
 
 
 def test_lecture_batch1_32k():
-    base = decode_time(1, 32768)                                   # Llama-3-8B: 8 KV heads
+    base = decode_time(1, 32768)  # Llama-3-8B: 8 KV heads
     _check_against_ref(base, _ref(1, 32768))
     assert base.blocks == 8 and base.waves == 1
     assert round(base.utilization, 2) == 0.06
-    assert base.time == pytest.approx(661e-6, rel=2e-3)            # docstring: 661 us
+    assert base.time == pytest.approx(661e-6, rel=2e-3)  # docstring: 661 us
     # the docstring's split: 16 chunks -> 128 blocks, 97 %, ~16x
     s16 = decode_time(1, 32768, splits=16)
     assert s16.blocks == 128 and round(s16.utilization, 2) == 0.97
@@ -362,7 +373,7 @@ def test_lecture_large_batch_splitting_is_slower(context):
     one = decode_time(256, context, splits=1)
     many = decode_time(256, context, splits=64)
     _check_against_ref(many, _ref(256, context, splits=64))
-    assert one.utilization > 0.9                       # already enough blocks
+    assert one.utilization > 0.9  # already enough blocks
     assert many.time > one.time
 
 
@@ -387,8 +398,12 @@ def test_utilization_never_exceeds_one():
     rng = np.random.default_rng(62)
     for _ in range(300):
         context = int(rng.integers(1, 200_000))
-        r = decode_time(int(rng.integers(1, 1000)), context, int(rng.integers(1, 17)),
-                        int(rng.integers(1, min(context, 256) + 1)))
+        r = decode_time(
+            int(rng.integers(1, 1000)),
+            context,
+            int(rng.integers(1, 17)),
+            int(rng.integers(1, min(context, 256) + 1)),
+        )
         assert 0 < r.utilization <= 1
         assert r.blocks <= r.waves * H100[0]
 
@@ -405,7 +420,7 @@ def test_splitting_costs_at_most_the_merge():
         one = decode_time(batch, context, heads, 1)
         r = decode_time(batch, context, heads, s)
         assert r.attn_time <= one.attn_time * (context + s - 1) / context * (1 + 1e-12)
-        c = (context // s) * s                        # a context that s divides
+        c = (context // s) * s  # a context that s divides
         one, r = decode_time(batch, c, heads, 1), decode_time(batch, c, heads, s)
         assert r.attn_time <= one.attn_time * (1 + 1e-12)
         assert r.time <= (one.attn_time + r.merge_time) * (1 + 1e-12)
@@ -421,12 +436,18 @@ def test_merge_time_linear_in_splits():
             assert m == pytest.approx(m2 * s / 2, rel=1e-14), s
         # and the documented byte count: o (head_dim fp32) + lse (fp32), written and read
         r = decode_time(batch, context, heads, 8, head_dim=64, group=2)
-        assert r.merge_time == pytest.approx(
-            2 * batch * heads * 2 * 8 * (64 + 1) * 4 / H100[1], rel=1e-14)
+        assert r.merge_time == pytest.approx(2 * batch * heads * 2 * 8 * (64 + 1) * 4 / H100[1], rel=1e-14)
 
 
-@pytest.mark.parametrize("kw, name", [({"splits": 0}, "splits"), ({"splits": 33}, "splits"),
-                                      ({"batch": 0}, "batch"), ({"context": 0}, "context")])
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        ({"splits": 0}, "splits"),
+        ({"splits": 33}, "splits"),
+        ({"batch": 0}, "batch"),
+        ({"context": 0}, "context"),
+    ],
+)
 def test_decode_time_bad_input(kw, name):
     args = {"batch": 1, "context": 32, "splits": 1} | kw
     with pytest.raises(ValueError, match=name):
@@ -447,9 +468,16 @@ from attnlab.core.decode import DecodeCost, decode_cost  # noqa: E402
 def test_decode_cost_matches_hand_formulas(seed):
     rng = np.random.default_rng(seed)
     for _ in range(50):
-        g, l_qo, l_kv, d, batch = (int(x) for x in (rng.integers(1, 129), rng.integers(1, 9),
-                                                    rng.integers(1, 1 << 20), rng.choice([64, 96, 128, 576]),
-                                                    rng.integers(1, 257)))
+        g, l_qo, l_kv, d, batch = (
+            int(x)
+            for x in (
+                rng.integers(1, 129),
+                rng.integers(1, 9),
+                rng.integers(1, 1 << 20),
+                rng.choice([64, 96, 128, 576]),
+                rng.integers(1, 257),
+            )
+        )
         c = decode_cost(g, l_qo, l_kv, d, batch=batch)
         assert isinstance(c, DecodeCost) and type(c.flops) is int and type(c.bytes) is int
         assert c.flops == batch * _flops(g, l_qo, l_kv, d)
@@ -484,17 +512,17 @@ def test_decode_cost_arrays_broadcast_and_equal_scalars():
 
 
 def test_decode_cost_lecture_numbers():
-    c = decode_cost(8, 1, 8192, 128)               # Llama-3-70B decode, one KV head, 8K context
+    c = decode_cost(8, 1, 8192, 128)  # Llama-3-70B decode, one KV head, 8K context
     assert (c.flops, c.bytes) == (33_554_432, 4_198_400)
     assert round(c.intensity, 2) == 7.99
-    mla = decode_cost(128, 1, 8192, 576)           # DeepSeek-V3's MLA as 128 heads on one KV
+    mla = decode_cost(128, 1, 8192, 576)  # DeepSeek-V3's MLA as 128 heads on one KV
     assert round(mla.intensity) == 126
 
 
 def test_split_bounds_exact_and_large():
     # ties go to the even edge, in integers: 10 * 1/4 = 2.5 -> 2, 10 * 3/4 = 7.5 -> 8
     assert split_bounds(10, 4) == [(0, 2), (2, 5), (5, 8), (8, 10)]
-    n = 10 ** 18 + 7                                  # beyond float64's exact integers
+    n = 10**18 + 7  # beyond float64's exact integers
     b = split_bounds(n, 64)
     sizes = [hi - lo for lo, hi in b]
     assert b[0][0] == 0 and b[-1][1] == n and sum(sizes) == n and max(sizes) - min(sizes) <= 1
@@ -502,9 +530,11 @@ def test_split_bounds_exact_and_large():
 
 # --- the read-the-kernel functions are the code that runs -------------------------------------------
 
+
 def test_split_kv_runs_attention_state_and_merge(monkeypatch):
     import attnlab.core.decode as dec
     import attnlab.core.softmax as sm
+
     calls = {"state": 0, "merge": 0}
     real_state, real_merge = dec.attention_state, sm.merge
 
@@ -515,6 +545,7 @@ def test_split_kv_runs_attention_state_and_merge(monkeypatch):
     def merge_(*a, **k):
         calls["merge"] += 1
         return real_merge(*a, **k)
+
     monkeypatch.setattr(dec, "attention_state", state)
     monkeypatch.setattr(sm, "merge", merge_)
     rng = np.random.default_rng(3)
@@ -528,6 +559,7 @@ def test_split_kv_runs_attention_state_and_merge(monkeypatch):
 def test_split_kv_and_merge_are_short_enough_to_read():
     import inspect
     from attnlab.core.softmax import merge
+
     for fn in (split_kv_attention, merge):
         n = len(inspect.getsource(fn).splitlines())
         assert 15 <= n <= 30, (fn.__name__, n)
@@ -538,8 +570,10 @@ def test_split_kv_and_merge_are_short_enough_to_read():
 from attnlab.machine.hardware import SPLIT_MARGIN, recommended_split  # noqa: E402
 
 
-@pytest.mark.parametrize("batch,context,kv_heads", [(1, 32768, 8), (2, 16384, 8), (256, 4096, 8),
-                                                    (256, 32768, 8), (16, 8192, 16), (1, 4096, 1)])
+@pytest.mark.parametrize(
+    "batch,context,kv_heads",
+    [(1, 32768, 8), (2, 16384, 8), (256, 4096, 8), (256, 32768, 8), (16, 8192, 16), (1, 4096, 1)],
+)
 def test_recommended_split_is_fewest_within_margin(batch, context, kv_heads):
     splits, fastest, runs = recommended_split(batch, context, kv_heads, "H100")
     times = {s: decode_time(batch, context, kv_heads, s, "H100").time for s in SPLITS if s <= context}
@@ -551,10 +585,10 @@ def test_recommended_split_is_fewest_within_margin(batch, context, kv_heads):
 
 
 def test_recommended_split_cases_and_margin():
-    assert recommended_split(1, 32768)[:2] == (16, 16)            # fill one wave: fastest too
-    assert recommended_split(256, 32768)[:2] == (4, 16)           # 16 gains under 1 % over 4
-    assert recommended_split(256, 4096)[:2] == (1, 8)             # 8 splits: 0.8 % faster than none
-    assert recommended_split(256, 4096, margin=0)[0] == 8         # margin 0: the fastest itself
+    assert recommended_split(1, 32768)[:2] == (16, 16)  # fill one wave: fastest too
+    assert recommended_split(256, 32768)[:2] == (4, 16)  # 16 gains under 1 % over 4
+    assert recommended_split(256, 4096)[:2] == (1, 8)  # 8 splits: 0.8 % faster than none
+    assert recommended_split(256, 4096, margin=0)[0] == 8  # margin 0: the fastest itself
     with pytest.raises(ValueError, match="margin=1.5"):
         recommended_split(1, 4096, margin=1.5)
     with pytest.raises(TypeError, match="margin"):

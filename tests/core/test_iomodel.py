@@ -1,5 +1,6 @@
 """HBM accounting: the counter, the closed forms in iomodel and an independent block enumeration
 must agree exactly; the lecture's published numbers; how the IO scales with N and M."""
+
 from __future__ import annotations
 
 import itertools
@@ -22,9 +23,11 @@ def _qkv(seed, n_q, n_k, d, d_v=None, lead=(), hkv=None):
     d_v = d if d_v is None else d_v
     shp = tuple(lead)
     kv_lead = (lead[0], hkv if hkv is not None else lead[1]) if lead else ()
-    return (rng.standard_normal(shp + (n_q, d)),
-            rng.standard_normal(kv_lead + (n_k, d)),
-            rng.standard_normal(kv_lead + (n_k, d_v)))
+    return (
+        rng.standard_normal(shp + (n_q, d)),
+        rng.standard_normal(kv_lead + (n_k, d)),
+        rng.standard_normal(kv_lead + (n_k, d_v)),
+    )
 
 
 def _counted(fn, *args, trace=False, **kwargs):
@@ -35,13 +38,14 @@ def _counted(fn, *args, trace=False, **kwargs):
 
 # --- the HBM counter itself ---------------------------------------------------------------------
 
+
 def test_hbm_counts_reads_writes_total_bytes():
     hbm = HBM()
     assert (hbm.reads, hbm.writes, hbm.total) == (0, 0, 0)
     assert hbm.by_tensor() == {}
     hbm.read("Q", 64 * 128)
     hbm.write("O", 64 * 128)
-    hbm.read("K", np.zeros((3, 5)))           # an array counts its elements
+    hbm.read("K", np.zeros((3, 5)))  # an array counts its elements
     hbm.read("Q", 7)
     hbm.write("Q", 0)
     assert hbm.reads == 64 * 128 + 15 + 7
@@ -54,8 +58,11 @@ def test_hbm_counts_reads_writes_total_bytes():
     assert "reads=" in repr(hbm)
 
 
-@pytest.mark.parametrize("n", [np.int64(7), np.int32(7), np.uint16(7), np.arange(10)[7]],
-                         ids=["int64", "int32", "uint16", "arange-item"])
+@pytest.mark.parametrize(
+    "n",
+    [np.int64(7), np.int32(7), np.uint16(7), np.arange(10)[7]],
+    ids=["int64", "int32", "uint16", "arange-item"],
+)
 def test_hbm_numpy_integer_is_a_count(n):
     # a numpy integer (e.g. r1 - r0 from np.arange, lengths[i] * d) is an element count,
     # not a one-element array
@@ -104,29 +111,34 @@ def test_hbm_trace_only_when_asked():
         Event("write", "O", 8, (0, 2)),
         Event("compute", "S", 0, (0, 2), (0, 4)),
     ]
-    assert on.total == 16                       # compute is traced, never counted
+    assert on.total == 16  # compute is traced, never counted
 
 
 def test_hbm_trace_off_for_kernels():
     q, k, v = _qkv(0, 9, 9, 4)
-    for fn, kw in [(standard_attention, {}),
-                   (flash_attention, {"order": "fa1", "block_r": 3, "block_c": 3}),
-                   (flash_attention, {"order": "fa2", "block_r": 3, "block_c": 3})]:
+    for fn, kw in [
+        (standard_attention, {}),
+        (flash_attention, {"order": "fa1", "block_r": 3, "block_c": 3}),
+        (flash_attention, {"order": "fa2", "block_r": 3, "block_c": 3}),
+    ]:
         assert _counted(fn, q, k, v, **kw).events == []
         assert len(_counted(fn, q, k, v, trace=True, **kw).events) > 0
 
 
-@pytest.mark.parametrize("n, exc", [
-    (-1, ValueError),
-    (-100, ValueError),
-    (2.5, TypeError),
-    (3.0, TypeError),
-    pytest.param(np.float64(2.5), TypeError, id="np.float64(2.5)"),
-    pytest.param(np.float32(4.0), TypeError, id="np.float32(4.0)"),
-    (True, TypeError),
-    ("4", TypeError),
-    (None, TypeError),
-])
+@pytest.mark.parametrize(
+    "n, exc",
+    [
+        (-1, ValueError),
+        (-100, ValueError),
+        (2.5, TypeError),
+        (3.0, TypeError),
+        pytest.param(np.float64(2.5), TypeError, id="np.float64(2.5)"),
+        pytest.param(np.float32(4.0), TypeError, id="np.float32(4.0)"),
+        (True, TypeError),
+        ("4", TypeError),
+        (None, TypeError),
+    ],
+)
 @pytest.mark.parametrize("method", ["read", "write"])
 def test_hbm_bad_counts(method, n, exc):
     hbm = HBM(trace=True)
@@ -136,6 +148,7 @@ def test_hbm_bad_counts(method, n, exc):
 
 
 # --- standard attention: counter == closed form == enumeration ----------------------------------
+
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q, n_k, d", [(1, 1, 1), (5, 5, 3), (7, 13, 4), (13, 7, 6), (32, 32, 8)])
@@ -178,15 +191,17 @@ BLOCKS = [(1, 1), (4, 4), (5, 3), (16, 7), (64, 64)]
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("br, bc", BLOCKS)
 @pytest.mark.parametrize("n_q, n_k, d", SHAPES)
-def test_flash_counter_equals_closed_form_and_enumeration(n_q, n_k, d, br, bc, causal, order,
-                                                          return_lse):
+def test_flash_counter_equals_closed_form_and_enumeration(n_q, n_k, d, br, bc, causal, order, return_lse):
     q, k, v = _qkv(n_q * 31 + n_k, n_q, n_k, d)
-    hbm = _counted(flash_attention, q, k, v, causal=causal, order=order, block_r=br, block_c=bc,
-                   return_lse=return_lse)
-    enum = ref.flash_io_ref(n_q, d, n_k=n_k, block_r=br, block_c=bc, order=order, causal=causal,
-                            return_lse=return_lse)
-    closed = flash_io(n_q, d, order=order, causal=causal, n_k=n_k, block_r=br, block_c=bc,
-                      return_lse=return_lse)
+    hbm = _counted(
+        flash_attention, q, k, v, causal=causal, order=order, block_r=br, block_c=bc, return_lse=return_lse
+    )
+    enum = ref.flash_io_ref(
+        n_q, d, n_k=n_k, block_r=br, block_c=bc, order=order, causal=causal, return_lse=return_lse
+    )
+    closed = flash_io(
+        n_q, d, order=order, causal=causal, n_k=n_k, block_r=br, block_c=bc, return_lse=return_lse
+    )
     assert isinstance(closed, int)
     assert hbm.by_tensor() == enum
     assert hbm.total == ref.total(enum) == closed
@@ -194,8 +209,7 @@ def test_flash_counter_equals_closed_form_and_enumeration(n_q, n_k, d, br, bc, c
 
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("n, d, sram", [(300, 16, 1000), (257, 64, 100_000), (130, 8, 200),
-                                        (100, 5, 33)])
+@pytest.mark.parametrize("n, d, sram", [(300, 16, 1000), (257, 64, 100_000), (130, 8, 200), (100, 5, 33)])
 def test_flash_counter_default_blocks_from_sram(n, d, sram, causal, order):
     q, k, v = _qkv(n, n, n, d)
     hbm = _counted(flash_attention, q, k, v, causal=causal, order=order, sram=sram)
@@ -209,10 +223,12 @@ def test_flash_counter_default_blocks_from_sram(n, d, sram, causal, order):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_flash_counter_with_dv(order, causal):
     q, k, v = _qkv(8, 11, 14, 5, d_v=3)
-    hbm = _counted(flash_attention, q, k, v, causal=causal, order=order, block_r=4, block_c=3,
-                   return_lse=True)
-    assert hbm.by_tensor() == ref.flash_io_ref(11, 5, n_k=14, d_v=3, block_r=4, block_c=3,
-                                               order=order, causal=causal, return_lse=True)
+    hbm = _counted(
+        flash_attention, q, k, v, causal=causal, order=order, block_r=4, block_c=3, return_lse=True
+    )
+    assert hbm.by_tensor() == ref.flash_io_ref(
+        11, 5, n_k=14, d_v=3, block_r=4, block_c=3, order=order, causal=causal, return_lse=True
+    )
 
 
 @pytest.mark.parametrize("order", ORDERS)
@@ -230,41 +246,45 @@ def test_fa2_writes_each_output_element_once(n_q, n_k):
     d = 3
     q, k, v = _qkv(1, n_q, n_k, d)
     for causal, (br, bc) in itertools.product([False, True], [(1, 1), (3, 2), (16, 16)]):
-        bt = _counted(flash_attention, q, k, v, causal=causal, order="fa2",
-                      block_r=br, block_c=bc).by_tensor()
-        assert bt["O"] == (0, n_q * d)            # O never read back, written exactly once
+        bt = _counted(
+            flash_attention, q, k, v, causal=causal, order="fa2", block_r=br, block_c=bc
+        ).by_tensor()
+        assert bt["O"] == (0, n_q * d)  # O never read back, written exactly once
         assert "lse" not in bt and "l" not in bt and "m" not in bt
-        bt = _counted(flash_attention, q, k, v, causal=causal, order="fa2", block_r=br,
-                      block_c=bc, return_lse=True).by_tensor()
+        bt = _counted(
+            flash_attention, q, k, v, causal=causal, order="fa2", block_r=br, block_c=bc, return_lse=True
+        ).by_tensor()
         assert bt["lse"] == (0, n_q)
-        assert bt["Q"] == (n_q * d, 0)            # every Q row sees a key here: read once
+        assert bt["Q"] == (n_q * d, 0)  # every Q row sees a key here: read once
 
 
 def test_fa1_reads_each_kv_block_once():
     n, d = 20, 4
     q, k, v = _qkv(2, n, n, d)
     for causal, (br, bc) in itertools.product([False, True], [(1, 1), (3, 7), (32, 32)]):
-        bt = _counted(flash_attention, q, k, v, causal=causal, order="fa1",
-                      block_r=br, block_c=bc, return_lse=True).by_tensor()
+        bt = _counted(
+            flash_attention, q, k, v, causal=causal, order="fa1", block_r=br, block_c=bc, return_lse=True
+        ).by_tensor()
         assert bt["K"] == (n * d, 0) and bt["V"] == (n * d, 0)
-        assert "lse" not in bt                    # derived from stored l, m: no extra traffic
+        assert "lse" not in bt  # derived from stored l, m: no extra traffic
 
 
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("n_q, n_k, br, bc", [(9, 9, 2, 3), (12, 5, 4, 2), (5, 12, 3, 5),
-                                               (7, 7, 1, 1)])
+@pytest.mark.parametrize("n_q, n_k, br, bc", [(9, 9, 2, 3), (12, 5, 4, 2), (5, 12, 3, 5), (7, 7, 1, 1)])
 def test_trace_visits_exactly_the_unmasked_blocks(n_q, n_k, br, bc, order):
     q, k, v = _qkv(3, n_q, n_k, 2)
     mask = ref.ref_mask(n_q, n_k, True)
-    want = [((r0, min(r0 + br, n_q)), (c0, min(c0 + bc, n_k)))
-            for r0 in range(0, n_q, br) for c0 in range(0, n_k, bc)
-            if mask[r0:r0 + br, c0:c0 + bc].any()]
-    hbm = _counted(flash_attention, q, k, v, causal=True, order=order, block_r=br, block_c=bc,
-                   trace=True)
+    want = [
+        ((r0, min(r0 + br, n_q)), (c0, min(c0 + bc, n_k)))
+        for r0 in range(0, n_q, br)
+        for c0 in range(0, n_k, bc)
+        if mask[r0 : r0 + br, c0 : c0 + bc].any()
+    ]
+    hbm = _counted(flash_attention, q, k, v, causal=True, order=order, block_r=br, block_c=bc, trace=True)
     got = [(e.rows, e.cols) for e in hbm.events if e.kind == "compute"]
-    if order == "fa2":                              # Q outer: row-major visiting order
+    if order == "fa2":  # Q outer: row-major visiting order
         assert got == want
-    else:                                           # K/V outer: column-major
+    else:  # K/V outer: column-major
         assert got == sorted(want, key=lambda rc: (rc[1], rc[0]))
     moved = [e for e in hbm.events if e.kind != "compute"]
     assert sum(e.elements for e in moved if e.kind == "read") == hbm.reads
@@ -273,11 +293,12 @@ def test_trace_visits_exactly_the_unmasked_blocks(n_q, n_k, br, bc, order):
 
 # --- the lecture's numbers ------------------------------------------------------------------------
 
+
 def test_lecture_exercise_n4096_d64():
     fa1 = flash_io(4096, 64)
     assert fa1 == 9_355_264
     assert fa1 == 524_288 + 11 * 802_816
-    assert flash_io(4096, 64, 100_000, "fa1") == fa1          # defaults: M = 100k, fa1
+    assert flash_io(4096, 64, 100_000, "fa1") == fa1  # defaults: M = 100k, fa1
     std = standard_io(4096, 64)
     assert std == 68_157_440
     assert round(std / fa1, 1) == 7.3
@@ -308,13 +329,13 @@ def test_fa2_rule_numbers_at_32k():
     the FA2 count falls with M (as 1/M) instead of staying at 2Nd + 2N^2."""
     n, d = 32768, 64
     for sram, t_r in ((100_000, 84), (800_000, 11)):
-        assert -(-n // _fa2_rule(d, sram)[0]) == t_r                 # B_r = 391, 3125
+        assert -(-n // _fa2_rule(d, sram)[0]) == t_r  # B_r = 391, 3125
         assert flash_io(n, d, sram, "fa2", rule="fa2") == 2 * n * d * (1 + t_r)
-    assert flash_io(n, d, 100_000, "fa2", rule="fa2") == 356_515_840          # 357 M
-    assert flash_io(n, d, 100_000, "fa1") == 543_686_656                      # 544 M
-    assert flash_io(n, d, 800_000, "fa2", rule="fa2") == 50_331_648           # 50 M
-    assert flash_io(n, d, 800_000, "fa1") == 74_842_112                       # 75 M
-    assert flash_io(n, d, 100_000, "fa2") == 2 * n * d + 2 * n * n            # FA1's cap: 2.15 G
+    assert flash_io(n, d, 100_000, "fa2", rule="fa2") == 356_515_840  # 357 M
+    assert flash_io(n, d, 100_000, "fa1") == 543_686_656  # 544 M
+    assert flash_io(n, d, 800_000, "fa2", rule="fa2") == 50_331_648  # 50 M
+    assert flash_io(n, d, 800_000, "fa1") == 74_842_112  # 75 M
+    assert flash_io(n, d, 100_000, "fa2") == 2 * n * d + 2 * n * n  # FA1's cap: 2.15 G
     by_m = [flash_io(n, d, m, "fa2", rule="fa2") for m in (25_000, 100_000, 400_000)]
     assert by_m[0] > 3.5 * by_m[1] > 3.5 * 3.5 * by_m[2]
 
@@ -336,8 +357,7 @@ def test_fa2_rule_counter_equals_closed_form_random_odd_sizes(seed):
         assert hbm.by_tensor() == enum, (n_q, n_k, d, sram, order)
         assert hbm.total == flash_io(n_q, d, sram, order, causal, n_k=n_k, rule="fa2")
     # the default rule stays the paper's for either order
-    assert _counted(flash_attention, q, k, v, sram=sram).total == flash_io(n_q, d, sram, "fa2",
-                                                                           n_k=n_k)
+    assert _counted(flash_attention, q, k, v, sram=sram).total == flash_io(n_q, d, sram, "fa2", n_k=n_k)
 
 
 def test_rule_is_refused_by_name():
@@ -354,9 +374,9 @@ def test_lecture_sram_sweep_n8192_d128():
     assert round(flash_io(8192, 128, 400_000) / 1e6) == 37
     srams = np.geomspace(25_000, 400_000, 13).round().astype(int)
     io = np.array([flash_io(8192, 128, int(m)) for m in srams], dtype=np.float64)
-    assert np.all(np.diff(io) <= 0)                           # more SRAM never costs more
+    assert np.all(np.diff(io) <= 0)  # more SRAM never costs more
     prod = io * srams
-    assert prod.max() / prod.min() <= 1.5                     # roughly 1/M
+    assert prod.max() / prod.min() <= 1.5  # roughly 1/M
 
 
 @pytest.mark.parametrize("order", ORDERS)
@@ -376,7 +396,7 @@ def test_flash_io_grows_like_n_squared(n, d, order):
 
 
 def test_lower_bound_definition():
-    assert lower_bound(4096, 64, 100_000) == pytest.approx(4096 ** 2 * 64 ** 2 / 100_000, rel=1e-15)
+    assert lower_bound(4096, 64, 100_000) == pytest.approx(4096**2 * 64**2 / 100_000, rel=1e-15)
     ns = np.array([1024, 2048, 4096])
     lb = lower_bound(ns, 64, 100_000)
     assert lb.shape == (3,)
@@ -397,17 +417,21 @@ def test_io_table_rows_agree():
 
 # --- bad input to the closed forms --------------------------------------------------------------
 
-@pytest.mark.parametrize("call, exc, pattern", [
-    (lambda: flash_io(0, 64), ValueError, r"\bN\b"),
-    (lambda: flash_io(64, 0), ValueError, r"\bd\b"),
-    (lambda: flash_io(64, 64, order="fa3"), ValueError, r"\border\b"),
-    (lambda: flash_io(64, 64, 100), ValueError, r"\bsram\b"),
-    (lambda: flash_io(64, 64, n_k=0), ValueError, r"\bn_k\b"),
-    (lambda: flash_io(64, 64, block_r=0, block_c=4), ValueError, r"\bblock_r\b"),
-    (lambda: flash_io(64.5, 64), TypeError, r"\bN\b"),
-    (lambda: standard_io(-1, 64), ValueError, r"\bN\b"),
-    (lambda: standard_io(64, 64, n_k=-2), ValueError, r"\bn_k\b"),
-])
+
+@pytest.mark.parametrize(
+    "call, exc, pattern",
+    [
+        (lambda: flash_io(0, 64), ValueError, r"\bN\b"),
+        (lambda: flash_io(64, 0), ValueError, r"\bd\b"),
+        (lambda: flash_io(64, 64, order="fa3"), ValueError, r"\border\b"),
+        (lambda: flash_io(64, 64, 100), ValueError, r"\bsram\b"),
+        (lambda: flash_io(64, 64, n_k=0), ValueError, r"\bn_k\b"),
+        (lambda: flash_io(64, 64, block_r=0, block_c=4), ValueError, r"\bblock_r\b"),
+        (lambda: flash_io(64.5, 64), TypeError, r"\bN\b"),
+        (lambda: standard_io(-1, 64), ValueError, r"\bN\b"),
+        (lambda: standard_io(64, 64, n_k=-2), ValueError, r"\bn_k\b"),
+    ],
+)
 def test_closed_forms_bad_input(call, exc, pattern):
     with pytest.raises(exc, match=pattern):
         call()
@@ -415,22 +439,32 @@ def test_closed_forms_bad_input(call, exc, pattern):
 
 # --- closed forms: random shapes against the block enumeration, arrays, any size ----------------
 
+
 def _random_configs(seed, n, n_max):
     rng = np.random.default_rng(seed)
     for _ in range(n):
         n_q, n_k = (int(x) for x in rng.integers(1, n_max + 1, size=2))
-        if rng.random() < 0.3:                       # very unequal lengths, both ways
+        if rng.random() < 0.3:  # very unequal lengths, both ways
             n_q, n_k = (n_q, max(1, n_k // 9)) if rng.random() < 0.5 else (max(1, n_q // 9), n_k)
         br, bc = (int(x) for x in rng.integers(1, 40, size=2))
-        yield (n_q, n_k, int(rng.integers(1, 9)), br, bc, ORDERS[int(rng.integers(2))],
-               bool(rng.integers(2)), bool(rng.integers(2)))
+        yield (
+            n_q,
+            n_k,
+            int(rng.integers(1, 9)),
+            br,
+            bc,
+            ORDERS[int(rng.integers(2))],
+            bool(rng.integers(2)),
+            bool(rng.integers(2)),
+        )
 
 
 @pytest.mark.parametrize("cfg", list(_random_configs(77, 240, 90)), ids=lambda c: "-".join(map(str, c)))
 def test_closed_form_equals_enumeration_random(cfg):
     n_q, n_k, d, br, bc, order, causal, lse = cfg
-    enum = ref.total(ref.flash_io_ref(n_q, d, n_k=n_k, block_r=br, block_c=bc, order=order,
-                                      causal=causal, return_lse=lse))
+    enum = ref.total(
+        ref.flash_io_ref(n_q, d, n_k=n_k, block_r=br, block_c=bc, order=order, causal=causal, return_lse=lse)
+    )
     got = flash_io(n_q, d, order=order, causal=causal, n_k=n_k, block_r=br, block_c=bc, return_lse=lse)
     assert type(got) is int and got == enum
 
@@ -450,41 +484,58 @@ def _grid_count(n_q, n_k, d, br, bc, order, causal, lse):
     return q_read + 2 * d * int((active * keys).sum()) + n_q * d + (n_q if lse else 0)
 
 
-@pytest.mark.parametrize("cfg", [(40_000, 40_000, 64, 64, 391), (50_000, 7_777, 128, 128, 196),
-                                 (3_333, 60_001, 256, 98, 98), (30_000, 30_001, 96, 17, 5),
-                                 (99_999, 12_345, 32, 32, 781), (12_345, 99_999, 8, 3, 1000)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        (40_000, 40_000, 64, 64, 391),
+        (50_000, 7_777, 128, 128, 196),
+        (3_333, 60_001, 256, 98, 98),
+        (30_000, 30_001, 96, 17, 5),
+        (99_999, 12_345, 32, 32, 781),
+        (12_345, 99_999, 8, 3, 1000),
+    ],
+)
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_closed_form_equals_block_grid_at_large_sizes(cfg, order, causal):
     n_q, n_k, d, br, bc = cfg
     for lse in (False, True):
         want = _grid_count(n_q, n_k, d, br, bc, order, causal, lse)
-        assert flash_io(n_q, d, order=order, causal=causal, n_k=n_k, block_r=br, block_c=bc,
-                        return_lse=lse) == want
+        assert (
+            flash_io(n_q, d, order=order, causal=causal, n_k=n_k, block_r=br, block_c=bc, return_lse=lse)
+            == want
+        )
 
 
 def test_floor_sum_against_brute_force():
     from attnlab.core.iomodel import _floor_sum
+
     rng = np.random.default_rng(5)
     for _ in range(3000):
-        n, m, a, b = (int(x) for x in (rng.integers(0, 60), rng.integers(1, 50), rng.integers(0, 120),
-                                       rng.integers(0, 300)))
+        n, m, a, b = (
+            int(x)
+            for x in (rng.integers(0, 60), rng.integers(1, 50), rng.integers(0, 120), rng.integers(0, 300))
+        )
         assert _floor_sum(n, m, a, b) == sum((a * i + b) // m for i in range(n)), (n, m, a, b)
 
 
 def test_huge_sizes_cost_no_memory_and_no_time():
     import time
     import tracemalloc
+
     tracemalloc.start()
     t = time.perf_counter()
-    counts = [flash_io(1 << 20, 256, 1024), flash_io(1 << 20, 256, 1024, causal=True),
-              flash_io(1 << 40, 64, 100_000, "fa2", True, return_lse=True),
-              flash_io(10 ** 30, 128, 200_000, "fa1", True, n_k=10 ** 29, block_r=1, block_c=1),
-              standard_io(10 ** 30, 128)]
+    counts = [
+        flash_io(1 << 20, 256, 1024),
+        flash_io(1 << 20, 256, 1024, causal=True),
+        flash_io(1 << 40, 64, 100_000, "fa2", True, return_lse=True),
+        flash_io(10**30, 128, 200_000, "fa1", True, n_k=10**29, block_r=1, block_c=1),
+        standard_io(10**30, 128),
+    ]
     elapsed = time.perf_counter() - t
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert elapsed < 0.5 and peak < 1 << 20          # was: a 1 TiB T_r x T_c array
+    assert elapsed < 0.5 and peak < 1 << 20  # was: a 1 TiB T_r x T_c array
     assert all(type(c) is int and c > 0 for c in counts)
     # at 2^20 tokens, d = 256, M = 1024 (B_c = 1, B_r = 1) every block is one pair: exact by hand
     n = 1 << 20
@@ -507,7 +558,9 @@ def test_closed_forms_accept_integer_arrays(order, causal, n_k):
     std = standard_io(list(Ns.ravel()), 64, n_k=n_k)
     assert std.dtype == np.int64 and std.tolist() == [standard_io(int(x), 64, n_k=n_k) for x in Ns.ravel()]
     lb = lower_bound(Ns, 64, 50_000)
-    assert lb.dtype == np.float64 and lb.tolist() == [[lower_bound(int(x), 64, 50_000) for x in r] for r in Ns]
+    assert lb.dtype == np.float64 and lb.tolist() == [
+        [lower_bound(int(x), 64, 50_000) for x in r] for r in Ns
+    ]
     ratio = io_ratio(Ns[0], 64, 50_000, order, causal)
     assert ratio.tolist() == [io_ratio(int(x), 64, 50_000, order, causal) for x in Ns[0]]
     # 0-d arrays and numpy scalars are scalars: Python ints out
@@ -516,13 +569,14 @@ def test_closed_forms_accept_integer_arrays(order, causal, n_k):
 
 def test_arrays_refuse_counts_beyond_int64_instead_of_wrapping():
     n = 1 << 31
-    assert standard_io(n, 64) > np.iinfo(np.int64).max          # exact as a Python int
+    assert standard_io(n, 64) > np.iinfo(np.int64).max  # exact as a Python int
     with pytest.raises(ValueError, match=r"\bN=2147483648\b.*int64"):
         standard_io(np.array([1024, n]), 64)
 
 
 def test_hbm_bytes_exact_for_every_dtype_size():
     from attnlab.machine.hardware import DTYPE_BYTES
+
     hbm = HBM()
     hbm.read("Q", 7)
     for name, b in DTYPE_BYTES.items():
@@ -535,6 +589,7 @@ def test_hbm_bytes_exact_for_every_dtype_size():
 
 
 # --- the backward pass: stored P against recomputation ------------------------------------------
+
 
 def _grad_ref(q, k, v, do, causal):
     """dQ, dK, dV of sum(O * dO) by the dense formulas in float64 (P = softmax(S); dV = P^T dO;
@@ -558,42 +613,52 @@ def test_gradient_reference_against_finite_differences():
 
     def loss(q, k, v):
         return float((ref.attention_head(q, k, v, causal=True)[0] * do).sum())
+
     grads = _grad_ref(q, k, v, do, True)
     h = 1e-6
     for arg, g in zip(range(3), grads):
         x = [q, k, v]
         for idx in np.ndindex(x[arg].shape):
-            up = [a.copy() for a in x]; dn = [a.copy() for a in x]
-            up[arg][idx] += h; dn[arg][idx] -= h
+            up = [a.copy() for a in x]
+            dn = [a.copy() for a in x]
+            up[arg][idx] += h
+            dn[arg][idx] -= h
             assert abs((loss(*up) - loss(*dn)) / (2 * h) - g[idx]) < 1e-7
 
 
-@pytest.mark.parametrize("n_q, n_k, d, br, bc, causal", [
-    (7, 7, 3, 2, 3, False), (9, 13, 5, 4, 3, True), (13, 9, 3, 5, 2, True), (11, 11, 5, 3, 5, True),
-    (5, 3, 1, 7, 7, False)])
+@pytest.mark.parametrize(
+    "n_q, n_k, d, br, bc, causal",
+    [
+        (7, 7, 3, 2, 3, False),
+        (9, 13, 5, 4, 3, True),
+        (13, 9, 3, 5, 2, True),
+        (11, 11, 5, 3, 5, True),
+        (5, 3, 1, 7, 7, False),
+    ],
+)
 def test_backward_gradients_and_counter_equal_closed_forms(n_q, n_k, d, br, bc, causal):
     from attnlab.core.backward import attention_backward
     from attnlab.core.iomodel import backward_io, recompute_flops
+
     q, k, v = _qkv(n_q + 7 * n_k, n_q, n_k, d)
     do = np.random.default_rng(d).standard_normal((n_q, d))
     want = _grad_ref(q, k, v, do, causal)
     totals = {}
     for mode in ("recompute", "stored"):
         hbm = HBM(trace=True)
-        got = attention_backward(q, k, v, do, causal=causal, block_r=br, block_c=bc, mode=mode,
-                                 hbm=hbm)
+        got = attention_backward(q, k, v, do, causal=causal, block_r=br, block_c=bc, mode=mode, hbm=hbm)
         for g, w in zip(got, want):
             assert np.abs(g - w).max() < 1e-13
-        assert hbm.total == backward_io(n_q, d, mode=mode, causal=causal, n_k=n_k, block_r=br,
-                                        block_c=bc)
+        assert hbm.total == backward_io(n_q, d, mode=mode, causal=causal, n_k=n_k, block_r=br, block_c=bc)
         totals[mode] = hbm.total
         bt = hbm.by_tensor()
-        assert bt["dK"] == (0, n_k * d) and bt["dV"] == (0, n_k * d)      # written once
+        assert bt["dK"] == (0, n_k * d) and bt["dV"] == (0, n_k * d)  # written once
         assert ("lse" in bt) is (mode == "recompute") and ("P" in bt) is (mode == "stored")
-        area = sum((e.rows[1] - e.rows[0]) * (e.cols[1] - e.cols[0])
-                   for e in hbm.events if e.kind == "compute")
+        area = sum(
+            (e.rows[1] - e.rows[0]) * (e.cols[1] - e.cols[0]) for e in hbm.events if e.kind == "compute"
+        )
         if mode == "stored":
-            assert bt["P"] == (area, 0)                  # each visited tile of P read once
+            assert bt["P"] == (area, 0)  # each visited tile of P read once
         else:
             f = recompute_flops(n_q, d, causal=causal, n_k=n_k, block_r=br, block_c=bc)
             assert f["scores"] == f["exps"] == area and f["qk_flops"] == 2 * d * area
@@ -602,7 +667,8 @@ def test_backward_gradients_and_counter_equal_closed_forms(n_q, n_k, d, br, bc, 
 
 def test_backward_closed_form_default_blocks_and_arrays():
     from attnlab.core.iomodel import backward_io
-    n, d = 4096, 64                                     # B_c = 391, T_c = 11 (the paper's rule)
+
+    n, d = 4096, 64  # B_c = 391, T_c = 11 (the paper's rule)
     assert backward_io(n, d) == 2 * n * d + n + 4 * n * d + 11 * n * (4 * d + 2)
     assert backward_io(n, d, mode="stored") == 2 * n * d + n + 4 * n * d + 11 * n * (4 * d + 1) + n * n
     arr = backward_io(np.array([300, 4096]), d, causal=True)

@@ -1,6 +1,7 @@
 """attnlab.core.kvquant, the FP8 KV cache: rounding against ml_dtypes with scales computed here,
 attention against the float64 reference of tests/refs (one head at a time, GQA mapped by hand),
 the error bound, the bytes and the refusals."""
+
 from __future__ import annotations
 
 import ml_dtypes
@@ -11,7 +12,7 @@ from attnlab.core import kvquant as kq
 from attnlab.core.decode import decode_cost
 from refs.reference import attention_head
 
-SHAPES = [(37, 3, 20), (5, 1, 7), (64, 2, 33)]          # odd token counts, heads and head dims
+SHAPES = [(37, 3, 20), (5, 1, 7), (64, 2, 33)]  # odd token counts, heads and head dims
 
 
 def _ref_quantise(x, per):
@@ -26,14 +27,18 @@ def _ref_quantise(x, per):
 
 def _ref_attention(q, k, v):
     group = q.shape[1] // k.shape[1]
-    return np.stack([attention_head(q[:, h], k[:, h // group], v[:, h // group])[0]
-                     for h in range(q.shape[1])], axis=1)
+    return np.stack(
+        [attention_head(q[:, h], k[:, h // group], v[:, h // group])[0] for h in range(q.shape[1])], axis=1
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("per", kq.PER)
 def test_rounding_is_e4m3_with_the_stated_scales(shape, per):
-    x = np.random.default_rng(sum(shape)).standard_normal(shape) * np.exp(np.random.default_rng(1).standard_normal(shape[:2]))[..., None]
+    x = (
+        np.random.default_rng(sum(shape)).standard_normal(shape)
+        * np.exp(np.random.default_rng(1).standard_normal(shape[:2]))[..., None]
+    )
     got, scales = kq.quantise_kv(x, "fp8_e4m3", per)
     want, s = _ref_quantise(x, per)
     np.testing.assert_array_equal(got, want)
@@ -41,15 +46,17 @@ def test_rounding_is_e4m3_with_the_stated_scales(shape, per):
     assert scales.shape == ((shape[1],) if per == "head" else shape[:2])
     bound = kq.element_bound(x, "fp8_e4m3", per)
     err = np.abs(got - x)
-    assert np.all(err <= bound) and (err / bound).max() > 0.5        # holds, and is nearly reached
+    assert np.all(err <= bound) and (err / bound).max() > 0.5  # holds, and is nearly reached
 
 
 @pytest.mark.parametrize("per", kq.PER)
 def test_attention_over_the_cache_against_the_float64_reference(per):
     rng = np.random.default_rng(7)
-    q = rng.standard_normal((3, 6, 20))                              # 6 query heads on 3 KV heads
+    q = rng.standard_normal((3, 6, 20))  # 6 query heads on 3 KV heads
     k, v = rng.standard_normal((37, 3, 20)) * 2, rng.standard_normal((37, 3, 20))
-    np.testing.assert_allclose(kq.kv_attention(q, k, v, None), _ref_attention(q, k, v), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        kq.kv_attention(q, k, v, None), _ref_attention(q, k, v), rtol=1e-12, atol=1e-14
+    )
     kq_, vq_ = _ref_quantise(k, per)[0], _ref_quantise(v, per)[0]
     got = kq.kv_attention(q, k, v, "fp8_e4m3", per)
     np.testing.assert_allclose(got, _ref_attention(q, kq_, vq_), rtol=1e-12, atol=1e-14)
@@ -61,7 +68,7 @@ def test_error_against_the_inputs_only_model_and_the_bound():
     head = kq.kv_cache_error("fp8_e4m3", "head", 30.0, n=256)
     token = kq.kv_cache_error("fp8_e4m3", "token", 30.0, n=256)
     bf16 = kq.kv_cache_error("bf16", "head", 30.0, n=256)
-    assert bf16.relative < token.relative < head.relative            # finer scales, smaller error
+    assert bf16.relative < token.relative < head.relative  # finer scales, smaller error
     assert max(head.bound_ratio, token.bound_ratio, bf16.bound_ratio) <= 1
     q, k, v = kq.kv_inputs(256, 64, 2, 4, 16, 30.0, 0)
     ref = _ref_attention(q, k, v)
@@ -74,8 +81,8 @@ def test_bytes_by_hand():
     g, l_kv, d, b = 4, 8192, 128, 2
     assert kq.kv_decode_cost(g, l_kv, d, batch=b) == decode_cost(g, 1, l_kv, d, batch=b)
     f8 = kq.kv_decode_cost(g, l_kv, d, batch=b, fmt="fp8_e4m3")
-    assert f8.flops == b * 4 * g * l_kv * d                          # computes in bf16: same FLOPs
-    assert f8.bytes == b * (2 * g * d * 2 + 2 * l_kv * d + 2 * 4)      # Q, O bf16; K, V 1 byte; 2 scales
+    assert f8.flops == b * 4 * g * l_kv * d  # computes in bf16: same FLOPs
+    assert f8.bytes == b * (2 * g * d * 2 + 2 * l_kv * d + 2 * 4)  # Q, O bf16; K, V 1 byte; 2 scales
     tok = kq.kv_decode_cost(g, l_kv, d, batch=b, fmt="fp8_e4m3", per="token")
     assert tok.bytes - f8.bytes == b * 2 * 4 * (l_kv - 1)
 

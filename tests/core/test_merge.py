@@ -5,6 +5,7 @@ state(I) (+) state(J) = state(I u J). (+) is associative and commutative, (0, -i
 identity. In float32 the merge order changes the last bits (floating-point addition is not
 associative); in float64 every order agrees to ~1e-16.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,10 +66,19 @@ def _bounds(sizes):
 
 # --- attention_state against the reference ----------------------------------------------------
 
-@pytest.mark.parametrize("n_q, n_k, d, d_v", [
-    (None, 1, 1, 1), (None, 7, 5, 3), (None, 33, 16, 16),
-    (1, 1, 4, 4), (3, 9, 8, 5), (6, 31, 16, 16), (5, 2, 3, 7),
-])
+
+@pytest.mark.parametrize(
+    "n_q, n_k, d, d_v",
+    [
+        (None, 1, 1, 1),
+        (None, 7, 5, 3),
+        (None, 33, 16, 16),
+        (1, 1, 4, 4),
+        (3, 9, 8, 5),
+        (6, 31, 16, 16),
+        (5, 2, 3, 7),
+    ],
+)
 def test_state_matches_reference(n_q, n_k, d, d_v):
     rng = np.random.default_rng(100 + n_k * 7 + d)
     q, k, v = _qkv(rng, n_q, n_k, d, d_v)
@@ -92,9 +102,9 @@ def test_state_with_mask_including_fully_masked_rows():
     rng = np.random.default_rng(11)
     q, k, v = _qkv(rng, 6, 13, 8)
     mask = rng.random((6, 13)) < 0.5
-    mask[2] = False                    # a row that sees nothing
+    mask[2] = False  # a row that sees nothing
     mask[4] = False
-    mask[4, 7] = True                  # a row that sees exactly one key
+    mask[4, 7] = True  # a row that sees exactly one key
     o, lse = _no_warnings(attention_state, q, k, v, mask=mask)
     want = ref.state_ref(q, k, v, mask=mask)
     assert _state_err((o, lse), want) <= 1e-13
@@ -107,7 +117,7 @@ def test_state_with_mask_including_fully_masked_rows():
 def test_state_broadcast_mask_1d_query():
     rng = np.random.default_rng(12)
     q, k, v = _qkv(rng, None, 10, 4)
-    mask = np.arange(10) % 3 == 0      # (n_k,) broadcast to the single row
+    mask = np.arange(10) % 3 == 0  # (n_k,) broadcast to the single row
     got = attention_state(q, k, v, mask=mask)
     assert _state_err(got, ref.state_ref(q, k, v, mask=mask)) <= 1e-13
     # equals the state over the visible keys only
@@ -160,6 +170,7 @@ def test_lse_is_natural_log():
 
 
 # --- merge over random partitions ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", range(8))
 def test_merge_of_random_partition_equals_one_pass(seed):
@@ -214,8 +225,9 @@ def test_merge_associative_fp64(seed):
     a, b, c = _random_states(rng, 3, n_k_max=20)
     left = merge(merge(a, b), c)
     right = merge(a, merge(b, c))
-    assert _state_err(left, right) <= 1e-15 * max(1.0, float(np.max(np.abs(
-        left[1][np.isfinite(left[1])]), initial=1.0)))
+    assert _state_err(left, right) <= 1e-15 * max(
+        1.0, float(np.max(np.abs(left[1][np.isfinite(left[1])]), initial=1.0))
+    )
     assert _err(left[0], right[0]) <= 1e-15
 
 
@@ -254,7 +266,7 @@ def test_merge_states_orders_agree_fp64(seed):
     states = _random_states(rng, int(rng.integers(2, 30)), n_k_max=15)
     n = len(states)
     fwd = merge_states(states, "forward")
-    assert _state_err(merge_states(states), fwd) == 0.0          # None means forward
+    assert _state_err(merge_states(states), fwd) == 0.0  # None means forward
     orders = ["reverse"] + [rng.permutation(n) for _ in range(5)] + [list(rng.permutation(n))]
     scale = max(1.0, float(np.max(np.abs(fwd[1][np.isfinite(fwd[1])]), initial=1.0)))
     for order in orders:
@@ -280,6 +292,7 @@ def test_merge_states_explicit_order_is_that_fold():
 
 
 # --- the lecture's demo (code 02, demo 3): one query, 10,000 keys, d = 64 -------------------------
+
 
 @pytest.fixture(scope="module")
 def demo():
@@ -325,6 +338,7 @@ def test_demo_fp32_order_dependence(demo, splits):
 
 # --- bad input ----------------------------------------------------------------------------------
 
+
 def _s(n=3, d=4):
     return np.zeros((n, d)), np.zeros(n)
 
@@ -347,8 +361,7 @@ def test_merge_o_lse_shape_mismatch():
         merge_states([_s(), (np.zeros((3, 4)), np.zeros(4))], order=[1, 0])
 
 
-@pytest.mark.parametrize("order", [[0, 0, 1], [0, 1], [0, 1, 2, 3], [0, 1, 3], [-1, 0, 1],
-                                   [0.5, 1.5, 2.5]])
+@pytest.mark.parametrize("order", [[0, 0, 1], [0, 1], [0, 1, 2, 3], [0, 1, 3], [-1, 0, 1], [0.5, 1.5, 2.5]])
 def test_merge_states_order_not_a_permutation(order):
     with pytest.raises(ValueError, match=r"order.*permutation of range\(3\)"):
         merge_states([_s(), _s(), _s()], order=order)
@@ -367,8 +380,9 @@ def test_merge_states_empty_list():
         merge_states(iter(()))
 
 
-@pytest.mark.parametrize("bad", [np.zeros(3), 5.0, None, (np.zeros((3, 4)),),
-                                 (np.zeros((3, 4)), np.zeros(3), np.zeros(3))])
+@pytest.mark.parametrize(
+    "bad", [np.zeros(3), 5.0, None, (np.zeros((3, 4)),), (np.zeros((3, 4)), np.zeros(3), np.zeros(3))]
+)
 def test_non_pair_state_is_type_error(bad):
     with pytest.raises(TypeError, match="pair"):
         merge(bad, _s())

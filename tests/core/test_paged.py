@@ -13,6 +13,7 @@ independent references.
 - HBM: K and V reads enumerated page by page here (page_size d per page, last_page_len d for the
   last) and compared with the traced counter.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,14 @@ import pytest
 import scipy.sparse
 
 from attnlab.core.hbm import HBM
-from attnlab.core.paged import (BSRLayout, PagedKVCache, bsr_attention, composable_attention, shared_prefix,
-                           to_bsr)
+from attnlab.core.paged import (
+    BSRLayout,
+    PagedKVCache,
+    bsr_attention,
+    composable_attention,
+    shared_prefix,
+    to_bsr,
+)
 from attnlab.core.softmax import attention_state
 
 from refs.reference import state_ref
@@ -35,6 +42,7 @@ PAGE_SIZES = [1, 3, 16]
 
 
 # --- independent reference ---------------------------------------------------------------------
+
 
 def ref_attn(q, k, v, *, causal=False, scale=None):
     """float64 attention by definition (tests/refs/reference.py). q (n_q, d), k (n_k, d), v (n_k, d_v).
@@ -67,9 +75,14 @@ def kv(rng, n, d):
 def snapshot(cache, rids):
     """Everything observable about the cache, request by request in the order of `rids`:
     tables, lengths, contents, the free count, the pools."""
-    return ([cache.block_table(r) for r in rids], [cache.seq_len(r) for r in rids],
-            [tuple(a.copy() for a in cache.gather(r)) for r in rids], nfree(cache),
-            cache.k_pool.copy(), cache.v_pool.copy())
+    return (
+        [cache.block_table(r) for r in rids],
+        [cache.seq_len(r) for r in rids],
+        [tuple(a.copy() for a in cache.gather(r)) for r in rids],
+        nfree(cache),
+        cache.k_pool.copy(),
+        cache.v_pool.copy(),
+    )
 
 
 def assert_same_snapshot(a, b):
@@ -161,6 +174,7 @@ class Model:
 
 # --- the cache ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_pool_attributes(dtype):
     c = PagedKVCache(11, 3, 5, dtype=dtype)
@@ -168,16 +182,23 @@ def test_pool_attributes(dtype):
     assert c.k_pool.shape == (11, 3, 5) and c.v_pool.shape == (11, 3, 5)
     assert c.k_pool.dtype == np.dtype(dtype) and c.v_pool.dtype == np.dtype(dtype)
     assert nfree(c) == 11
-    assert PagedKVCache(4, 2, 3).k_pool.dtype == np.float64        # default float64
+    assert PagedKVCache(4, 2, 3).k_pool.dtype == np.float64  # default float64
 
 
 @pytest.mark.parametrize("bs", PAGE_SIZES)
 def test_add_and_gather(bs):
     rng = np.random.default_rng(100 + bs)
-    d = int(rng.integers(1, 10)) * 2 + 1                              # odd head dim
+    d = int(rng.integers(1, 10)) * 2 + 1  # odd head dim
     # last page of length 1 and exactly bs, single tokens, one page, several pages
-    lengths = [1, bs, bs + 1, 2 * bs, 3 * bs - 1 if bs > 1 else 3, 5 * bs + 1,
-               *rng.integers(1, 4 * bs + 2, size=6).tolist()]
+    lengths = [
+        1,
+        bs,
+        bs + 1,
+        2 * bs,
+        3 * bs - 1 if bs > 1 else 3,
+        5 * bs + 1,
+        *rng.integers(1, 4 * bs + 2, size=6).tolist(),
+    ]
     total = sum(pages_of(n, bs)[0] for n in lengths)
     c = PagedKVCache(total + 7, bs, d, seed=3)
     m = Model(c)
@@ -186,12 +207,12 @@ def test_add_and_gather(bs):
         k, v = kv(rng, int(n), d)
         rid = m.add(k, v)
         assert nfree(c) == before - pages_of(int(n), bs)[0]
-        k[...] = 0.0                                                   # the cache holds a copy
+        k[...] = 0.0  # the cache holds a copy
         v[...] = 0.0
         m.check()
         assert c.seq_len(rid) == n
     assert nfree(c) == 7
-    assert len(m.used()) == total                                     # no block in two requests
+    assert len(m.used()) == total  # no block in two requests
 
 
 @pytest.mark.parametrize("bs", PAGE_SIZES)
@@ -210,7 +231,7 @@ def test_append_fills_last_block_first(bs):
         want_new = m.blocks_for_append(rid, n)
         m.append(rid, *kv(rng, n, d))
         new = c.block_table(rid)
-        assert new[:len(old)] == old                                  # filled in place, then grown
+        assert new[: len(old)] == old  # filled in place, then grown
         assert len(new) == pages_of(length + n, bs)[0]
         assert nfree(c) == before - want_new == before - (len(new) - len(old))
         assert c.block_table(other) == other_table
@@ -221,13 +242,13 @@ def test_append_exact_block_counts():
     rng = np.random.default_rng(5)
     c = PagedKVCache(20, 4, 3, seed=2)
     m = Model(c)
-    rid = m.add(*kv(rng, 5, 3))                  # 2 blocks, the last holding 1
+    rid = m.add(*kv(rng, 5, 3))  # 2 blocks, the last holding 1
     assert nfree(c) == 18 and len(c.block_table(rid)) == 2
-    m.append(rid, *kv(rng, 3, 3))                # fills the last block: 8 tokens, no new block
+    m.append(rid, *kv(rng, 3, 3))  # fills the last block: 8 tokens, no new block
     assert nfree(c) == 18 and len(c.block_table(rid)) == 2
-    m.append(rid, *kv(rng, 1, 3))                # 9 tokens: a third block
+    m.append(rid, *kv(rng, 1, 3))  # 9 tokens: a third block
     assert nfree(c) == 17 and len(c.block_table(rid)) == 3
-    m.append(rid, *kv(rng, 11, 3))               # 20 tokens: 5 blocks
+    m.append(rid, *kv(rng, 11, 3))  # 20 tokens: 5 blocks
     assert nfree(c) == 15 and len(c.block_table(rid)) == 5 and c.seq_len(rid) == 20
     m.check()
 
@@ -239,13 +260,14 @@ def test_blocks_are_shuffled_and_seeded():
     def tables(seed):
         c = PagedKVCache(64, 2, 4, seed=seed)
         return [c.block_table(c.add(*x)) for x in data]
+
     t0 = tables(0)
     whole = [b for t in t0 for b in t]
     assert len(whole) == 4 + 1 + 15 + 44 == 64 and len(set(whole)) == len(whole)
-    assert whole != sorted(whole)                                     # not 0, 1, 2, ...
+    assert whole != sorted(whole)  # not 0, 1, 2, ...
     assert t0[0] != [0, 1, 2, 3]
-    assert tables(0) == t0                                            # same seed, same tables
-    assert any(tables(s) != t0 for s in (1, 2, 3))                    # the seed matters
+    assert tables(0) == t0  # same seed, same tables
+    assert any(tables(s) != t0 for s in (1, 2, 3))  # the seed matters
     # the whole pool is one permutation of range(num_blocks)
     c = PagedKVCache(64, 2, 4, seed=9)
     t = c.block_table(c.add(*kv(rng, 128, 4)))
@@ -260,24 +282,24 @@ def test_fork_copy_on_write(bs, writer):
     d = 5
     c = PagedKVCache(40, bs, d, seed=4)
     m = Model(c)
-    n0 = 2 * bs + (bs // 2 or 1)                  # two full blocks, a partial third
+    n0 = 2 * bs + (bs // 2 or 1)  # two full blocks, a partial third
     parent = m.add(*kv(rng, n0, d))
     table = c.block_table(parent)
     before = nfree(c)
     child = m.fork(parent)
-    assert c.block_table(child) == table          # everything shared until a write
-    assert nfree(c) == before                     # fork takes no block
+    assert c.block_table(child) == table  # everything shared until a write
+    assert nfree(c) == before  # fork takes no block
     assert c.seq_len(child) == n0
     m.check()
     w, o = (parent, child) if writer == "parent" else (child, parent)
     o_k, o_v = (a.copy() for a in c.gather(o))
-    m.append(w, *kv(rng, 1, d))                   # first write: the partial block is copied
+    m.append(w, *kv(rng, 1, d))  # first write: the partial block is copied
     assert nfree(c) == before - 1
     wt = c.block_table(w)
-    assert wt[:2] == table[:2]                    # full blocks still shared by reference
-    assert wt[2] != table[2]                      # the writer's last block is a fresh copy
+    assert wt[:2] == table[:2]  # full blocks still shared by reference
+    assert wt[2] != table[2]  # the writer's last block is a fresh copy
     assert len(wt) == 3
-    assert c.block_table(o) == table              # the other side keeps the original block
+    assert c.block_table(o) == table  # the other side keeps the original block
     assert np.array_equal(c.gather(o)[0], o_k) and np.array_equal(c.gather(o)[1], o_v)
     m.check()
     # the other side is now the only user of its partial block: it writes in place
@@ -295,7 +317,7 @@ def test_fork_with_full_last_block():
     table = c.block_table(parent)
     child = m.fork(parent)
     assert nfree(c) == 8
-    m.append(child, *kv(rng, 1, 3))               # nothing to copy: one new block
+    m.append(child, *kv(rng, 1, 3))  # nothing to copy: one new block
     assert nfree(c) == 7
     assert c.block_table(child)[:2] == table and len(c.block_table(child)) == 3
     assert c.block_table(parent) == table
@@ -310,15 +332,15 @@ def test_three_way_fork_copies_until_one_owner_is_left():
     rng = np.random.default_rng(8)
     c = PagedKVCache(30, 4, 6, seed=6)
     m = Model(c)
-    base = m.add(*kv(rng, 10, 6))                 # blocks a, b, c (c holds 2)
+    base = m.add(*kv(rng, 10, 6))  # blocks a, b, c (c holds 2)
     forks = [m.fork(base) for _ in range(3)]
     last = c.block_table(base)[2]
     assert nfree(c) == 27
-    for i, r in enumerate(forks):                 # each fork still shares c when it writes: a copy
+    for i, r in enumerate(forks):  # each fork still shares c when it writes: a copy
         m.append(r, *kv(rng, 1, 6))
         assert nfree(c) == 27 - (i + 1)
         assert c.block_table(r)[2] != last
-    m.append(base, *kv(rng, 2, 6))                # base is the last user of c: in place
+    m.append(base, *kv(rng, 2, 6))  # base is the last user of c: in place
     assert c.block_table(base)[2] == last and nfree(c) == 24
     m.check()
 
@@ -327,17 +349,23 @@ def test_free_releases_only_unshared_blocks():
     rng = np.random.default_rng(9)
     c = PagedKVCache(20, 4, 3, seed=7)
     m = Model(c)
-    parent = m.add(*kv(rng, 9, 3))                # 3 blocks, last holds 1
+    parent = m.add(*kv(rng, 9, 3))  # 3 blocks, last holds 1
     child = m.fork(parent)
-    m.append(child, *kv(rng, 4, 3))               # child: copy of block 3 + one more block
+    m.append(child, *kv(rng, 4, 3))  # child: copy of block 3 + one more block
     assert nfree(c) == 15
-    m.free(parent)                                # only parent's own (original) last block returns
+    m.free(parent)  # only parent's own (original) last block returns
     assert nfree(c) == 16
     m.check()
     m.free(child)
     assert nfree(c) == 20
-    for fn, args in [(c.block_table, ()), (c.seq_len, ()), (c.gather, ()), (c.fork, ()),
-                     (c.free, ()), (c.append, kv(rng, 1, 3))]:
+    for fn, args in [
+        (c.block_table, ()),
+        (c.seq_len, ()),
+        (c.gather, ()),
+        (c.fork, ()),
+        (c.free, ()),
+        (c.append, kv(rng, 1, 3)),
+    ]:
         with pytest.raises(ValueError) as e:
             fn(parent, *args)
         assert re.search(rf"\b{parent}\b", str(e.value)), str(e.value)
@@ -347,14 +375,14 @@ def test_freed_blocks_are_reused():
     rng = np.random.default_rng(10)
     c = PagedKVCache(12, 3, 4, seed=8)
     m = Model(c)
-    a = m.add(*kv(rng, 10, 4))                    # 4 blocks
-    b = m.add(*kv(rng, 13, 4))                    # 5 blocks
-    m.add(*kv(rng, 9, 4))                         # 3 blocks: the pool is full
+    a = m.add(*kv(rng, 10, 4))  # 4 blocks
+    b = m.add(*kv(rng, 13, 4))  # 5 blocks
+    m.add(*kv(rng, 9, 4))  # 3 blocks: the pool is full
     assert nfree(c) == 0
     freed = set(c.block_table(b))
     m.free(b)
     assert nfree(c) == 5
-    d = m.add(*kv(rng, 15, 4))                    # exactly the 5 freed blocks
+    d = m.add(*kv(rng, 15, 4))  # exactly the 5 freed blocks
     assert set(c.block_table(d)) == freed and nfree(c) == 0
     m.check()
     with pytest.raises(ValueError, match=r"\b12\b"):
@@ -362,27 +390,28 @@ def test_freed_blocks_are_reused():
     freed = set(c.block_table(a))
     m.free(a)
     e = m.fork(d)
-    m.append(e, *kv(rng, 1, 4))                   # d's last block is full: one new block
+    m.append(e, *kv(rng, 1, 4))  # d's last block is full: one new block
     assert set(c.block_table(e)) - set(c.block_table(d)) <= freed
     m.check()
 
 
 # --- running out of blocks ---------------------------------------------------------------------
 
+
 def _build(seed):
     rng = np.random.default_rng(seed)
     c = PagedKVCache(13, 4, 3, seed=11)
     m = Model(c)
-    r1 = m.add(*kv(rng, 10, 3))                   # 3 blocks, last holds 2
-    r2 = m.fork(r1)                               # shares all 3
-    r3 = m.add(*kv(rng, 21, 3))                   # 6 blocks, last holds 1
+    r1 = m.add(*kv(rng, 10, 3))  # 3 blocks, last holds 2
+    r2 = m.fork(r1)  # shares all 3
+    r3 = m.add(*kv(rng, 21, 3))  # 6 blocks, last holds 1
     return c, m, (r1, r2, r3)
 
 
 OOM_CALLS = {
-    "add": lambda c, r, rng: c.add(*kv(rng, 17, 3)),                     # 5 blocks, 4 free
-    "append-in-place": lambda c, r, rng: c.append(r[2], *kv(rng, 3 + 17, 3)),   # 3 fit + 5 blocks
-    "append-cow": lambda c, r, rng: c.append(r[1], *kv(rng, 2 + 13, 3)),        # copy + 4 blocks
+    "add": lambda c, r, rng: c.add(*kv(rng, 17, 3)),  # 5 blocks, 4 free
+    "append-in-place": lambda c, r, rng: c.append(r[2], *kv(rng, 3 + 17, 3)),  # 3 fit + 5 blocks
+    "append-cow": lambda c, r, rng: c.append(r[1], *kv(rng, 2 + 13, 3)),  # copy + 4 blocks
     "add-huge": lambda c, r, rng: c.add(*kv(rng, 1000, 3)),
 }
 
@@ -395,7 +424,7 @@ def test_out_of_blocks_is_atomic(name):
     before = snapshot(c, rids)
     with pytest.raises(ValueError) as e:
         OOM_CALLS[name](c, rids, np.random.default_rng(13))
-    assert re.search(r"\b13\b", str(e.value)), str(e.value)          # names the pool size
+    assert re.search(r"\b13\b", str(e.value)), str(e.value)  # names the pool size
     assert_same_snapshot(snapshot(c, rids), before)
     m.check()
     # the next calls behave exactly as on a cache that never saw the failed one
@@ -413,21 +442,22 @@ def test_pool_exactly_full_then_one_more():
     rng = np.random.default_rng(15)
     c = PagedKVCache(5, 3, 2, seed=3)
     m = Model(c)
-    r = m.add(*kv(rng, 13, 2))                    # 5 blocks, last holds 1
+    r = m.add(*kv(rng, 13, 2))  # 5 blocks, last holds 1
     assert nfree(c) == 0
-    m.append(r, *kv(rng, 2, 2))                   # fits the last block
+    m.append(r, *kv(rng, 2, 2))  # fits the last block
     assert c.seq_len(r) == 15
     before = snapshot(c, [r])
     with pytest.raises(ValueError, match=r"\b5\b"):
         c.append(r, *kv(rng, 1, 2))
     assert_same_snapshot(snapshot(c, [r]), before)
-    f = m.fork(r)                                 # a fork needs no block
+    f = m.fork(r)  # a fork needs no block
     with pytest.raises(ValueError, match=r"\b5\b"):
         c.append(f, *kv(rng, 1, 2))
     m.check()
 
 
 # --- random layouts ----------------------------------------------------------------------------
+
 
 def _check_attention(cache, model, rng):
     rids = list(model.tokens)
@@ -443,7 +473,7 @@ def _check_attention(cache, model, rng):
     for i, rid in enumerate(rids):
         o_e, l_e = attention_state(q[i], *cache.gather(rid))
         assert maxdiff(out[i], o_e) == 0.0 and maxdiff(lse[i], l_e) == 0.0
-        o_r, l_r = ref_attn(q[i:i + 1], *model.tokens[rid])
+        o_r, l_r = ref_attn(q[i : i + 1], *model.tokens[rid])
         assert maxdiff(out[i], o_r[0]) <= F64_TOL and abs(lse[i] - l_r[0]) <= F64_TOL
 
 
@@ -458,12 +488,12 @@ def test_random_layouts(bs, seed):
     ooms = counts = 0
     for step in range(90):
         live = list(m.tokens)
-        crowded = nfree(c) < nb // 3                                  # free more when the pool fills
+        crowded = nfree(c) < nb // 3  # free more when the pool fills
         p_ops = [0.2, 0.25, 0.15, 0.4] if crowded else [0.3, 0.35, 0.2, 0.15]
         op = rng.choice(["add", "append", "fork", "free"], p=p_ops) if live else "add"
         n = int(rng.integers(1, 3 * bs + 2))
         if rng.random() < 0.08:
-            n = int(rng.integers(nb * bs // 2, nb * bs + 2))         # sometimes too big
+            n = int(rng.integers(nb * bs // 2, nb * bs + 2))  # sometimes too big
         tables, before = m.tables(), nfree(c)
         snap = snapshot(c, live)
         if op == "add":
@@ -489,12 +519,13 @@ def test_random_layouts(bs, seed):
             old = tables[rid]
             p_old = len(old)
             shared_last = c.seq_len(rid) % bs != 0 and any(
-                old[-1] in t for r, t in tables.items() if r != rid)
+                old[-1] in t for r, t in tables.items() if r != rid
+            )
             m.append(rid, *kv(rng, n, d))
             new = c.block_table(rid)
             assert nfree(c) == before - need
             if shared_last:
-                assert new[:p_old - 1] == old[:-1] and new[p_old - 1] != old[-1]
+                assert new[: p_old - 1] == old[:-1] and new[p_old - 1] != old[-1]
             else:
                 assert new[:p_old] == old
             changed = {rid}
@@ -511,7 +542,7 @@ def test_random_layouts(bs, seed):
             assert nfree(c) == before + released
             changed = {rid}
         counts += 1
-        for r, t in tables.items():                                   # nobody else moved
+        for r, t in tables.items():  # nobody else moved
             if r not in changed and r in m.tokens:
                 assert c.block_table(r) == t
         m.check()
@@ -522,6 +553,7 @@ def test_random_layouts(bs, seed):
 
 
 # --- the BSR layout ----------------------------------------------------------------------------
+
 
 def _check_layout(layout, cache, rids):
     ps = cache.block_size
@@ -570,8 +602,8 @@ def test_bsr_lecture_numbers():
     out = bsr_attention(q, c, layout)
     assert isinstance(out, np.ndarray) and out.shape == (3, 8) and out.dtype == np.float64
     for i, r in enumerate(rids):
-        assert maxdiff(out[i], attention_state(q[i], *c.gather(r))[0]) == 0.0   # contiguous
-        assert maxdiff(out[i], ref_attn(q[i:i + 1], *m.tokens[r])[0][0]) <= F64_TOL
+        assert maxdiff(out[i], attention_state(q[i], *c.gather(r))[0]) == 0.0  # contiguous
+        assert maxdiff(out[i], ref_attn(q[i : i + 1], *m.tokens[r])[0][0]) <= F64_TOL
 
 
 @pytest.mark.parametrize("bs", PAGE_SIZES)
@@ -582,8 +614,8 @@ def test_to_bsr_with_forks_and_subsets(bs):
     a = m.add(*kv(rng, 2 * bs + 1, 3))
     b = m.fork(a)
     m.append(b, *kv(rng, bs, 3))
-    e = m.add(*kv(rng, bs, 3))                                        # last page exactly full
-    f = m.add(*kv(rng, 1, 3))                                         # one token
+    e = m.add(*kv(rng, bs, 3))  # last page exactly full
+    f = m.add(*kv(rng, 1, 3))  # one token
     for rids in ([a, b, e, f], [f, b], [e], [b, a, b]):
         _check_layout(to_bsr(c, rids), c, rids)
 
@@ -597,9 +629,13 @@ def test_bsr_layout_is_frozen():
 
 
 def _layout(**kw):
-    args = dict(kv_indptr=np.array([0, 2, 5], dtype=np.int32),
-                kv_indices=np.array([3, 0, 10, 4, 1], dtype=np.int32),
-                kv_last_page_len=np.array([7, 1], dtype=np.int32), page_size=7, num_blocks=11)
+    args = dict(
+        kv_indptr=np.array([0, 2, 5], dtype=np.int32),
+        kv_indices=np.array([3, 0, 10, 4, 1], dtype=np.int32),
+        kv_last_page_len=np.array([7, 1], dtype=np.int32),
+        page_size=7,
+        num_blocks=11,
+    )
     args.update({k: (np.array(v, dtype=np.int32) if isinstance(v, list) else v) for k, v in kw.items()})
     return BSRLayout(**args)
 
@@ -609,25 +645,28 @@ def test_bsr_layout_direct_construction():
     a = lay.to_scipy()
     assert a.shape == (2, 77) and a.blocksize == (1, 7)
     dense = a.toarray()
-    assert dense.sum() == 14 + 15                                     # 2 full pages; 7 + 7 + 1
+    assert dense.sum() == 14 + 15  # 2 full pages; 7 + 7 + 1
     assert dense[0, 21:28].sum() == 7 and dense[0, 0:7].sum() == 7
     assert dense[1, 70:77].sum() == 7 and dense[1, 28:35].sum() == 7
-    assert dense[1, 7] == 1 and dense[1, 8:14].sum() == 0              # the tail of the last page
+    assert dense[1, 7] == 1 and dense[1, 8:14].sum() == 0  # the tail of the last page
 
 
-@pytest.mark.parametrize("kw, name, shows", [
-    (dict(kv_indptr=[1, 2, 5]), "kv_indptr", []),                            # not starting at 0
-    (dict(kv_indptr=[0, 4, 3], kv_indices=[3, 0, 10]), "kv_indptr", []),     # decreasing
-    (dict(kv_indices=[3, 0, 99, 4, 1]), "kv_indices", ["99", "11"]),        # outside [0, 11)
-    (dict(kv_indices=[3, 0, 11, 4, 1]), "kv_indices", ["11"]),
-    (dict(kv_indices=[3, -1, 10, 4, 1]), "kv_indices", ["-1", "11"]),
-    (dict(kv_last_page_len=[7, 0]), "kv_last_page_len", ["0", "7"]),        # outside [1, 7]
-    (dict(kv_last_page_len=[12, 1]), "kv_last_page_len", ["12", "7"]),
-    (dict(page_size=0, kv_last_page_len=[1, 1]), "page_size", ["0"]),
-    (dict(page_size=-3, kv_last_page_len=[1, 1]), "page_size", ["-3"]),
-    (dict(kv_last_page_len=[7]), "kv_last_page_len|kv_indptr", []),          # mismatched lengths
-    (dict(kv_indices=[3, 0, 10, 4]), "kv_indices|kv_indptr", []),
-])
+@pytest.mark.parametrize(
+    "kw, name, shows",
+    [
+        (dict(kv_indptr=[1, 2, 5]), "kv_indptr", []),  # not starting at 0
+        (dict(kv_indptr=[0, 4, 3], kv_indices=[3, 0, 10]), "kv_indptr", []),  # decreasing
+        (dict(kv_indices=[3, 0, 99, 4, 1]), "kv_indices", ["99", "11"]),  # outside [0, 11)
+        (dict(kv_indices=[3, 0, 11, 4, 1]), "kv_indices", ["11"]),
+        (dict(kv_indices=[3, -1, 10, 4, 1]), "kv_indices", ["-1", "11"]),
+        (dict(kv_last_page_len=[7, 0]), "kv_last_page_len", ["0", "7"]),  # outside [1, 7]
+        (dict(kv_last_page_len=[12, 1]), "kv_last_page_len", ["12", "7"]),
+        (dict(page_size=0, kv_last_page_len=[1, 1]), "page_size", ["0"]),
+        (dict(page_size=-3, kv_last_page_len=[1, 1]), "page_size", ["-3"]),
+        (dict(kv_last_page_len=[7]), "kv_last_page_len|kv_indptr", []),  # mismatched lengths
+        (dict(kv_indices=[3, 0, 10, 4]), "kv_indices|kv_indptr", []),
+    ],
+)
 def test_bsr_layout_validation(kw, name, shows):
     with pytest.raises(ValueError, match=name) as e:
         _layout(**kw)
@@ -637,13 +676,15 @@ def test_bsr_layout_validation(kw, name, shows):
 
 # --- paged attention ---------------------------------------------------------------------------
 
+
 def _random_cache(rng, bs, d, n_req, dtype=np.float64):
     lengths = [1, bs, *rng.integers(1, 5 * bs + 3, size=max(0, n_req - 2)).tolist()][:n_req]
-    c = PagedKVCache(sum(pages_of(int(n), bs)[0] for n in lengths) * 2 + 3, bs, d, dtype=dtype,
-                     seed=int(rng.integers(100)))
+    c = PagedKVCache(
+        sum(pages_of(int(n), bs)[0] for n in lengths) * 2 + 3, bs, d, dtype=dtype, seed=int(rng.integers(100))
+    )
     m = Model(c)
     rids = [m.add(*kv(rng, int(n), d)) for n in lengths]
-    f = m.fork(rids[-1])                                              # a shared prefix as well
+    f = m.fork(rids[-1])  # a shared prefix as well
     m.append(f, *kv(rng, int(rng.integers(1, 2 * bs + 2)), d))
     rids.append(f)
     return c, m, [rids[i] for i in rng.permutation(len(rids))]
@@ -667,7 +708,7 @@ def test_bsr_decode(bs, seed):
         for i, r in enumerate(rids):
             o_e, l_e = attention_state(q[i], *c.gather(r), scale=kwargs.get("scale"))
             assert maxdiff(out[i], o_e) == 0.0 and maxdiff(lse[i], l_e) == 0.0
-            o_r, l_r = ref_attn(q[i:i + 1], *m.tokens[r], scale=kwargs.get("scale"))
+            o_r, l_r = ref_attn(q[i : i + 1], *m.tokens[r], scale=kwargs.get("scale"))
             assert maxdiff(out[i], o_r[0]) <= F64_TOL and abs(lse[i] - l_r[0]) <= F64_TOL
 
 
@@ -695,20 +736,20 @@ def test_bsr_prefill(bs, causal):
     c, m, rids = _random_cache(rng, bs, d, 5)
     layout = to_bsr(c, rids)
     lens = [c.seq_len(r) for r in rids]
-    n_q = [int(rng.integers(1, n + 1)) for n in lens]                 # 1 <= n_q <= n_k
-    n_q[0] = lens[0]                                                  # one full-prompt prefill
+    n_q = [int(rng.integers(1, n + 1)) for n in lens]  # 1 <= n_q <= n_k
+    n_q[0] = lens[0]  # one full-prompt prefill
     qo = [0, *np.cumsum(n_q).tolist()]
     q = rng.standard_normal((qo[-1], d))
     out, lse = bsr_attention(q, c, layout, qo_indptr=qo, causal=causal, return_lse=True)
     assert out.shape == (qo[-1], d) and lse.shape == (qo[-1],)
     for i, r in enumerate(rids):
-        o_r, l_r = ref_attn(q[qo[i]:qo[i + 1]], *m.tokens[r], causal=causal)
-        assert maxdiff(out[qo[i]:qo[i + 1]], o_r) <= F64_TOL, i
-        assert maxdiff(lse[qo[i]:qo[i + 1]], l_r) <= F64_TOL, i
+        o_r, l_r = ref_attn(q[qo[i] : qo[i + 1]], *m.tokens[r], causal=causal)
+        assert maxdiff(out[qo[i] : qo[i + 1]], o_r) <= F64_TOL, i
+        assert maxdiff(lse[qo[i] : qo[i + 1]], l_r) <= F64_TOL, i
     # as an array, and one query per request: the decode answer
     out2 = bsr_attention(q, c, layout, qo_indptr=np.array(qo), causal=causal)
     assert maxdiff(out2, out) == 0.0
-    q1 = q[:len(rids)]
+    q1 = q[: len(rids)]
     one = bsr_attention(q1, c, layout, qo_indptr=list(range(len(rids) + 1)), causal=causal)
     dec = bsr_attention(q1, c, layout)
     assert maxdiff(one, dec) <= F64_TOL
@@ -723,7 +764,7 @@ def test_bsr_prefill_causal_masks_in_the_middle_of_a_page():
     q = rng.standard_normal((5, 3))
     out, lse = bsr_attention(q, c, to_bsr(c, [rid]), qo_indptr=[0, 5], causal=True, return_lse=True)
     for j in range(5):
-        o_r, l_r = ref_attn(q[j:j + 1], k[:j + 7], v[:j + 7])
+        o_r, l_r = ref_attn(q[j : j + 1], k[: j + 7], v[: j + 7])
         assert maxdiff(out[j], o_r[0]) <= F64_TOL and abs(lse[j] - l_r[0]) <= F64_TOL
 
 
@@ -751,8 +792,7 @@ def test_bsr_hbm_counts_page_by_page(bs, mode):
         out = bsr_attention(rng.standard_normal((n, 3, d)), c, layout, hbm=hbm)
     else:
         qo = [0, *np.cumsum([min(2, c.seq_len(r)) for r in rids]).tolist()]
-        out = bsr_attention(rng.standard_normal((qo[-1], d)), c, layout, qo_indptr=qo,
-                            causal=True, hbm=hbm)
+        out = bsr_attention(rng.standard_normal((qo[-1], d)), c, layout, qo_indptr=qo, causal=True, hbm=hbm)
     assert np.all(np.isfinite(out))
     want = _page_reads(c, rids, d)
     assert sum(want) == d * sum(c.seq_len(r) for r in rids)
@@ -772,19 +812,23 @@ def test_bsr_float32_pool():
     q = rng.standard_normal((len(rids), d)).astype(np.float32)
     out = bsr_attention(q, c, layout)
     for i, r in enumerate(rids):
-        o_r, _ = ref_attn(q[i:i + 1].astype(np.float64), *m.tokens[r])
+        o_r, _ = ref_attn(q[i : i + 1].astype(np.float64), *m.tokens[r])
         assert maxdiff(out[i], o_r[0]) <= F32_TOL
 
 
 # --- composable formats (shared prefix once, the rest per request) -----------------------------
+
 
 def _reads_by_table(cache, rids):
     tables = [cache.block_table(r) for r in rids]
     common = 0
     while all(len(t) > common for t in tables) and len({t[common] for t in tables}) == 1:
         common += 1
-    return {"single": sum(len(t) for t in tables),
-            "composable": common + sum(len(t) - common for t in tables), "shared": common}, common
+    return {
+        "single": sum(len(t) for t in tables),
+        "composable": common + sum(len(t) - common for t in tables),
+        "shared": common,
+    }, common
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-13), (np.float32, F32_TOL)])
@@ -793,10 +837,10 @@ def test_composable_lecture_numbers(dtype, tol):
     bs, d = 16, 32
     c = PagedKVCache(48, bs, d, dtype=dtype, seed=0)
     m = Model(c)
-    base = m.add(*kv(rng, 15 * bs, d))                                # 15 full blocks
+    base = m.add(*kv(rng, 15 * bs, d))  # 15 full blocks
     rids = [m.fork(base) for _ in range(4)]
     for r in rids:
-        m.append(r, *kv(rng, 3 * bs + 13, d))                         # 4 blocks of their own
+        m.append(r, *kv(rng, 3 * bs + 13, d))  # 4 blocks of their own
     m.check()
     tables = [c.block_table(r) for r in rids]
     assert all(t[:15] == c.block_table(base) for t in tables)
@@ -806,7 +850,7 @@ def test_composable_lecture_numbers(dtype, tol):
     assert reads == {"single": 76, "composable": 31, "shared": 15}
     assert out.shape == (4, d)
     for i, r in enumerate(rids):
-        o_r, _ = ref_attn(q[i:i + 1].astype(np.float64), *m.tokens[r])
+        o_r, _ = ref_attn(q[i : i + 1].astype(np.float64), *m.tokens[r])
         assert maxdiff(out[i], o_r[0]) <= tol
 
 
@@ -817,23 +861,27 @@ def test_composable_random(bs, seed):
     d = int(rng.integers(2, 10))
     c = PagedKVCache(300, bs, d, seed=seed)
     m = Model(c)
-    base = m.add(*kv(rng, int(rng.integers(1, 6)) * bs, d))          # a prefix of full blocks
+    base = m.add(*kv(rng, int(rng.integers(1, 6)) * bs, d))  # a prefix of full blocks
     mid = m.fork(base)
-    m.append(mid, *kv(rng, int(rng.integers(1, 3)) * bs, d))          # a deeper full prefix
+    m.append(mid, *kv(rng, int(rng.integers(1, 3)) * bs, d))  # a deeper full prefix
     group = [m.fork(mid) for _ in range(int(rng.integers(2, 4)))] + [m.fork(base)]
     for r in group:
         m.append(r, *kv(rng, int(rng.integers(1, 3 * bs + 2)), d))
     stranger = m.add(*kv(rng, int(rng.integers(1, 3 * bs)), d))
     m.check()
-    for rids, common in ((group[:-1], len(c.block_table(mid))), (group, len(c.block_table(base))),
-                         (group + [stranger], 0), ([group[0]], len(c.block_table(group[0])))):
+    for rids, common in (
+        (group[:-1], len(c.block_table(mid))),
+        (group, len(c.block_table(base))),
+        (group + [stranger], 0),
+        ([group[0]], len(c.block_table(group[0]))),
+    ):
         want, got_common = _reads_by_table(c, rids)
         assert got_common == common
         q = rng.standard_normal((len(rids), d))
         out, reads = composable_attention(q, c, rids)
         assert reads == want
         for i, r in enumerate(rids):
-            o_r, _ = ref_attn(q[i:i + 1], *m.tokens[r])
+            o_r, _ = ref_attn(q[i : i + 1], *m.tokens[r])
             assert maxdiff(out[i], o_r[0]) <= 1e-13
 
 
@@ -841,10 +889,10 @@ def test_composable_shares_only_full_blocks_after_copy_on_write():
     rng = np.random.default_rng(20)
     c = PagedKVCache(30, 4, 5, seed=3)
     m = Model(c)
-    base = m.add(*kv(rng, 10, 5))                                     # a, b, c (holds 2)
+    base = m.add(*kv(rng, 10, 5))  # a, b, c (holds 2)
     forks = [m.fork(base) for _ in range(3)]
     for r in forks + [base]:
-        m.append(r, *kv(rng, 5, 5))                                   # forks copy c; base in place
+        m.append(r, *kv(rng, 5, 5))  # forks copy c; base in place
     rids = [base, *forks]
     tables = [c.block_table(r) for r in rids]
     assert all(t[:2] == tables[0][:2] for t in tables) and len({t[2] for t in tables}) == 4
@@ -852,7 +900,7 @@ def test_composable_shares_only_full_blocks_after_copy_on_write():
     out, reads = composable_attention(q, c, rids)
     assert reads == {"single": 16, "composable": 2 + 4 * 2, "shared": 2}
     for i, r in enumerate(rids):
-        assert maxdiff(out[i], ref_attn(q[i:i + 1], *m.tokens[r])[0][0]) <= 1e-13
+        assert maxdiff(out[i], ref_attn(q[i : i + 1], *m.tokens[r])[0][0]) <= 1e-13
 
 
 def _check_group(c, m, rids, q, reads, tol=1e-15, **kw):
@@ -862,7 +910,7 @@ def _check_group(c, m, rids, q, reads, tol=1e-15, **kw):
     out, got = composable_attention(q, c, rids, hbm=hbm)
     assert got == reads
     for i, r in enumerate(rids):
-        assert maxdiff(out[i], ref_attn(q[i:i + 1], *m.tokens[r])[0][0]) <= tol
+        assert maxdiff(out[i], ref_attn(q[i : i + 1], *m.tokens[r])[0][0]) <= tol
         assert maxdiff(out[i], attention_state(q[i], *c.gather(r))[0]) <= tol
     if "kv_tokens" in kw:
         assert hbm.by_tensor()["K"][0] == hbm.by_tensor()["V"][0] == kw["kv_tokens"] * c.head_dim
@@ -876,7 +924,7 @@ def test_composable_reads_a_shared_partial_page_once(with_base):
     d = 6
     c = PagedKVCache(30, 4, d, seed=5)
     m = Model(c)
-    base = m.add(*kv(rng, 10, d))                                     # a, b full; c holds 2
+    base = m.add(*kv(rng, 10, d))  # a, b full; c holds 2
     forks = [m.fork(base) for _ in range(3)]
     rids = [base, *forks] if with_base else forks
     n = len(rids)
@@ -884,13 +932,14 @@ def test_composable_reads_a_shared_partial_page_once(with_base):
     q = rng.standard_normal((n, d))
     _check_group(c, m, rids, q, {"single": 3 * n, "composable": 3, "shared": 3}, kv_tokens=10)
     old = c.block_table(base)
-    m.append(forks[1], *kv(rng, 1, d))                                # copies c for forks[1] only
+    m.append(forks[1], *kv(rng, 1, d))  # copies c for forks[1] only
     assert c.block_table(forks[1])[:2] == old[:2] and c.block_table(forks[1])[2] != old[2]
     assert all(c.block_table(r) == old for r in rids if r != forks[1])
     assert shared_prefix(c, rids) == (2, 8)
     # 2 shared pages once, then page 3 for each request: its own copy, or the old shared c
-    _check_group(c, m, rids, q, {"single": 3 * n, "composable": 2 + n, "shared": 2},
-                 kv_tokens=8 + 2 * (n - 1) + 3)
+    _check_group(
+        c, m, rids, q, {"single": 3 * n, "composable": 2 + n, "shared": 2}, kv_tokens=8 + 2 * (n - 1) + 3
+    )
 
 
 def test_composable_zero_length_own_parts():
@@ -900,15 +949,21 @@ def test_composable_zero_length_own_parts():
     d = 5
     c = PagedKVCache(40, 4, d, seed=6)
     m = Model(c)
-    base = m.add(*kv(rng, 8, d))                                      # 2 full pages
-    twins = [m.fork(base) for _ in range(2)]                          # nothing appended
+    base = m.add(*kv(rng, 8, d))  # 2 full pages
+    twins = [m.fork(base) for _ in range(2)]  # nothing appended
     grown = [m.fork(base) for _ in range(2)]
     for r, extra in zip(grown, (3, 6)):
-        m.append(r, *kv(rng, extra, d))                               # 1 and 2 pages of their own
+        m.append(r, *kv(rng, extra, d))  # 1 and 2 pages of their own
     q = rng.standard_normal((5, d))
     _check_group(c, m, [base, *twins], q[:3], {"single": 6, "composable": 2, "shared": 2}, kv_tokens=8)
-    _check_group(c, m, [twins[0], *grown, base], q[:4], {"single": 2 + 3 + 4 + 2, "composable": 2 + 3,
-                                                        "shared": 2}, kv_tokens=8 + 3 + 6)
+    _check_group(
+        c,
+        m,
+        [twins[0], *grown, base],
+        q[:4],
+        {"single": 2 + 3 + 4 + 2, "composable": 2 + 3, "shared": 2},
+        kv_tokens=8 + 3 + 6,
+    )
 
 
 @pytest.mark.parametrize("bs", PAGE_SIZES)
@@ -919,7 +974,7 @@ def test_composable_ragged_queries(bs):
     d = 7
     c = PagedKVCache(120, bs, d, seed=2)
     m = Model(c)
-    base = m.add(*kv(rng, 3 * bs + (bs // 2), d))                    # ends mid-page when bs > 1
+    base = m.add(*kv(rng, 3 * bs + (bs // 2), d))  # ends mid-page when bs > 1
     rids = [m.fork(base) for _ in range(4)]
     for r, extra in zip(rids[1:], (1, bs + 2, 2 * bs)):
         m.append(r, *kv(rng, extra, d))
@@ -929,16 +984,23 @@ def test_composable_ragged_queries(bs):
     out, reads = composable_attention(q, c, rids, qo_indptr=qo)
     assert out.shape == q.shape
     shared = shared_prefix(c, rids)[0]
-    assert reads == {"single": sum(len(c.block_table(r)) for r in rids), "shared": shared,
-                     "composable": shared + sum(len(c.block_table(r)) - shared for r in rids)}
+    assert reads == {
+        "single": sum(len(c.block_table(r)) for r in rids),
+        "shared": shared,
+        "composable": shared + sum(len(c.block_table(r)) - shared for r in rids),
+    }
     for i, r in enumerate(rids):
         if counts[i]:
-            o_r, _ = ref_attn(q[qo[i]:qo[i + 1]], *m.tokens[r])
-            assert maxdiff(out[qo[i]:qo[i + 1]], o_r) <= 1e-13
+            o_r, _ = ref_attn(q[qo[i] : qo[i + 1]], *m.tokens[r])
+            assert maxdiff(out[qo[i] : qo[i + 1]], o_r) <= 1e-13
     # with one query per request it is decode; a GQA group of 3 query heads per request too
     q1 = rng.standard_normal((4, d))
-    assert maxdiff(composable_attention(q1, c, rids, qo_indptr=np.arange(5))[0],
-                   composable_attention(q1, c, rids)[0]) == 0.0
+    assert (
+        maxdiff(
+            composable_attention(q1, c, rids, qo_indptr=np.arange(5))[0], composable_attention(q1, c, rids)[0]
+        )
+        == 0.0
+    )
     qh = rng.standard_normal((4, 3, d))
     out_h, _ = composable_attention(qh, c, rids)
     for i, r in enumerate(rids):
@@ -951,18 +1013,19 @@ def test_composable_bad_input():
     base = c.add(*kv(rng, 6, 3))
     rids = [c.fork(base) for _ in range(2)]
     q = rng.standard_normal((2, 3))
-    cases = [(lambda: composable_attention(q, "cache", rids), TypeError, "cache"),
-             (lambda: composable_attention(q, c, []), ValueError, "rids"),
-             (lambda: composable_attention(q, c, "01"), TypeError, "rids"),
-             (lambda: composable_attention(q[:1], c, rids), ValueError, r"\bq\b"),
-             (lambda: composable_attention(rng.standard_normal((2, 4)), c, rids), ValueError, r"\bq\b"),
-             (lambda: composable_attention(q, c, rids, qo_indptr=[0, 1]), ValueError, "qo_indptr"),
-             (lambda: composable_attention(q, c, rids, qo_indptr=[0, 2, 1]), ValueError, "qo_indptr"),
-             (lambda: composable_attention(q, c, rids, qo_indptr=[0, 1.5, 2]), TypeError, "qo_indptr"),
-             (lambda: composable_attention(q[:, None], c, rids, qo_indptr=[0, 1, 2]), ValueError,
-              "qo_indptr"),
-             (lambda: composable_attention(q, c, rids, hbm="yes"), TypeError, "hbm"),
-             (lambda: shared_prefix(c, [rids[0], 999]), ValueError, "999")]
+    cases = [
+        (lambda: composable_attention(q, "cache", rids), TypeError, "cache"),
+        (lambda: composable_attention(q, c, []), ValueError, "rids"),
+        (lambda: composable_attention(q, c, "01"), TypeError, "rids"),
+        (lambda: composable_attention(q[:1], c, rids), ValueError, r"\bq\b"),
+        (lambda: composable_attention(rng.standard_normal((2, 4)), c, rids), ValueError, r"\bq\b"),
+        (lambda: composable_attention(q, c, rids, qo_indptr=[0, 1]), ValueError, "qo_indptr"),
+        (lambda: composable_attention(q, c, rids, qo_indptr=[0, 2, 1]), ValueError, "qo_indptr"),
+        (lambda: composable_attention(q, c, rids, qo_indptr=[0, 1.5, 2]), TypeError, "qo_indptr"),
+        (lambda: composable_attention(q[:, None], c, rids, qo_indptr=[0, 1, 2]), ValueError, "qo_indptr"),
+        (lambda: composable_attention(q, c, rids, hbm="yes"), TypeError, "hbm"),
+        (lambda: shared_prefix(c, [rids[0], 999]), ValueError, "999"),
+    ]
     for call, exc, pat in cases:
         with pytest.raises(exc, match=pat):
             call()
@@ -970,10 +1033,20 @@ def test_composable_bad_input():
 
 # --- bad input ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["num_blocks", "block_size", "head_dim"])
-@pytest.mark.parametrize("value, exc", [(True, TypeError), (False, TypeError), ("4", TypeError),
-                                        (1.5, TypeError), (None, TypeError), (0, ValueError),
-                                        (-2, ValueError)])
+@pytest.mark.parametrize(
+    "value, exc",
+    [
+        (True, TypeError),
+        (False, TypeError),
+        ("4", TypeError),
+        (1.5, TypeError),
+        (None, TypeError),
+        (0, ValueError),
+        (-2, ValueError),
+    ],
+)
 def test_cache_bad_sizes(name, value, exc):
     args = {"num_blocks": 6, "block_size": 4, "head_dim": 3}
     args[name] = value
@@ -1024,8 +1097,14 @@ def test_unknown_rid():
     rid = c.add(*kv(rng, 4, 4))
     bad = 12345
     assert bad != rid
-    for fn, args in [(c.block_table, ()), (c.seq_len, ()), (c.gather, ()), (c.fork, ()),
-                     (c.free, ()), (c.append, kv(rng, 1, 4))]:
+    for fn, args in [
+        (c.block_table, ()),
+        (c.seq_len, ()),
+        (c.gather, ()),
+        (c.fork, ()),
+        (c.free, ()),
+        (c.append, kv(rng, 1, 4)),
+    ]:
         with pytest.raises(ValueError, match="12345"):
             fn(bad, *args)
     with pytest.raises(ValueError, match="12345"):
@@ -1041,17 +1120,17 @@ def test_bsr_attention_bad_input():
     rng = np.random.default_rng(23)
     q = rng.standard_normal((3, 8))
     with pytest.raises(ValueError, match=r"\bq\b"):
-        bsr_attention(rng.standard_normal((3, 7)), c, layout)        # wrong head dim
+        bsr_attention(rng.standard_normal((3, 7)), c, layout)  # wrong head dim
     with pytest.raises(ValueError, match=r"\bq\b"):
-        bsr_attention(rng.standard_normal((2, 8)), c, layout)        # one row per request
+        bsr_attention(rng.standard_normal((2, 8)), c, layout)  # one row per request
     nan_q = q.copy()
     nan_q[1, 3] = np.nan
     with pytest.raises(ValueError, match=r"\bq\b"):
         bsr_attention(nan_q, c, layout)
     with pytest.raises(ValueError, match="qo_indptr"):
-        bsr_attention(rng.standard_normal((6, 8)), c, layout, qo_indptr=[0, 2, 6])      # n + 1
+        bsr_attention(rng.standard_normal((6, 8)), c, layout, qo_indptr=[0, 2, 6])  # n + 1
     with pytest.raises(ValueError, match="qo_indptr"):
-        bsr_attention(rng.standard_normal((6, 8)), c, layout, qo_indptr=[0, 2, 4, 5])   # != 6
+        bsr_attention(rng.standard_normal((6, 8)), c, layout, qo_indptr=[0, 2, 4, 5])  # != 6
     with pytest.raises(TypeError, match="causal"):
         bsr_attention(q, c, layout, causal="yes")
     with pytest.raises(TypeError, match="return_lse"):

@@ -4,6 +4,7 @@ growth that is quadratic, unchecked types, and equality of the records that hold
 Every case names the call, the exception and the parameter the message must name; answers that
 used to be wrong are compared with an independent reference (Python ints, a direct formula).
 """
+
 from __future__ import annotations
 
 import re
@@ -17,11 +18,27 @@ import pytest
 from attnlab.machine.schedule import pieces as _pieces
 from attnlab.core import lowprec as lp
 from attnlab.core.paged import BSRLayout, PagedKVCache, to_bsr
-from attnlab.machine.schedule import (fixed_size_workspace, plan_balanced, plan_fixed_split, plan_per_request,
-                                      query_tile, run_plan)
+from attnlab.machine.schedule import (
+    fixed_size_workspace,
+    plan_balanced,
+    plan_fixed_split,
+    plan_per_request,
+    query_tile,
+    run_plan,
+)
 from attnlab.machine.workload import lengths, tile_waste
-from attnlab.core.variants import (Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
-                              soft_cap, tile_mask, variant_mask)
+from attnlab.core.variants import (
+    Variant,
+    alibi,
+    causal,
+    rope,
+    sigmoid,
+    sink_window,
+    sliding_window,
+    soft_cap,
+    tile_mask,
+    variant_mask,
+)
 
 INT32_MAX = 2**31 - 1
 
@@ -36,6 +53,7 @@ def _raises(exc, word, fn, /, *args, **kwargs):
 
 # --- 1. silent wrong answers -----------------------------------------------------------------------
 
+
 def _decode(rng, lens, kv_heads, group, d):
     q = rng.standard_normal((len(lens), kv_heads * group, d))
     k = [rng.standard_normal((kv_heads, n, d)) for _, n in lens]
@@ -47,17 +65,17 @@ def test_run_plan_refuses_arrays_the_plan_was_not_made_for():
     rng = np.random.default_rng(0)
     p = plan_balanced([(1, 100)], kv_heads=1, num_ctas=4)
     q, k, v = _decode(rng, [(1, 200)], 1, 1, 8)
-    _raises(ValueError, "k[0]", run_plan, p, q, k, v)                     # 200 keys, plan has 100
+    _raises(ValueError, "k[0]", run_plan, p, q, k, v)  # 200 keys, plan has 100
     q, k, v = _decode(rng, [(1, 100)], 1, 1, 8)
     _raises(ValueError, "v[0]", run_plan, p, q, k, [v[0][:, :99]])
-    _raises(ValueError, "k", run_plan, p, q, k + k, v + v)                 # two requests for one
-    _raises(ValueError, "q", run_plan, p, np.concatenate([q, q]), k, v)   # batch 2 for 1
-    _raises(ValueError, "q", run_plan, p, q[:, :, :4], k, v)              # d 4 against k's 8
+    _raises(ValueError, "k", run_plan, p, q, k + k, v + v)  # two requests for one
+    _raises(ValueError, "q", run_plan, p, np.concatenate([q, q]), k, v)  # batch 2 for 1
+    _raises(ValueError, "q", run_plan, p, q[:, :, :4], k, v)  # d 4 against k's 8
     p2 = plan_balanced([(1, 100), (1, 50)], kv_heads=2, num_ctas=4, group=2)
     q, k, v = _decode(rng, [(1, 100), (1, 50)], 2, 2, 8)
-    _raises(ValueError, "q", run_plan, p2, q[:, :2], k, v)                # 2 heads for 2 x 2
-    _raises(ValueError, "k[1]", run_plan, p2, q, [k[0], k[0]], v)         # request 1 has 50 keys
-    mixed = plan_balanced([(3, 100), (1, 50)], kv_heads=2, num_ctas=4)    # packed rows 3 and 1
+    _raises(ValueError, "q", run_plan, p2, q[:, :2], k, v)  # 2 heads for 2 x 2
+    _raises(ValueError, "k[1]", run_plan, p2, q, [k[0], k[0]], v)  # request 1 has 50 keys
+    mixed = plan_balanced([(3, 100), (1, 50)], kv_heads=2, num_ctas=4)  # packed rows 3 and 1
     _raises(ValueError, "run_plan", run_plan, mixed, np.zeros((2, 6, 8)), k, v)
 
 
@@ -67,7 +85,7 @@ def test_run_plan_reads_every_key_of_the_matching_arrays():
     q, k, v = _decode(rng, lens, 2, 3, 4)
     p = plan_balanced(lens, kv_heads=2, num_ctas=5, group=3)
     got = run_plan(p, q, k, v)
-    for i in range(2):                          # by definition, float64
+    for i in range(2):  # by definition, float64
         for h in range(6):
             s = k[i][h // 3] @ q[i, h] / 2.0
             w = np.exp(s - s.max())
@@ -79,7 +97,7 @@ def test_bsr_seq_lens_past_int32_are_refused_and_near_it_exact():
     assert "int32" in msg
     _raises(ValueError, "page_size", BSRLayout, [0, 32769], np.zeros(32769, int), [1], 2**16, 1)
     lay = BSRLayout([0, 32768, 32769], np.zeros(32769, int), [2**16 - 1, 5], 2**16, 1)
-    want = [2**16 * 32767 + 2**16 - 1, 5]                                # Python ints
+    want = [2**16 * 32767 + 2**16 - 1, 5]  # Python ints
     assert want[0] == INT32_MAX
     assert lay.seq_lens().tolist() == want
     _raises(ValueError, "page_size", BSRLayout, [0, 1], [0], [1], 2**31, 1)
@@ -87,7 +105,7 @@ def test_bsr_seq_lens_past_int32_are_refused_and_near_it_exact():
 
 def test_tile_waste_and_lengths_bound_their_sizes():
     _raises(ValueError, "group", tile_waste, [4], group=2**62, tile_q=16)
-    _raises(ValueError, "group", tile_waste, [2**16], group=2**16, tile_q=16)   # 2^32 packed rows
+    _raises(ValueError, "group", tile_waste, [2**16], group=2**16, tile_q=16)  # 2^32 packed rows
     _raises(ValueError, "tile_q", tile_waste, [4], tile_q=2**40)
     w = tile_waste([2**15, 1], group=2**16 - 1, tile_q=2**20)
     packed = [2**15 * (2**16 - 1), 2**16 - 1]
@@ -111,12 +129,12 @@ def test_fp8_saturates_to_its_largest_finite_value():
     assert lp.quantise(x, "fp8_e4m3", scale=1.0).tolist() == [448.0, -448.0, 448.0, 448.0, 3.0]
     assert lp.quantise(x, "fp4_e2m1", scale=1.0).tolist() == [6.0, -6.0, 6.0, 6.0, 3.0]
     big = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
-    got = lp.quantise(np.array([1e30]), "bf16", scale=1e-10)            # x / scale beyond float32
+    got = lp.quantise(np.array([1e30]), "bf16", scale=1e-10)  # x / scale beyond float32
     assert np.isfinite(got).all() and got[0] == np.float32(big) * np.float32(1e-10)
 
 
 def test_quantise_of_tiny_values_and_large_blocks_stays_finite():
-    x = np.array([1e-44, -5e-45, 0.0])                                   # amax / 448 underflows
+    x = np.array([1e-44, -5e-45, 0.0])  # amax / 448 underflows
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = lp.quantise(x, "fp8_e4m3")
@@ -133,7 +151,7 @@ def test_paged_cache_refuses_values_its_dtype_cannot_hold():
     c = PagedKVCache(8, 4, 2, dtype=np.float16)
     msg = _raises(ValueError, "k", c.add, np.full((3, 2), 1e6), np.ones((3, 2)))
     assert "float16" in msg and "6.55e+04" in msg
-    rid = c.add(np.full((3, 2), 65504.0), np.ones((3, 2)))               # float16's max is kept
+    rid = c.add(np.full((3, 2), 65504.0), np.ones((3, 2)))  # float16's max is kept
     _raises(ValueError, "v", c.append, rid, np.ones((1, 2)), np.full((1, 2), -1e5))
     assert c.seq_len(rid) == 3 and np.isfinite(c.gather(rid)[0]).all()
     assert c.num_free() == 7
@@ -142,6 +160,7 @@ def test_paged_cache_refuses_values_its_dtype_cannot_hold():
 
 
 # --- 2. growth -------------------------------------------------------------------------------------
+
 
 def test_a_million_tokens_at_page_size_one():
     n, d = 10**6, 2
@@ -196,23 +215,32 @@ def test_an_unknown_rid_names_few_of_many_requests():
     assert "5000" in msg and "1,000 requests" in msg and len(msg) < 200
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: PagedKVCache(1 << 20, 1 << 10, 128), "num_blocks"),
-    (lambda: PagedKVCache(1 << 24, 1 << 12, 1, dtype=np.float32), "num_blocks"),
-    (lambda: fixed_size_workspace(plan_balanced([(1, 10)], kv_heads=1, num_ctas=2), 2**20, 2**20),
-     "max_ctas"),
-    (lambda: fixed_size_workspace(plan_balanced([(1, 10)], kv_heads=1, num_ctas=2), 4, 4, 2**40),
-     "max_outputs"),
-    (lambda: lp.outlier_inputs(n=65536, d=4096), "n"),
-    (lambda: variant_mask(causal(), 10**6, 10**6), "n_q"),
-    (lambda: tile_mask(causal(), 10**6, 10**6, 1, 1), "block_r"),
-    (lambda: BSRLayout(np.arange(1025), np.zeros(1024, int), np.ones(1024, int), 2**30, 1).to_scipy(),
-     "page_size"),
-    (lambda: plan_fixed_split([(1, INT32_MAX)] * 8, chunk=1, kv_heads=1, num_ctas=4), "chunk"),
-    (lambda: plan_balanced([(1, 10)], kv_heads=2**40, num_ctas=4), "kv_heads"),
-    (lambda: plan_balanced([(1, 10)], kv_heads=1, num_ctas=2**40), "num_ctas"),
-    (lambda: plan_per_request([(INT32_MAX, 10)] * 8, kv_heads=8, num_ctas=4, tile_q=1), "tile_q"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: PagedKVCache(1 << 20, 1 << 10, 128), "num_blocks"),
+        (lambda: PagedKVCache(1 << 24, 1 << 12, 1, dtype=np.float32), "num_blocks"),
+        (
+            lambda: fixed_size_workspace(plan_balanced([(1, 10)], kv_heads=1, num_ctas=2), 2**20, 2**20),
+            "max_ctas",
+        ),
+        (
+            lambda: fixed_size_workspace(plan_balanced([(1, 10)], kv_heads=1, num_ctas=2), 4, 4, 2**40),
+            "max_outputs",
+        ),
+        (lambda: lp.outlier_inputs(n=65536, d=4096), "n"),
+        (lambda: variant_mask(causal(), 10**6, 10**6), "n_q"),
+        (lambda: tile_mask(causal(), 10**6, 10**6, 1, 1), "block_r"),
+        (
+            lambda: BSRLayout(np.arange(1025), np.zeros(1024, int), np.ones(1024, int), 2**30, 1).to_scipy(),
+            "page_size",
+        ),
+        (lambda: plan_fixed_split([(1, INT32_MAX)] * 8, chunk=1, kv_heads=1, num_ctas=4), "chunk"),
+        (lambda: plan_balanced([(1, 10)], kv_heads=2**40, num_ctas=4), "kv_heads"),
+        (lambda: plan_balanced([(1, 10)], kv_heads=1, num_ctas=2**40), "num_ctas"),
+        (lambda: plan_per_request([(INT32_MAX, 10)] * 8, kv_heads=8, num_ctas=4, tile_q=1), "tile_q"),
+    ],
+)
 def test_sizes_that_cannot_be_met_are_refused_before_allocating(call, name):
     msg = _raises(ValueError, name, call)
     assert "valid" in msg
@@ -225,7 +253,7 @@ def test_attention64_works_in_row_blocks(monkeypatch):
     w = np.exp(s - s.max(axis=1, keepdims=True))
     want = w @ v / w.sum(axis=1, keepdims=True)
     del s, w
-    monkeypatch.setattr(lp, "_ROWS_BYTES", 1 << 20)     # 64 rows a block: 1 MiB of scores
+    monkeypatch.setattr(lp, "_ROWS_BYTES", 1 << 20)  # 64 rows a block: 1 MiB of scores
     tracemalloc.start()
     try:
         got = lp.attention64(q, k, v)
@@ -233,10 +261,11 @@ def test_attention64_works_in_row_blocks(monkeypatch):
     finally:
         tracemalloc.stop()
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
-    assert peak < 8 << 20                               # the whole score matrix is 32 MiB
+    assert peak < 8 << 20  # the whole score matrix is 32 MiB
 
 
 # --- 3. unchecked or mis-typed ---------------------------------------------------------------------
+
 
 def test_attention64_checks_its_inputs():
     ok = np.ones((3, 4))
@@ -288,19 +317,28 @@ def test_bsr_pages_index_is_checked():
     _raises(TypeError, "i", lay.pages, 0.5)
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: lp.random_orthogonal(4, True), "rng"),
-    (lambda: lp.random_orthogonal(4, np.True_), "rng"),
-    (lambda: lp.random_orthogonal(4, "0"), "rng"),
-    (lambda: lp.lowprec_attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 4)), transform=True,
-                                  seed=True), "seed"),
-    (lambda: lp.lowprec_attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 4)), seed=np.True_),
-     "seed"),
-    (lambda: lp.outlier_inputs(seed=True), "seed"),
-    (lambda: lp.attention_error(seed=np.True_), "seed"),
-    (lambda: lengths("uniform", 4, seed=np.True_), "seed"),
-    (lambda: PagedKVCache(4, 4, 4, seed=True), "seed"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: lp.random_orthogonal(4, True), "rng"),
+        (lambda: lp.random_orthogonal(4, np.True_), "rng"),
+        (lambda: lp.random_orthogonal(4, "0"), "rng"),
+        (
+            lambda: lp.lowprec_attention(
+                np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 4)), transform=True, seed=True
+            ),
+            "seed",
+        ),
+        (
+            lambda: lp.lowprec_attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 4)), seed=np.True_),
+            "seed",
+        ),
+        (lambda: lp.outlier_inputs(seed=True), "seed"),
+        (lambda: lp.attention_error(seed=np.True_), "seed"),
+        (lambda: lengths("uniform", 4, seed=np.True_), "seed"),
+        (lambda: PagedKVCache(4, 4, 4, seed=True), "seed"),
+    ],
+)
 def test_seeds_refuse_bools(call, name):
     _raises(TypeError, name, call)
 
@@ -321,18 +359,23 @@ def test_variant_names_and_parameter_bounds():
     _raises(ValueError, "name", Variant, name="")
     _raises(ValueError, "name", Variant, name="   ")
     _raises(TypeError, "name", Variant, name=3)
-    for call, name in [(lambda: sliding_window(2**70), "w"), (lambda: sink_window(2**70, 4), "sinks"),
-                       (lambda: sink_window(1, 2**40), "w"), (lambda: soft_cap(1e-300), "c"),
-                       (lambda: rope(1e-300), "theta"), (lambda: alibi(1e300), "slope"),
-                       (lambda: sigmoid(1e300), "bias")]:
+    for call, name in [
+        (lambda: sliding_window(2**70), "w"),
+        (lambda: sink_window(2**70, 4), "sinks"),
+        (lambda: sink_window(1, 2**40), "w"),
+        (lambda: soft_cap(1e-300), "c"),
+        (lambda: rope(1e-300), "theta"),
+        (lambda: alibi(1e300), "slope"),
+        (lambda: sigmoid(1e300), "bias"),
+    ]:
         _raises(ValueError, name, call)
     assert np.array_equal(variant_mask(sliding_window(INT32_MAX), 3, 5), variant_mask(causal(), 3, 5))
-    far = Variant(name="far", logits_mask=lambda qi, kj: kj > qi - 2**70)     # beyond int64
+    far = Variant(name="far", logits_mask=lambda qi, kj: kj > qi - 2**70)  # beyond int64
     _raises(ValueError, "logits_mask", variant_mask, far, 3, 5)
 
 
-
 # --- records that hold arrays: equality --------------------------------------------------------------
+
 
 def test_records_holding_arrays_compare_as_wholes():
     a = BSRLayout([0, 2, 3], [4, 1, 0], [1, 2], 4, 8)
@@ -357,7 +400,7 @@ def test_records_holding_arrays_compare_as_wholes():
 
 def test_paged_cache_refuses_int64_extremes_its_dtype_cannot_hold():
     c = PagedKVCache(8, 4, 2, dtype=np.float16)
-    low = np.full((1, 2), np.iinfo(np.int64).min)                        # abs() of it wraps
+    low = np.full((1, 2), np.iinfo(np.int64).min)  # abs() of it wraps
     _raises(ValueError, "k", c.add, low, np.ones((1, 2)))
     rid = c.add(np.full((1, 2), -65504), np.ones((1, 2), np.int64))
     assert c.gather(rid)[0].tolist() == [[-65504.0, -65504.0]]
@@ -365,6 +408,7 @@ def test_paged_cache_refuses_int64_extremes_its_dtype_cannot_hold():
 
 def test_functors_that_return_the_wrong_thing_are_named():
     from attnlab.core.variants import variant_attention
+
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((6, 4)) for _ in range(3))
     short = Variant(name="short", logits_mask=lambda qi, kj: np.ones(3, bool))
@@ -380,18 +424,20 @@ def test_functors_that_return_the_wrong_thing_are_named():
 
 def test_paged_attention_refuses_score_matrices_past_the_limit():
     from attnlab.core.paged import bsr_attention, composable_attention
+
     c = PagedKVCache(2**14, 2**10, 1, dtype=np.float16)
-    rid = c.add(np.zeros((2**23, 1)), np.zeros((2**23, 1)))               # 8 Mi keys
+    rid = c.add(np.zeros((2**23, 1)), np.zeros((2**23, 1)))  # 8 Mi keys
     lay = to_bsr(c, [rid])
     q = np.zeros((2**10, 1))
     assert "request 0" in _raises(ValueError, "bsr_attention", bsr_attention, q, c, lay, qo_indptr=[0, 2**10])
     _raises(ValueError, "composable_attention", composable_attention, q, c, [rid], qo_indptr=[0, 2**10])
-    one = bsr_attention(np.ones((1, 1)), c, lay)                          # one row: 8 Mi scores
+    one = bsr_attention(np.ones((1, 1)), c, lay)  # one row: 8 Mi scores
     assert one.tolist() == [[0.0]]
 
 
 def test_a_layout_older_than_a_free_is_refused():
     from attnlab.core.paged import bsr_attention
+
     c = PagedKVCache(16, 4, 2, seed=2)
     rng = np.random.default_rng(8)
     a, b = (c.add(rng.standard_normal((6, 2)), rng.standard_normal((6, 2))) for _ in range(2))
@@ -407,15 +453,15 @@ def test_a_layout_older_than_a_free_is_refused():
 def test_the_free_list_of_the_largest_pool_is_an_array():
     tracemalloc.start()
     try:
-        c = PagedKVCache(1 << 24, 1, 1, dtype=np.float16)                # the most blocks allowed
+        c = PagedKVCache(1 << 24, 1, 1, dtype=np.float16)  # the most blocks allowed
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert c.num_free() == 1 << 24
-    assert peak < 600 << 20          # pools 64 MiB, int64 refs, order and stack 128 MiB each
+    assert peak < 600 << 20  # pools 64 MiB, int64 refs, order and stack 128 MiB each
     a = c.add(np.ones((3, 1)), np.ones((3, 1)))
     b = c.fork(a)
     c.free(a)
-    assert c.num_free() == (1 << 24) - 3                                 # b still holds them
+    assert c.num_free() == (1 << 24) - 3  # b still holds them
     c.free(b)
     assert c.num_free() == 1 << 24

@@ -7,6 +7,7 @@ Every size case is refused before numpy allocates: the inputs are broadcast view
 standing for arrays of many GiB, so a missing check would show up as a MemoryError or a test that
 does not finish, never as a pass.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,9 +44,20 @@ def _huge(shape, dtype=np.float64):
 
 # --- silent wrong answers ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("nbytes, exc", [(2**31 + 0.9, TypeError), (2.5, TypeError), (-1, ValueError),
-                                         ("100", TypeError), (True, TypeError), (None, TypeError),
-                                         (float("nan"), TypeError), (2**31 + 1, ValueError)])
+
+@pytest.mark.parametrize(
+    "nbytes, exc",
+    [
+        (2**31 + 0.9, TypeError),
+        (2.5, TypeError),
+        (-1, ValueError),
+        ("100", TypeError),
+        (True, TypeError),
+        (None, TypeError),
+        (float("nan"), TypeError),
+        (2**31 + 1, ValueError),
+    ],
+)
 def test_check_bytes_refuses_what_is_not_a_byte_count_in_range(nbytes, exc):
     _raises(exc, "x", validate.check_bytes, "x", nbytes)
 
@@ -56,18 +68,21 @@ def test_check_bytes_passes_counts_in_range():
 
 
 def test_bsr_to_scipy_counts_its_temporaries():
-    lay = BSRLayout([0, 1], [0], [1], 2**30, 1)          # 1 GiB of int8 blocks, 8 GiB of arange
+    lay = BSRLayout([0, 1], [0], [1], 2**30, 1)  # 1 GiB of int8 blocks, 8 GiB of arange
     _raises(ValueError, "to_scipy", lay.to_scipy)
 
 
-@pytest.mark.parametrize("call, exc, word", [
-    (lambda: validate.as_counts("c", [True, 2]), TypeError, "c"),
-    (lambda: validate.as_counts("c", [[1, 2], [3, np.True_]]), TypeError, "c"),
-    (lambda: validate.as_reals("x", [1.5, False]), TypeError, "x"),
-    (lambda: BSRLayout([0, 1, 2], [0, 1], [2, True], 4, 4), TypeError, "kv_last_page_len"),
-    (lambda: BSRLayout([0, True], [0], [1], 4, 4), TypeError, "kv_indptr"),
-    (lambda: decode_cost([8, True], 1, 100, 64), TypeError, "g"),
-])
+@pytest.mark.parametrize(
+    "call, exc, word",
+    [
+        (lambda: validate.as_counts("c", [True, 2]), TypeError, "c"),
+        (lambda: validate.as_counts("c", [[1, 2], [3, np.True_]]), TypeError, "c"),
+        (lambda: validate.as_reals("x", [1.5, False]), TypeError, "x"),
+        (lambda: BSRLayout([0, 1, 2], [0, 1], [2, True], 4, 4), TypeError, "kv_last_page_len"),
+        (lambda: BSRLayout([0, True], [0], [1], 4, 4), TypeError, "kv_indptr"),
+        (lambda: decode_cost([8, True], 1, 100, 64), TypeError, "g"),
+    ],
+)
 def test_bools_among_numbers_are_refused(call, exc, word):
     _raises(exc, word, call)
 
@@ -82,11 +97,14 @@ def test_compare_methods_refuses_a_block_it_cannot_label():
     _raises(TypeError, "block", lowprec.compare_methods, block=None, n=64, d=8)
 
 
-@pytest.mark.parametrize("call, word", [
-    (lambda c: to_bsr(c, {0, 1}), "rids"),
-    (lambda c: to_bsr(c, {0: 1}), "rids"),
-    (lambda c: merge_states([(np.ones(2), 0.0), (np.ones(2), 0.0)], order={1, 0}), "order"),
-])
+@pytest.mark.parametrize(
+    "call, word",
+    [
+        (lambda c: to_bsr(c, {0, 1}), "rids"),
+        (lambda c: to_bsr(c, {0: 1}), "rids"),
+        (lambda c: merge_states([(np.ones(2), 0.0), (np.ones(2), 0.0)], order={1, 0}), "order"),
+    ],
+)
 def test_unordered_collections_are_refused_where_order_matters(call, word):
     cache = PagedKVCache(8, 4, 2)
     for n in (3, 5):
@@ -96,22 +114,26 @@ def test_unordered_collections_are_refused_where_order_matters(call, word):
 
 # --- raw errors -------------------------------------------------------------------------------
 
+
 def test_short_describes_integers_past_the_digit_limit():
     text = validate.short(10**5000)
     assert len(text) <= 60 and "5001 digits" in text
 
 
-@pytest.mark.parametrize("call, word", [
-    (lambda: validate.as_int("n", 10**5000, 1, 10), "n"),
-    (lambda: sliding_window(10**5000), "w"),
-    (lambda: validate.as_float("x", 10**5000), "x"),
-    (lambda: mla_decode_cost("absorbed", 10**400, dtype_bytes=0.5), "l_kv"),
-    (lambda: decode_cost(1, 1, 10**400, 1, dtype_bytes=0.5), "l_kv"),
-    (lambda: softmax_scale(None, 0), "d"),
-    (lambda: BSRLayout([0], [], [], 4, 4), "kv_indptr"),
-    (lambda: intensity(np.ones(2), np.ones(3), 4.0), "l_qo"),
-    (lambda: decode_cost(np.ones(2, int), np.ones(3, int), 4, 8), "l_qo"),
-])
+@pytest.mark.parametrize(
+    "call, word",
+    [
+        (lambda: validate.as_int("n", 10**5000, 1, 10), "n"),
+        (lambda: sliding_window(10**5000), "w"),
+        (lambda: validate.as_float("x", 10**5000), "x"),
+        (lambda: mla_decode_cost("absorbed", 10**400, dtype_bytes=0.5), "l_kv"),
+        (lambda: decode_cost(1, 1, 10**400, 1, dtype_bytes=0.5), "l_kv"),
+        (lambda: softmax_scale(None, 0), "d"),
+        (lambda: BSRLayout([0], [], [], 4, 4), "kv_indptr"),
+        (lambda: intensity(np.ones(2), np.ones(3), 4.0), "l_qo"),
+        (lambda: decode_cost(np.ones(2, int), np.ones(3, int), 4, 8), "l_qo"),
+    ],
+)
 def test_raw_errors_become_ours(call, word):
     _raises(ValueError, word, call)
 
@@ -130,10 +152,11 @@ def test_attention64_with_scores_beyond_float64_is_refused_without_nan():
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((8, 4)) for _ in range(3))
     _raises(ValueError, "q", lowprec.attention64, 1e200 * q, 1e200 * k, v)
-    assert np.isfinite(lowprec.attention64(1e100 * q, k, v)).all()      # large, still finite
+    assert np.isfinite(lowprec.attention64(1e100 * q, k, v)).all()  # large, still finite
 
 
 # --- wrong class or name ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("rid", [0.0, "0", True, None, np.float64(0)])
 def test_request_ids_of_the_wrong_type_are_type_errors(rid):
@@ -142,7 +165,7 @@ def test_request_ids_of_the_wrong_type_are_type_errors(rid):
     for call in (cache.block_table, cache.seq_len, cache.gather, cache.fork, cache.free):
         _raises(TypeError, "rid", call, rid)
     _raises(TypeError, "rid", to_bsr, cache, [rid])
-    _raises(ValueError, "rid", cache.seq_len, 7)                          # an int, not a request
+    _raises(ValueError, "rid", cache.seq_len, 7)  # an int, not a request
     assert cache.seq_len(np.int64(0)) == 3
 
 
@@ -153,16 +176,19 @@ def test_bsr_pages_takes_an_integer_index(i):
     assert lay.pages(np.int32(1)).tolist() == [1]
 
 
-@pytest.mark.parametrize("call, exc, word", [
-    (lambda: fmt.si("0.5"), TypeError, "x"),
-    (lambda: fmt.si(True), TypeError, "x"),
-    (lambda: fmt.seconds(-1), ValueError, "t"),
-    (lambda: fmt.seconds(float("nan")), ValueError, "t"),
-    (lambda: fmt.seconds("1"), TypeError, "t"),
-    (lambda: fmt.binary_bytes("1"), TypeError, "b"),
-    (lambda: fmt.binary_bytes(-1), ValueError, "b"),
-    (lambda: fmt.magnitude("1e-8"), TypeError, "x"),
-])
+@pytest.mark.parametrize(
+    "call, exc, word",
+    [
+        (lambda: fmt.si("0.5"), TypeError, "x"),
+        (lambda: fmt.si(True), TypeError, "x"),
+        (lambda: fmt.seconds(-1), ValueError, "t"),
+        (lambda: fmt.seconds(float("nan")), ValueError, "t"),
+        (lambda: fmt.seconds("1"), TypeError, "t"),
+        (lambda: fmt.binary_bytes("1"), TypeError, "b"),
+        (lambda: fmt.binary_bytes(-1), ValueError, "b"),
+        (lambda: fmt.magnitude("1e-8"), TypeError, "x"),
+    ],
+)
 def test_formats_refuse_what_they_cannot_format(call, exc, word):
     _raises(exc, word, call)
 
@@ -175,19 +201,23 @@ def test_formats_still_format():
 
 # --- sizes, refused before anything is allocated or looped over -------------------------------
 
-@pytest.mark.parametrize("call, word", [
-    (lambda: inputs.causal_mask(2**20, 2**20), "causal_mask"),
-    (lambda: softmax(_huge((2**16, 2**16))), "x"),
-    (lambda: softmax(_huge((2**12, 2**12, 64))), "softmax"),
-    (lambda: attention_state(_huge((2**17, 4)), _huge((2**17, 4)), _huge((2**17, 4))), "attention_state"),
-    (lambda: lowprec.quantise(_huge((2**31,), np.float32)), "x"),
-    (lambda: lowprec.quantise(_huge((2**27,), np.float32)), "quantise"),
-    (lambda: variant_mask([sliding_window(3)], 2**15, 2**16), "variant_mask"),
-    (lambda: split_kv_attention(np.ones(4), _huge((2**31, 4)), _huge((2**31, 4)), 4), "k"),
-    (lambda: split_kv_attention(np.ones(4), np.ones((8, 4)), np.ones((8, 4)), 2**40), "splits"),
-    (lambda: lowprec.attention_error(n=65536, d=1, n_outliers=1), "n"),
-    (lambda: intensity(_huge((2**15, 1)), 1, _huge((1, 2**15))), "intensity"),
-])
+
+@pytest.mark.parametrize(
+    "call, word",
+    [
+        (lambda: inputs.causal_mask(2**20, 2**20), "causal_mask"),
+        (lambda: softmax(_huge((2**16, 2**16))), "x"),
+        (lambda: softmax(_huge((2**12, 2**12, 64))), "softmax"),
+        (lambda: attention_state(_huge((2**17, 4)), _huge((2**17, 4)), _huge((2**17, 4))), "attention_state"),
+        (lambda: lowprec.quantise(_huge((2**31,), np.float32)), "x"),
+        (lambda: lowprec.quantise(_huge((2**27,), np.float32)), "quantise"),
+        (lambda: variant_mask([sliding_window(3)], 2**15, 2**16), "variant_mask"),
+        (lambda: split_kv_attention(np.ones(4), _huge((2**31, 4)), _huge((2**31, 4)), 4), "k"),
+        (lambda: split_kv_attention(np.ones(4), np.ones((8, 4)), np.ones((8, 4)), 2**40), "splits"),
+        (lambda: lowprec.attention_error(n=65536, d=1, n_outliers=1), "n"),
+        (lambda: intensity(_huge((2**15, 1)), 1, _huge((1, 2**15))), "intensity"),
+    ],
+)
 def test_sizes_are_refused_before_allocating(call, word):
     _raises(ValueError, word, call)
 
@@ -199,17 +229,21 @@ def test_sizes_below_the_limits_still_run():
     assert softmax(_huge((3, 4))).sum() == pytest.approx(3.0)
 
 
-@pytest.mark.parametrize("call, word", [
-    (lambda: inputs.causal_mask(10**5000, 4), "n_q"),
-    (lambda: inputs.block_sizes(10**5000), "d"),
-    (lambda: intensity(8, 1, 100, dtype_bytes=10**400), "dtype_bytes"),
-    (lambda: variant_mask([sliding_window(3)], 10**5000, 4), "n_q"),
-])
+@pytest.mark.parametrize(
+    "call, word",
+    [
+        (lambda: inputs.causal_mask(10**5000, 4), "n_q"),
+        (lambda: inputs.block_sizes(10**5000), "d"),
+        (lambda: intensity(8, 1, 100, dtype_bytes=10**400), "dtype_bytes"),
+        (lambda: variant_mask([sliding_window(3)], 10**5000, 4), "n_q"),
+    ],
+)
 def test_integers_past_any_size_are_refused_by_name(call, word):
     _raises(ValueError, word, call)
 
 
 def test_tile_blocks_past_the_sequence_are_one_tile():
     from attnlab.core.variants import causal, tile_io, tile_mask
+
     assert tile_mask([causal()], 8, 8, 10**5000, 10**5000).tolist() == [["partial"]]
     assert tile_io([causal()], 8, 8, 10**5000, 2**40, 2) == tile_io([causal()], 8, 8, 8, 8, 2)

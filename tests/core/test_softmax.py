@@ -1,4 +1,5 @@
 """Online softmax: the lecture's hand calculations, agreement with scipy, masking, bad input."""
+
 from __future__ import annotations
 
 import math
@@ -67,6 +68,7 @@ def test_exercise_x_2_1_4_chunk_1():
 
 # --- random vectors against scipy ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("n", [1, 3, 7, 13, 31])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_every_chunk_matches_scipy(n, seed):
@@ -83,7 +85,7 @@ def test_random_every_chunk_matches_scipy(n, seed):
         # running max never decreases, running sum is positive once started
         ms = [s.m for s in steps]
         assert ms == sorted(ms)
-        assert all(s.l >= 1.0 - 1e-15 for s in steps)   # includes e^(m - m) = 1
+        assert all(s.l >= 1.0 - 1e-15 for s in steps)  # includes e^(m - m) = 1
 
 
 @pytest.mark.parametrize("seed", [2, 3])
@@ -97,11 +99,15 @@ def test_random_2d_softmax_matches_scipy(seed):
 
 # --- masked entries -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("x", [
-    [-np.inf, 1.0, -np.inf, 2.0],
-    [-np.inf, -np.inf, 0.5, -np.inf, 3.0, -np.inf, -np.inf],
-    [4.0, -np.inf, -np.inf],
-])
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        [-np.inf, 1.0, -np.inf, 2.0],
+        [-np.inf, -np.inf, 0.5, -np.inf, 3.0, -np.inf, -np.inf],
+        [4.0, -np.inf, -np.inf],
+    ],
+)
 def test_minus_inf_entries_no_nan(x):
     x = np.array(x)
     want = scipy.special.softmax(x)
@@ -122,7 +128,7 @@ def test_all_minus_inf_vector(n):
         steps = online_softmax_trace(x, chunk=chunk)
         for s in steps:
             assert not math.isnan(s.m) and not math.isnan(s.l) and not math.isnan(s.rescale)
-            assert s.m == -np.inf and s.l == 0.0      # the identity state is kept
+            assert s.m == -np.inf and s.l == 0.0  # the identity state is kept
         got = online_softmax(x, chunk=chunk)
         assert not np.isnan(got).any() and np.all(got == 0.0)
     assert np.all(softmax(x) == 0.0)
@@ -138,13 +144,17 @@ def test_softmax_2d_fully_masked_row_gives_zeros():
 
 # --- bad input ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fn", [online_softmax_trace, online_softmax])
-@pytest.mark.parametrize("chunk, exc, value", [
-    (0, ValueError, "0"),
-    (-1, ValueError, "-1"),
-    (1.5, TypeError, "1.5"),
-    ("2", TypeError, "2"),
-])
+@pytest.mark.parametrize(
+    "chunk, exc, value",
+    [
+        (0, ValueError, "0"),
+        (-1, ValueError, "-1"),
+        (1.5, TypeError, "1.5"),
+        ("2", TypeError, "2"),
+    ],
+)
 def test_bad_chunk(fn, chunk, exc, value):
     with pytest.raises(exc, match=r"\bchunk\b") as info:
         fn([1.0, 2.0, 3.0], chunk=chunk)
@@ -152,13 +162,16 @@ def test_bad_chunk(fn, chunk, exc, value):
 
 
 @pytest.mark.parametrize("fn", [online_softmax_trace, online_softmax])
-@pytest.mark.parametrize("x", [
-    [],
-    np.zeros((0,)),
-    [[1.0, 2.0], [3.0, 4.0]],
-    [1.0, np.nan, 2.0],
-    [np.nan],
-])
+@pytest.mark.parametrize(
+    "x",
+    [
+        [],
+        np.zeros((0,)),
+        [[1.0, 2.0], [3.0, 4.0]],
+        [1.0, np.nan, 2.0],
+        [np.nan],
+    ],
+)
 def test_bad_x(fn, x):
     with pytest.raises((ValueError, TypeError), match=r"\bx\b"):
         fn(x, chunk=1)
@@ -166,10 +179,12 @@ def test_bad_x(fn, x):
 
 # --- the online-softmax core the notebook prints is the code online_softmax runs ---------------------
 
+
 def test_online_softmax_runs_the_trace(monkeypatch):
     import inspect
 
     import attnlab.core.softmax as sm
+
     calls = []
     real = sm.online_softmax_trace
     monkeypatch.setattr(sm, "online_softmax_trace", lambda x, chunk: calls.append(chunk) or real(x, chunk))
@@ -185,4 +200,4 @@ def test_extreme_but_finite_values():
         p = online_softmax(x, chunk)
         assert p.tolist() == [1.0, 0.0, 0.0, 0.0]
     assert softmax(x).tolist() == [1.0, 0.0, 0.0, 0.0]
-    assert softmax(np.arange(6).reshape(2, 3), axis=0).dtype == np.float64   # integers in, float64 out
+    assert softmax(np.arange(6).reshape(2, 3), axis=0).dtype == np.float64  # integers in, float64 out

@@ -7,6 +7,7 @@ softmax (or sigmoid) times V. Positions are bottom-right aligned: query row i si
 q_idx = i + N_k - N_q in the key sequence, key j at kv_idx = j. A row that sees no key outputs 0
 and has lse = -inf. Tile classifications and HBM counts come from the same dense masks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,26 +19,41 @@ import numpy as np
 import pytest
 
 from attnlab.core.hbm import HBM
-from attnlab.core.variants import (Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
-                              soft_cap, tile_io, tile_mask, variant_attention)
+from attnlab.core.variants import (
+    Variant,
+    alibi,
+    causal,
+    rope,
+    sigmoid,
+    sink_window,
+    sliding_window,
+    soft_cap,
+    tile_io,
+    tile_mask,
+    variant_attention,
+)
 
 from refs.reference import state_ref
 
 TOL = 1e-12
-NQ, NK, D, DV = 37, 101, 16, 12            # odd sizes, N_q != N_k: bottom-right alignment matters
+NQ, NK, D, DV = 37, 101, 16, 12  # odd sizes, N_q != N_k: bottom-right alignment matters
 # (block_r, block_c): the default, blocks that divide nothing, one-element tiles, larger than N
 BLOCKS = [(None, 64), (5, 7), (3, 13), (1, 1), (64, 128)]
 
 
 def _qkv(seed, n_q=NQ, n_k=NK, d=D, d_v=DV, q_scale=1.0):
     rng = np.random.default_rng(seed)
-    return (q_scale * rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d)),
-            rng.standard_normal((n_k, d_v)))
+    return (
+        q_scale * rng.standard_normal((n_q, d)),
+        rng.standard_normal((n_k, d)),
+        rng.standard_normal((n_k, d_v)),
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # dense definitions
 # --------------------------------------------------------------------------------------------
+
 
 def _pos(n_q, n_k):
     """(q_idx column (n_q, 1), kv_idx row (1, n_k)), bottom-right aligned."""
@@ -166,7 +182,7 @@ FACTORIES = {
 @pytest.mark.parametrize("fid", list(FACTORIES))
 def test_factory_matches_dense_definition(fid, block):
     make, kw = FACTORIES[fid]
-    q, k, v = _qkv(1, q_scale=3.0)          # large logits: soft cap and sigmoid bite
+    q, k, v = _qkv(1, q_scale=3.0)  # large logits: soft cap and sigmoid bite
     want, want_lse = dense(q, k, v, **kw(NQ, NK))
     var = make()
     assert isinstance(var, Variant)
@@ -196,8 +212,7 @@ def test_no_variant_is_plain_attention():
 def test_explicit_scale_is_applied_before_the_logits_transform():
     q, k, v = _qkv(3, q_scale=3.0)
     want, want_lse = dense(q, k, v, logits=[l_cap(1.5)], scale=0.7)
-    o, lse = variant_attention(q, k, v, soft_cap(1.5), scale=0.7, block_r=8, block_c=16,
-                               return_lse=True)
+    o, lse = variant_attention(q, k, v, soft_cap(1.5), scale=0.7, block_r=8, block_c=16, return_lse=True)
     _close(o, want)
     _close(lse, want_lse, what="lse")
 
@@ -225,8 +240,12 @@ def test_rope_depends_only_on_relative_position():
     # dropping key 0 shifts every kv_idx and every q_idx down by one: same relative positions,
     # so rope attention over k[1:] equals rope attention over k with key 0 masked out
     q, k, v = _qkv(6)
-    drop0 = Variant(name="drop0", logits_mask=lambda qi, kj: np.broadcast_to(np.asarray(kj) >= 1,
-                    np.broadcast_shapes(np.shape(qi), np.shape(kj))))
+    drop0 = Variant(
+        name="drop0",
+        logits_mask=lambda qi, kj: np.broadcast_to(
+            np.asarray(kj) >= 1, np.broadcast_shapes(np.shape(qi), np.shape(kj))
+        ),
+    )
     full = _run(q, k, v, rope(500.0), drop0, block=(8, 16))
     short = _run(q, k[1:], v[1:], rope(500.0), block=(8, 16))
     _close(np.asarray(full), np.asarray(short), tol=1e-11)
@@ -242,12 +261,19 @@ def test_rope_rotation_at_position_zero_is_identity():
 # the Variant dataclass and composition
 # --------------------------------------------------------------------------------------------
 
+
 def test_variant_is_a_frozen_dataclass_with_defaults():
     assert dataclasses.is_dataclass(Variant)
     v = Variant(name="x")
     assert v.name == "x" and v.use_softmax is True
-    for f in ("query_transform", "key_transform", "value_transform", "logits_transform",
-              "logits_mask", "output_transform"):
+    for f in (
+        "query_transform",
+        "key_transform",
+        "value_transform",
+        "logits_transform",
+        "logits_mask",
+        "output_transform",
+    ):
         assert getattr(v, f) is None, f
     with pytest.raises(dataclasses.FrozenInstanceError):
         v.name = "y"
@@ -255,15 +281,18 @@ def test_variant_is_a_frozen_dataclass_with_defaults():
     assert causal().use_softmax is True
 
 
-@pytest.mark.parametrize("var, base, params", [
-    (lambda: causal(), "causal", ()),
-    (lambda: soft_cap(30), "soft_cap", ("30",)),
-    (lambda: sliding_window(512), "sliding_window", ("512",)),
-    (lambda: sigmoid(-2.5), "sigmoid", ("-2.5",)),
-    (lambda: alibi(0.0625), "alibi", ("0.0625",)),
-    (lambda: rope(10000), "rope", ("10000",)),
-    (lambda: sink_window(4, 256), "sink_window", ("4", "256")),
-])
+@pytest.mark.parametrize(
+    "var, base, params",
+    [
+        (lambda: causal(), "causal", ()),
+        (lambda: soft_cap(30), "soft_cap", ("30",)),
+        (lambda: sliding_window(512), "sliding_window", ("512",)),
+        (lambda: sigmoid(-2.5), "sigmoid", ("-2.5",)),
+        (lambda: alibi(0.0625), "alibi", ("0.0625",)),
+        (lambda: rope(10000), "rope", ("10000",)),
+        (lambda: sink_window(4, 256), "sink_window", ("4", "256")),
+    ],
+)
 def test_factory_names_show_their_parameters(var, base, params):
     name = var().name
     assert isinstance(name, str) and base in name, name
@@ -282,25 +311,41 @@ def test_composite_name_contains_both_names():
 
 
 COMPOSITIONS = {
-    "soft_cap&sliding_window": (lambda: soft_cap(2.0) & sliding_window(16),
-                                lambda n_q, n_k: dict(logits=[l_cap(2.0)], mask=m_window(n_q, n_k, 16))),
-    "causal&alibi": (lambda: causal() & alibi(0.25),
-                     lambda n_q, n_k: dict(logits=[l_alibi(0.25)], mask=m_causal(n_q, n_k))),
-    "rope&causal": (lambda: rope(10000.0) & causal(),
-                    lambda n_q, n_k: dict(rope_theta=10000.0, mask=m_causal(n_q, n_k))),
+    "soft_cap&sliding_window": (
+        lambda: soft_cap(2.0) & sliding_window(16),
+        lambda n_q, n_k: dict(logits=[l_cap(2.0)], mask=m_window(n_q, n_k, 16)),
+    ),
+    "causal&alibi": (
+        lambda: causal() & alibi(0.25),
+        lambda n_q, n_k: dict(logits=[l_alibi(0.25)], mask=m_causal(n_q, n_k)),
+    ),
+    "rope&causal": (
+        lambda: rope(10000.0) & causal(),
+        lambda n_q, n_k: dict(rope_theta=10000.0, mask=m_causal(n_q, n_k)),
+    ),
     # order matters: left first
-    "soft_cap&alibi": (lambda: soft_cap(1.0) & alibi(0.25),
-                       lambda n_q, n_k: dict(logits=[l_cap(1.0), l_alibi(0.25)])),
-    "alibi&soft_cap": (lambda: alibi(0.25) & soft_cap(1.0),
-                       lambda n_q, n_k: dict(logits=[l_alibi(0.25), l_cap(1.0)])),
-    "three": (lambda: rope(100.0) & soft_cap(3.0) & alibi(0.1) & sink_window(3, 12),
-              lambda n_q, n_k: dict(rope_theta=100.0, logits=[l_cap(3.0), l_alibi(0.1)],
-                                    mask=m_sink(n_q, n_k, 3, 12))),
-    "causal&sliding_window": (lambda: causal() & sliding_window(20),
-                              lambda n_q, n_k: dict(mask=m_causal(n_q, n_k) & m_window(n_q, n_k, 20))),
-    "sigmoid&alibi&causal": (lambda: sigmoid(-1.0) & alibi(0.5) & causal(),
-                             lambda n_q, n_k: dict(logits=[l_alibi(0.5)], mask=m_causal(n_q, n_k),
-                                                   sigmoid_bias=-1.0)),
+    "soft_cap&alibi": (
+        lambda: soft_cap(1.0) & alibi(0.25),
+        lambda n_q, n_k: dict(logits=[l_cap(1.0), l_alibi(0.25)]),
+    ),
+    "alibi&soft_cap": (
+        lambda: alibi(0.25) & soft_cap(1.0),
+        lambda n_q, n_k: dict(logits=[l_alibi(0.25), l_cap(1.0)]),
+    ),
+    "three": (
+        lambda: rope(100.0) & soft_cap(3.0) & alibi(0.1) & sink_window(3, 12),
+        lambda n_q, n_k: dict(
+            rope_theta=100.0, logits=[l_cap(3.0), l_alibi(0.1)], mask=m_sink(n_q, n_k, 3, 12)
+        ),
+    ),
+    "causal&sliding_window": (
+        lambda: causal() & sliding_window(20),
+        lambda n_q, n_k: dict(mask=m_causal(n_q, n_k) & m_window(n_q, n_k, 20)),
+    ),
+    "sigmoid&alibi&causal": (
+        lambda: sigmoid(-1.0) & alibi(0.5) & causal(),
+        lambda n_q, n_k: dict(logits=[l_alibi(0.5)], mask=m_causal(n_q, n_k), sigmoid_bias=-1.0),
+    ),
 }
 
 
@@ -335,6 +380,7 @@ def test_several_positional_variants_compose_in_order():
 # --------------------------------------------------------------------------------------------
 # custom functors: the calling convention
 # --------------------------------------------------------------------------------------------
+
 
 def test_custom_mask_gets_column_and_row_position_vectors():
     seen_q, seen_k, shapes = set(), set(), []
@@ -391,16 +437,41 @@ EMPTY_ROWS = [
     ("sliding_window", lambda: (sliding_window(4),), 40, 25, lambda: dict(mask=m_window(40, 25, 4))),
     ("sink_window0", lambda: (sink_window(0, 4),), 40, 25, lambda: dict(mask=m_sink(40, 25, 0, 4))),
     ("sink_window", lambda: (sink_window(2, 3),), 33, 9, lambda: dict(mask=m_sink(33, 9, 2, 3))),
-    ("causal&soft_cap", lambda: (causal(), soft_cap(1.0)), 30, 11,
-     lambda: dict(mask=m_causal(30, 11), logits=[l_cap(1.0)])),
-    ("causal&alibi", lambda: (causal() & alibi(0.3),), 30, 11,
-     lambda: dict(mask=m_causal(30, 11), logits=[l_alibi(0.3)])),
-    ("rope&causal", lambda: (rope(10.0) & causal(),), 30, 11,
-     lambda: dict(mask=m_causal(30, 11), rope_theta=10.0)),
-    ("sigmoid&causal", lambda: (sigmoid(0.5), causal()), 30, 11,
-     lambda: dict(mask=m_causal(30, 11), sigmoid_bias=0.5)),
-    ("sigmoid&window", lambda: (sigmoid(0.5), sliding_window(2)), 30, 11,
-     lambda: dict(mask=m_window(30, 11, 2), sigmoid_bias=0.5)),
+    (
+        "causal&soft_cap",
+        lambda: (causal(), soft_cap(1.0)),
+        30,
+        11,
+        lambda: dict(mask=m_causal(30, 11), logits=[l_cap(1.0)]),
+    ),
+    (
+        "causal&alibi",
+        lambda: (causal() & alibi(0.3),),
+        30,
+        11,
+        lambda: dict(mask=m_causal(30, 11), logits=[l_alibi(0.3)]),
+    ),
+    (
+        "rope&causal",
+        lambda: (rope(10.0) & causal(),),
+        30,
+        11,
+        lambda: dict(mask=m_causal(30, 11), rope_theta=10.0),
+    ),
+    (
+        "sigmoid&causal",
+        lambda: (sigmoid(0.5), causal()),
+        30,
+        11,
+        lambda: dict(mask=m_causal(30, 11), sigmoid_bias=0.5),
+    ),
+    (
+        "sigmoid&window",
+        lambda: (sigmoid(0.5), sliding_window(2)),
+        30,
+        11,
+        lambda: dict(mask=m_window(30, 11, 2), sigmoid_bias=0.5),
+    ),
 ]
 
 
@@ -431,8 +502,10 @@ def dense_visible_any(kw, n_q, n_k):
 
 def test_mask_that_hides_everything():
     q, k, v = _qkv(21)
-    none = Variant(name="none", logits_mask=lambda qi, kj: np.zeros(
-        np.broadcast_shapes(np.shape(qi), np.shape(kj)), dtype=bool))
+    none = Variant(
+        name="none",
+        logits_mask=lambda qi, kj: np.zeros(np.broadcast_shapes(np.shape(qi), np.shape(kj)), dtype=bool),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         o, lse = _run(q, k, v, soft_cap(2.0) & none, block=(5, 7), return_lse=True)
@@ -441,13 +514,16 @@ def test_mask_that_hides_everything():
     assert np.all(np.asarray(so) == 0.0)
 
 
-@pytest.mark.parametrize("sinks, w, n_q, n_k", [
-    (0, 1, 12, 12),        # window of one: the diagonal only
-    (5, 1, 12, 12),        # sinks + diagonal
-    (20, 3, 12, 12),       # sinks beyond N_k: plain causal
-    (2, 100, 9, 30),       # window beyond N_k: plain causal
-    (3, 2, 1, 17),         # decode-like single query
-])
+@pytest.mark.parametrize(
+    "sinks, w, n_q, n_k",
+    [
+        (0, 1, 12, 12),  # window of one: the diagonal only
+        (5, 1, 12, 12),  # sinks + diagonal
+        (20, 3, 12, 12),  # sinks beyond N_k: plain causal
+        (2, 100, 9, 30),  # window beyond N_k: plain causal
+        (3, 2, 1, 17),  # decode-like single query
+    ],
+)
 def test_sink_window_edges(sinks, w, n_q, n_k):
     q, k, v = _qkv(22, n_q=n_q, n_k=n_k)
     mask = m_sink(n_q, n_k, sinks, w)
@@ -462,7 +538,7 @@ def test_sink_window_edges(sinks, w, n_q, n_k):
 def test_sliding_window_one_is_the_diagonal():
     q, k, v = _qkv(23, n_q=10, n_k=14)
     o = _run(q, k, v, sliding_window(1), block=(3, 5))
-    _close(np.asarray(o), v[4:14].copy())       # row i sees only key i + N_k - N_q
+    _close(np.asarray(o), v[4:14].copy())  # row i sees only key i + N_k - N_q
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,8 +550,10 @@ MASKS = {
     "sliding_window": (lambda: sliding_window(8), lambda n_q, n_k: m_window(n_q, n_k, 8)),
     "sink_window": (lambda: sink_window(4, 8), lambda n_q, n_k: m_sink(n_q, n_k, 4, 8)),
     "soft_cap": (lambda: soft_cap(3.0), lambda n_q, n_k: np.ones((n_q, n_k), bool)),
-    "causal&window": (lambda: causal() & sliding_window(20),
-                      lambda n_q, n_k: m_causal(n_q, n_k) & m_window(n_q, n_k, 20)),
+    "causal&window": (
+        lambda: causal() & sliding_window(20),
+        lambda n_q, n_k: m_causal(n_q, n_k) & m_window(n_q, n_k, 20),
+    ),
     "alibi&causal": (lambda: alibi(0.5) & causal(), lambda n_q, n_k: m_causal(n_q, n_k)),
     "sigmoid&window": (lambda: sigmoid(0.0) & sliding_window(5), lambda n_q, n_k: m_window(n_q, n_k, 5)),
 }
@@ -510,20 +588,23 @@ def test_tile_mask_of_several_variants_ands_them():
 def test_skipped_tiles_move_nothing(mid, n_q, n_k, br, bc):
     make, mask = MASKS[mid]
     m = mask(n_q, n_k)
-    k_reads = sum((c1 - c0) * D for r0, r1 in _tiles(n_q, br) for c0, c1 in _tiles(n_k, bc)
-                  if m[r0:r1, c0:c1].any())
+    k_reads = sum(
+        (c1 - c0) * D for r0, r1 in _tiles(n_q, br) for c0, c1 in _tiles(n_k, bc) if m[r0:r1, c0:c1].any()
+    )
     q, k, v = _qkv(30, n_q=n_q, n_k=n_k)
     hbm = HBM()
     variant_attention(q, k, v, make(), block_r=br, block_c=bc, hbm=hbm)
     io = hbm.by_tensor()
     assert io["K"][0] == k_reads
-    assert io["V"][0] == k_reads // D * DV          # V_j travels with K_j, d_v columns
+    assert io["V"][0] == k_reads // D * DV  # V_j travels with K_j, d_v columns
 
 
 @pytest.mark.parametrize("br, bc", [(5, 7), (16, 16), (8, 32), (64, 64), (1, 3)])
 @pytest.mark.parametrize("n_q, n_k", TILE_SHAPES)
-@pytest.mark.parametrize("mid, lse", [(m, lse) for m in [*MASKS, "plain"] for lse in (False, True)
-                                      if not (m == "sigmoid&window" and lse)])   # sigmoid: no lse
+@pytest.mark.parametrize(
+    "mid, lse",
+    [(m, lse) for m in [*MASKS, "plain"] for lse in (False, True) if not (m == "sigmoid&window" and lse)],
+)  # sigmoid: no lse
 def test_tile_io_equals_the_hbm_counter(mid, n_q, n_k, br, bc, lse):
     """tile_io predicts, from the tile classification alone, what the counter of a real run sees
     (with n_q > n_k the first query tiles see no key: their Q is never read, their O still written)."""
@@ -569,10 +650,20 @@ BAD = [
     ("not-a-variant-factory", lambda: variant_attention(Q0, K0, V0, causal), TypeError, r"variants?", None),
     ("not-a-variant-none", lambda: variant_attention(Q0, K0, V0, None), TypeError, r"variants?", "None"),
     ("rope-odd-d", lambda: variant_attention(Q5, K5, V5, rope(10000.0)), ValueError, r"d|dim|head_dim", "5"),
-    ("sigmoid-lse", lambda: variant_attention(Q0, K0, V0, sigmoid(0.0), return_lse=True), ValueError,
-     r"return_lse", None),
-    ("sigmoid-composite-lse", lambda: variant_attention(Q0, K0, V0, causal() & sigmoid(0.0), return_lse=True),
-     ValueError, r"return_lse", None),
+    (
+        "sigmoid-lse",
+        lambda: variant_attention(Q0, K0, V0, sigmoid(0.0), return_lse=True),
+        ValueError,
+        r"return_lse",
+        None,
+    ),
+    (
+        "sigmoid-composite-lse",
+        lambda: variant_attention(Q0, K0, V0, causal() & sigmoid(0.0), return_lse=True),
+        ValueError,
+        r"return_lse",
+        None,
+    ),
 ]
 
 
@@ -604,6 +695,7 @@ def test_and_with_a_non_variant_is_a_type_error():
 # FlexAttention (PyTorch, eager, CPU, float64) as a second, independent reference
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def flex():
     torch = pytest.importorskip("torch")
@@ -617,7 +709,7 @@ def _flex_run(flex, q, k, v, score_mod=None, mask_mod=None):
     n_q, n_k = q.shape[0], k.shape[0]
     bm = None if mask_mod is None else create_block_mask(mask_mod, 1, 1, n_q, n_k, device="cpu")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")          # "called without torch.compile()": eager on purpose
+        warnings.simplefilter("ignore")  # "called without torch.compile()": eager on purpose
         o = flex_attention(t(q), t(k), t(v), score_mod=score_mod, block_mask=bm)
     assert o.dtype == torch.float64
     return o[0, 0].numpy()
@@ -626,7 +718,7 @@ def _flex_run(flex, q, k, v, score_mod=None, mask_mod=None):
 def test_flex_attention_agrees(flex):
     torch = flex[0]
     q, k, v = _qkv(50, q_scale=3.0)
-    off = NK - NQ                                 # FlexAttention's q_idx is the row index
+    off = NK - NQ  # FlexAttention's q_idx is the row index
 
     def cap(score, b, h, qi, kj):
         return 2.0 * torch.tanh(score / 2.0)

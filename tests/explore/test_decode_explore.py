@@ -1,6 +1,7 @@
 """Notebook 04's pure functions (attnlab.explore.decode), checked against calculations written out
 here: the intensity and time model formulas by hand, attention by its definition, the cascade's
 token counts by arithmetic. Nothing below calls attnlab.core.decode to get an expected value."""
+
 from __future__ import annotations
 
 import math
@@ -12,12 +13,12 @@ import pytest
 from attnlab.explore import decode as dx
 
 H100 = dict(sms=132, bw=3.35e12, peak=989.4e12)
-D = 128                                              # Llama-3-8B: head_dim 128
+D = 128  # Llama-3-8B: head_dim 128
 
 
 def intensity_hand(g, l_qo, l_kv, d=D):
-    flops = 4 * g * l_qo * l_kv * d                  # QK^T and PV, 2d each per (query head, key)
-    nbytes = 2 * (g * l_qo * d + g * l_qo * d + l_kv * d + l_kv * d)   # Q in, O out, K in, V in; bf16
+    flops = 4 * g * l_qo * l_kv * d  # QK^T and PV, 2d each per (query head, key)
+    nbytes = 2 * (g * l_qo * d + g * l_qo * d + l_kv * d + l_kv * d)  # Q in, O out, K in, V in; bf16
     return flops / nbytes
 
 
@@ -25,18 +26,20 @@ def decode_time_hand(batch, context, kv_heads, splits, *, sms=H100["sms"], bw=H1
     """(total s, attention s, merge s, utilization, blocks, waves) of the lecture's simplified GPU."""
     blocks = batch * kv_heads * splits
     chunk = math.ceil(context / splits)
-    block_time = 2 * chunk * D * 2 / (bw / sms)      # K and V of one chunk at 1/sms of the bandwidth
+    block_time = 2 * chunk * D * 2 / (bw / sms)  # K and V of one chunk at 1/sms of the bandwidth
     waves = math.ceil(blocks / sms)
     attn = waves * block_time
-    q_heads = 32                                     # Llama-3-8B: kv_heads x group = 32 query heads
+    q_heads = 32  # Llama-3-8B: kv_heads x group = 32 query heads
     merge = 2 * batch * q_heads * splits * (D + 1) * 4 / bw if splits > 1 else 0.0
     return attn + merge, attn, merge, blocks / (waves * sms), blocks, waves
 
 
 # --- 4.1 intensity ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("g,l_qo,l_kv", [(1, 1, 8192), (8, 1, 8192), (128, 1, 8192), (4, 3, 128),
-                                         (128, 16, 131072), (2, 16, 1000)])
+
+@pytest.mark.parametrize(
+    "g,l_qo,l_kv", [(1, 1, 8192), (8, 1, 8192), (128, 1, 8192), (4, 3, 128), (128, 16, 131072), (2, 16, 1000)]
+)
 def test_intensity_matches_the_hand_formula(g, l_qo, l_kv):
     r = dx.decode_intensity(g, l_qo, l_kv, 1)
     assert r.intensity == pytest.approx(intensity_hand(g, l_qo, l_kv), rel=1e-12)
@@ -53,9 +56,9 @@ def test_intensity_matches_the_hand_formula(g, l_qo, l_kv):
 
 def test_lecture_intensities():
     assert dx.decode_intensity(1, 1, 8192).intensity == pytest.approx(1.0, abs=1e-3)
-    assert round(dx.decode_intensity(8, 1, 8192).intensity, 1) == 8.0            # 8 * 8192 / 8200
+    assert round(dx.decode_intensity(8, 1, 8192).intensity, 1) == 8.0  # 8 * 8192 / 8200
     mla = dx.decode_intensity(128, 1, 8192)
-    assert round(mla.intensity) == 126 and mla.bound == "memory-bound"     # below the ridge 295
+    assert round(mla.intensity) == 126 and mla.bound == "memory-bound"  # below the ridge 295
     text = dx.intensity_table()
     assert "Llama-3-70B" in text and " 8.0 " in text and " 126 " in text and "295" in text
 
@@ -78,8 +81,11 @@ def test_other_gpus_ridge():
 
 # --- 4.2 split-KV ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("batch,context,heads", [(1, 32768, 8), (2, 16384, 8), (16, 4096, 8),
-                                                 (256, 1024, 8), (3, 1000, 2), (1, 1024, 1)])
+
+@pytest.mark.parametrize(
+    "batch,context,heads",
+    [(1, 32768, 8), (2, 16384, 8), (16, 4096, 8), (256, 1024, 8), (3, 1000, 2), (1, 1024, 1)],
+)
 def test_split_plan_matches_the_time_model(batch, context, heads):
     p = dx.split_kv_plan(batch, context, heads, 1)
     assert [r.splits for r in p.runs] == [1, 2, 4, 8, 16, 32, 64]
@@ -107,11 +113,11 @@ def test_occupancy_outline_holds_every_block(batch, splits):
     t, attn, _, _, blocks, waves = decode_time_hand(batch, 32768, 8, splits)
     x, y = p.occupancy
     bt = attn / waves * 1e6
-    assert _area(x, y) == pytest.approx(blocks * bt, rel=1e-9)      # busy SM-time = blocks x block time
+    assert _area(x, y) == pytest.approx(blocks * bt, rel=1e-9)  # busy SM-time = blocks x block time
     assert y.max() == min(blocks, 132) and x.max() == pytest.approx(attn * 1e6)
     full, rem = divmod(blocks, 132)
     if rem:
-        assert rem in y                                              # the last, partial wave
+        assert rem in y  # the last, partial wave
 
 
 def test_lecture_split_numbers():
@@ -119,13 +125,13 @@ def test_lecture_split_numbers():
     assert one.blocks == 8 and round(100 * one.utilization) == 6
     p = dx.split_kv_plan(1, 32768, 8, 16)
     assert p.chosen.utilization > 0.95 and 15.5 < p.speedup < 16.5
-    for context in (1024, 4096):                     # batch 256: 64 splits slower than none
+    for context in (1024, 4096):  # batch 256: 64 splits slower than none
         q = dx.split_kv_plan(256, context, 8, 64)
         assert q.chosen.time > q.base.time
-    q = dx.split_kv_plan(256, 32768, 8, 64)          # ... except at 32K, by the wave tail
+    q = dx.split_kv_plan(256, 32768, 8, 64)  # ... except at 32K, by the wave tail
     assert 0.98 < q.chosen.time / q.base.time < 0.99
     assert q.base.waves == 16 and q.base.blocks == 2048
-    assert dx.split_kv_plan(2, 16384, 8, 1).best.splits == 8      # exercise 6: 2 x 8 x 8 = 128 <= 132
+    assert dx.split_kv_plan(2, 16384, 8, 1).best.splits == 8  # exercise 6: 2 x 8 x 8 = 128 <= 132
 
 
 def test_split_tables():
@@ -134,7 +140,7 @@ def test_split_tables():
     rows = dx.split_rows_table(2, 16384, 8)
     best = [line for line in rows.splitlines() if "fastest" in line and "<-" in line]
     assert len(best) == 1 and best[0].split()[0] == "8" and "128" in best[0]
-    assert "recommended" in best[0]                  # 8 splits: fastest and the fewest within 1 %
+    assert "recommended" in best[0]  # 8 splits: fastest and the fewest within 1 %
     tail = dx.split_rows_table(256, 32768, 8).splitlines()
     marked = {ln.split()[0]: ln.split("<- ")[1] for ln in tail if "<-" in ln}
     assert marked == {"4": "recommended", "16": "fastest"}
@@ -143,6 +149,7 @@ def test_split_tables():
 
 
 # --- 4.3 merge ----------------------------------------------------------------------------------
+
 
 def _reference(seed):
     rng = np.random.default_rng(seed)
@@ -159,7 +166,9 @@ def _forward_by_hand(q, k, v, splits, dtype):
     o, lse = None, None
     for a, b in zip(edges[:-1], edges[1:]):
         s = (k[a:b] @ q) * dtype(1 / 8)
-        m = s.max(); e = np.exp(s - m); l = e.sum()
+        m = s.max()
+        e = np.exp(s - m)
+        l = e.sum()
         oc, lc = (e @ v[a:b]) / l, m + np.log(l)
         if o is None:
             o, lse = oc, lc
@@ -187,19 +196,19 @@ def test_merge_float32_rounds_and_order_matters(splits):
     r = dx.merge_errors(splits, "float32", "reverse", 0, curve=False)
     assert 1e-10 < r.fwd_max < 1e-6 and 1e-10 < r.other_max < 1e-6
     hand = _forward_by_hand(q, k, v, splits, np.float32)
-    assert np.abs(hand - ref).max() < 1e-6                         # same size as the explorer's
+    assert np.abs(hand - ref).max() < 1e-6  # same size as the explorer's
     assert r.diff.shape == (64,) and np.all(np.isfinite(r.diff))
-    assert r.diff_max <= r.fwd_max + r.other_max            # triangle inequality
+    assert r.diff_max <= r.fwd_max + r.other_max  # triangle inequality
 
 
 def test_merge_order_cases():
-    assert dx.merge_errors(2, "float32", "reverse", 0, curve=False).diff_max == 0.0   # a (+) b = b (+) a
+    assert dx.merge_errors(2, "float32", "reverse", 0, curve=False).diff_max == 0.0  # a (+) b = b (+) a
     assert dx.merge_errors(64, "float32", "forward", 0, curve=False).diff_max == 0.0
     assert dx.merge_errors(1, "float32", "random", 3, curve=False).diff_max == 0.0
     assert dx.merge_errors(64, "float32", "reverse", 0, curve=False).diff_max > 0.0
     a = dx.merge_errors(64, "float32", "random", 5, curve=False).other
     b = dx.merge_errors(64, "float32", "random", 5, curve=False).other
-    assert np.array_equal(a, b)                                      # seeded: reproducible
+    assert np.array_equal(a, b)  # seeded: reproducible
 
 
 def test_merge_curve_and_table():
@@ -212,8 +221,9 @@ def test_merge_curve_and_table():
     assert all(re.fullmatch(r"\de-1[67]", ln.split()[1]) for ln in lines)
 
 
-@pytest.mark.parametrize("dtype,order,seed", [("float32", "reverse", 0), ("float32", "random", 3),
-                                              ("float64", "random", 1)])
+@pytest.mark.parametrize(
+    "dtype,order,seed", [("float32", "reverse", 0), ("float32", "random", 3), ("float64", "random", 1)]
+)
 def test_merge_curve_equals_each_point_alone(dtype, order, seed):
     """The curve folds every split count in lockstep (one merge call a step for all of them); each
     of its points must be, bit for bit, the merge of that split count computed alone."""
@@ -221,37 +231,41 @@ def test_merge_curve_equals_each_point_alone(dtype, order, seed):
     for i, s in enumerate(grid):
         r = dx.merge_errors(int(s), dtype, order, seed, curve=False)
         assert (fwd[i], oth[i], diff[i]) == (r.fwd_max, r.other_max, r.diff_max), s
-    ring = dx.merge_errors(100, dtype, order, seed)                  # off the grid: inserted
+    ring = dx.merge_errors(100, dtype, order, seed)  # off the grid: inserted
     assert 100 in ring.curve[0] and ring.curve[2][list(ring.curve[0]).index(100)] == ring.other_max
 
 
 def test_merge_table_states_bounds_not_digits():
     q, k, v, ref = _reference(0)
     rows = dx.merge_rows((2, 8, 64), 0)
-    for r in rows:                                    # the rows against an independent merge
+    for r in rows:  # the rows against an independent merge
         hand = _forward_by_hand(q, k, v, r.splits, np.float32)
-        assert np.abs(hand - ref).max() < 16 * 2.0 ** -24      # a merge written by hand keeps it too
-        assert r.within_bounds and r.f64 < 16 * 2.0 ** -53 and r.f32 < 16 * 2.0 ** -24
+        assert np.abs(hand - ref).max() < 16 * 2.0**-24  # a merge written by hand keeps it too
+        assert r.within_bounds and r.f64 < 16 * 2.0**-53 and r.f32 < 16 * 2.0**-24
     assert [r.orders_equal for r in rows] == [True, False, False]
-    lines = dx.merge_table().splitlines()[4:]           # a caption of two lines, header, rule
+    lines = dx.merge_table().splitlines()[4:]  # a caption of two lines, header, rule
     assert lines[0].split()[-2:] == ["bitwise", "equal"]
     assert all("< 1.8e-15 (16 u)" in ln and "< 9.5e-7 (16 u)" in ln for ln in lines)
     assert all("differ, < 9.5e-7 (16 u)" in ln for ln in lines[1:])
-    assert not re.search(r"\de-(8|9|16)\b", dx.merge_table())     # no roundoff digit printed
-    broken = dx.MergeRow(8, 1e-14, 1e-8, 0.0)                          # a broken bound shows
-    assert not broken.within_bounds and dx.merge_bounds.__dict__["_bounded"](1e-14, "float64").startswith("1e-14")
+    assert not re.search(r"\de-(8|9|16)\b", dx.merge_table())  # no roundoff digit printed
+    broken = dx.MergeRow(8, 1e-14, 1e-8, 0.0)  # a broken bound shows
+    assert not broken.within_bounds and dx.merge_bounds.__dict__["_bounded"](1e-14, "float64").startswith(
+        "1e-14"
+    )
 
 
 # --- 4.4 cascade --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n,prefix,unique,g", [(64, 4096, 256, 4), (8, 1000, 50, 4), (1, 256, 0, 1),
-                                               (256, 32768, 4096, 16)])
+
+@pytest.mark.parametrize(
+    "n,prefix,unique,g", [(64, 4096, 256, 4), (8, 1000, 50, 4), (1, 256, 0, 1), (256, 32768, 4096, 16)]
+)
 def test_cascade_numbers_by_hand(n, prefix, unique, g):
     r = dx.cascade_numbers(n, prefix, unique, g)
     assert r.tokens_naive == n * (prefix + unique) == r.naive_prefix + r.naive_unique
     assert r.tokens_cascade == prefix + n * unique == r.cascade_prefix + r.cascade_unique
     assert r.saving == pytest.approx(1 - (prefix + n * unique) / (n * (prefix + unique)))
-    assert r.i_prefix == pytest.approx(intensity_hand(g * n, 1, prefix))   # n g queries per KV
+    assert r.i_prefix == pytest.approx(intensity_hand(g * n, 1, prefix))  # n g queries per KV
     assert r.i_naive == pytest.approx(intensity_hand(g, 1, prefix + unique))
     assert r.curve_i == pytest.approx([intensity_hand(g * m, 1, prefix) for m in r.curve_n])
 
@@ -259,15 +273,15 @@ def test_cascade_numbers_by_hand(n, prefix, unique, g):
 def test_lecture_cascade_numbers():
     r = dx.cascade_numbers(64, 4096, 256, 4)
     assert round(100 * r.saving) == 93 and round(r.i_prefix) == 241 and round(r.i_naive) == 4
-    e = dx.cascade_numbers(8, 1000, 50, 4)                          # exercise 7
+    e = dx.cascade_numbers(8, 1000, 50, 4)  # exercise 7
     assert (e.tokens_naive, e.tokens_cascade) == (8400, 1400) and round(100 * e.saving) == 83
     text = dx.cascade_check(8, 300, 20, d=16)
     assert "naive 2,560, cascade 460" in text
     assert "max |cascade - per-request attention| < 1.8e-15 (16 units of float64 roundoff)" in text
     c = dx.cascade_run(8, 300, 20, d=16)
-    assert c.within_bound and c.max_diff < 16 * 2.0 ** -53
+    assert c.within_bound and c.max_diff < 16 * 2.0**-53
     assert (c.tokens_naive, c.tokens_read) == (8 * 320, 300 + 8 * 20)
-    off = dx.CascadeCheck(8, 300, 20, 16, 1e-13, 2560, 460)          # a broken bound shows its value
+    off = dx.CascadeCheck(8, 300, 20, 16, 1e-13, 2560, 460)  # a broken bound shows its value
     assert not off.within_bound and "= 1e-13, above the bound" in str(off)
     with pytest.raises(ValueError, match="prefix=0 and unique=0"):
         dx.cascade_run(2, 0, 0, d=4)
@@ -277,28 +291,33 @@ def test_lecture_cascade_numbers():
 
 # --- bad input ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: dx.decode_intensity(g=0), "g=0"),
-    (lambda: dx.decode_intensity(l_kv=-5), "l_kv=-5"),
-    (lambda: dx.decode_intensity(gpu="X100"), "gpu='X100'"),
-    (lambda: dx.split_kv_plan(splits=3), "splits=3"),
-    (lambda: dx.split_kv_plan(context=32, splits=64), "splits=64"),
-    (lambda: dx.split_kv_plan(batch=0), "batch=0"),
-    (lambda: dx.merge_errors(0), "splits=0"),
-    (lambda: dx.merge_errors(20_000), "splits=20000"),
-    (lambda: dx.merge_errors(8, "float16"), "dtype='float16'"),
-    (lambda: dx.merge_errors(8, "float32", "sideways"), "order='sideways'"),
-    (lambda: dx.merge_errors(8, seed=-1), "seed=-1"),
-    (lambda: dx.cascade_numbers(n=0), "n=0"),
-    (lambda: dx.cascade_numbers(unique=-1), "unique=-1"),
-    (lambda: dx.cascade_numbers(prefix=0), "prefix=0"),
-])
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: dx.decode_intensity(g=0), "g=0"),
+        (lambda: dx.decode_intensity(l_kv=-5), "l_kv=-5"),
+        (lambda: dx.decode_intensity(gpu="X100"), "gpu='X100'"),
+        (lambda: dx.split_kv_plan(splits=3), "splits=3"),
+        (lambda: dx.split_kv_plan(context=32, splits=64), "splits=64"),
+        (lambda: dx.split_kv_plan(batch=0), "batch=0"),
+        (lambda: dx.merge_errors(0), "splits=0"),
+        (lambda: dx.merge_errors(20_000), "splits=20000"),
+        (lambda: dx.merge_errors(8, "float16"), "dtype='float16'"),
+        (lambda: dx.merge_errors(8, "float32", "sideways"), "order='sideways'"),
+        (lambda: dx.merge_errors(8, seed=-1), "seed=-1"),
+        (lambda: dx.cascade_numbers(n=0), "n=0"),
+        (lambda: dx.cascade_numbers(unique=-1), "unique=-1"),
+        (lambda: dx.cascade_numbers(prefix=0), "prefix=0"),
+    ],
+)
 def test_bad_input_names_the_value(call, match):
     with pytest.raises(ValueError, match=match):
         call()
 
 
 # --- explorer behaviour the generic tests do not cover -------------------------------------------
+
 
 def _marker(ax, marker):
     return next(ln for ln in ax.lines if ln.get_marker() == marker and len(ln.get_xdata()))
@@ -315,7 +334,7 @@ def test_batch_does_not_move_the_attention_point():
 
 
 def test_split_slider_only_blits():
-    ex = dx.SplitKVExplorer(batch=1, context=32768).set(splits=8)   # first draw after layout
+    ex = dx.SplitKVExplorer(batch=1, context=32768).set(splits=8)  # first draw after layout
     full = ex.full_draws
     for s in (2, 4, 16, 64, 1):
         ex.set(splits=s)
@@ -327,6 +346,7 @@ def test_measured_tables_fit_and_agree_with_the_run_rows():
     """Notebook 04's two tables of the recorded run: at most 100 characters a line, no commit, and
     each split row's speedup and ratio worked out here from the run file's own times."""
     from attnlab.explore import measured
+
     run = measured.newest_run()
     sec = measured.section(run, "decode")
     text = dx.split_measured_table(sec)
@@ -336,7 +356,11 @@ def test_measured_tables_fit_and_agree_with_the_run_rows():
     lines = [ln.split() for ln in text.splitlines() if re.match(r"\s*\d+\s+\d+\s+\d+\s+\d+\s", ln)]
     assert len(lines) == len(sec["rows"])
     for r, cells in zip(sec["rows"], lines):
-        base = next(x["us"] for x in sec["rows"] if (x["batch"], x["context"], x["splits"]) == (r["batch"], r["context"], 1))
+        base = next(
+            x["us"]
+            for x in sec["rows"]
+            if (x["batch"], x["context"], x["splits"]) == (r["batch"], r["context"], 1)
+        )
         assert [int(c) for c in cells[:4]] == [r["batch"], r["context"], r["splits"], r["blocks"]]
         assert float(cells[7]) == pytest.approx(r["us"] / r["model_us_measured_bw"], abs=0.005)
         assert float(cells[8]) == pytest.approx(base / r["us"], abs=0.005)

@@ -8,6 +8,7 @@ with fonts a learner can read, inside the figure.
 One explorer is built per class (module scope: a build costs 0.3-1 s) and one walk per explorer
 checks every property after every move; the other tests reuse the same instance and put its
 controls back at the defaults."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,7 +44,7 @@ def explorer(request):
     """One explorer per class for the whole module; `defaults` and `picture` (its first PNG's
     pixels) are kept on it, and each test that moves a control puts the defaults back."""
     with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)      # no NaN/overflow warnings at defaults
+        warnings.simplefilter("error", RuntimeWarning)  # no NaN/overflow warnings at defaults
         ex = EXPLORERS[request.param]()
     ex.defaults, ex.picture = ex.values, _pixels(ex.image.value)
     yield ex
@@ -56,6 +57,7 @@ def _restore(ex) -> None:
 
 
 # --- the class and the widget ---------------------------------------------------------------------
+
 
 def test_registry_holds_every_explorer_class():
     assert len(EXPLORERS) >= 10
@@ -77,6 +79,7 @@ def test_build_may_not_rebind_the_base_attributes():
     class Bad(Explorer):
         def controls(self):
             from attnlab.explore._controls import slider
+
             return {"x": slider("x", 1, 0, 2)}
 
         def compute(self, x):
@@ -88,11 +91,13 @@ def test_build_may_not_rebind_the_base_attributes():
 
         def draw(self, r):
             return ""
+
     with pytest.raises(TypeError, match="image"):
         Bad()
 
 
 # --- the walk: every property after every move --------------------------------------------------
+
 
 def _arrays(x, depth=0):
     if isinstance(x, np.ndarray):
@@ -139,20 +144,32 @@ def _check_texts(ex, where: str, checked: set | None = None) -> None:
     state = (tuple(ex._axis_state()), ex._key)
     boxes = []
     if checked is None or state not in checked:
-        boxes += [(ax.get_title() or "an axis", ax.get_tightbbox(renderer)) for ax in fig.axes if ax.get_visible()]
+        boxes += [
+            (ax.get_title() or "an axis", ax.get_tightbbox(renderer)) for ax in fig.axes if ax.get_visible()
+        ]
         if checked is not None:
             checked.add(state)
-    else:                                 # the same static picture: measure what moves
-        boxes += [(t.get_text(), t.get_window_extent(renderer)) for t in ex.dynamic
-                  if isinstance(t, Text) and t.get_visible() and t.get_text().strip()]
-        boxes += [("a legend", a.get_window_extent(renderer)) for a in ex.dynamic
-                  if isinstance(a, Legend) and a.get_visible()]
+    else:  # the same static picture: measure what moves
+        boxes += [
+            (t.get_text(), t.get_window_extent(renderer))
+            for t in ex.dynamic
+            if isinstance(t, Text) and t.get_visible() and t.get_text().strip()
+        ]
+        boxes += [
+            ("a legend", a.get_window_extent(renderer))
+            for a in ex.dynamic
+            if isinstance(a, Legend) and a.get_visible()
+        ]
     boxes += [("a legend", leg.get_window_extent(renderer)) for leg in fig.legends]
-    boxes += [(t.get_text(), t.get_window_extent(renderer)) for t in fig.texts
-              if t.get_visible() and t.get_text().strip()]
+    boxes += [
+        (t.get_text(), t.get_window_extent(renderer))
+        for t in fig.texts
+        if t.get_visible() and t.get_text().strip()
+    ]
     for label, b in boxes:
-        assert b.x0 >= fb.x0 - 1 and b.x1 <= fb.x1 + 1 and b.y0 >= fb.y0 - 1 and b.y1 <= fb.y1 + 1, \
+        assert b.x0 >= fb.x0 - 1 and b.x1 <= fb.x1 + 1 and b.y0 >= fb.y0 - 1 and b.y1 <= fb.y1 + 1, (
             f"{ex.name}: {label!r} (with its ticks, labels, legend) leaves the figure ({b}) ({where})"
+        )
 
 
 def _move(ex, seen: list, values: dict, checked: set, *, full: bool = True) -> np.ndarray:
@@ -170,7 +187,7 @@ def _move(ex, seen: list, values: dict, checked: set, *, full: bool = True) -> n
         _check_result(ex, seen[0])
     fast = _pixels(ex.image.value)
     if full and (ex.full_draws, ex.partial_draws) != (draws[0] + 1, draws[1]):
-        kept = dict(ex._backgrounds)                 # the full redraw must not empty the cache
+        kept = dict(ex._backgrounds)  # the full redraw must not empty the cache
         ex.render(full=True)
         ref = np.asarray(ex.canvas.buffer_rgba())[..., :3].astype(np.int16)
         ex._backgrounds.update(kept)
@@ -188,7 +205,7 @@ def test_walk_every_control_and_check_every_property(explorer):
     is the first one; and every control changes the picture. No RuntimeWarning anywhere."""
     ex, seen, checked = explorer, [], set()
     draw = ex.draw
-    ex.draw = lambda r: (seen.append(r), draw(r))[1]          # the result compute handed to draw
+    ex.draw = lambda r: (seen.append(r), draw(r))[1]  # the result compute handed to draw
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
@@ -196,14 +213,16 @@ def test_walk_every_control_and_check_every_property(explorer):
             for name, w in ex.widgets.items():
                 default, changed = ex.values[name], False
                 values = list({repr(v): v for v in candidate_values(w) + extremes(w)}.values())
-                compare = [v for v in values if v != default][-2:]      # a full redraw costs 0.1-0.3 s
+                compare = [v for v in values if v != default][-2:]  # a full redraw costs 0.1-0.3 s
                 for value in values:
                     fast = _move(ex, seen, {name: value}, checked, full=any(value is v for v in compare))
                     changed = changed or _differs(fast, ex.picture)
                 assert changed or values == [default], f"{ex.name}: moving {name} does not change the picture"
-                back = _move(ex, seen, ex.defaults, checked, full=False)     # linked controls come back too
+                back = _move(ex, seen, ex.defaults, checked, full=False)  # linked controls come back too
                 assert ex.values == ex.defaults
-                assert not _differs(back, ex.picture), f"{ex.name}: back at {name}={default!r} the picture differs"
+                assert not _differs(back, ex.picture), (
+                    f"{ex.name}: back at {name}={default!r} the picture differs"
+                )
             rng = np.random.default_rng(len(ex.name))
             names = list(ex.widgets)
             for _ in range(8):
@@ -223,13 +242,14 @@ def test_hold_changes_several_controls_as_one(explorer):
             for name, w in explorer.widgets.items():
                 other = [v for v in candidate_values(w) if v != w.value]
                 if other:
-                    w.value = other[0]                    # as a linked widget or a learner would
+                    w.value = other[0]  # as a linked widget or a learner would
         assert explorer.computes == before + 1
     finally:
         _restore(explorer)
 
 
 # --- refusals -----------------------------------------------------------------------------------
+
 
 def test_unknown_control_and_impossible_values_are_refused_by_name(explorer):
     with pytest.raises(ValueError, match="nonexistent"):
@@ -238,18 +258,21 @@ def test_unknown_control_and_impossible_values_are_refused_by_name(explorer):
         if hasattr(w, "options"):
             bad = "no such option"
         elif hasattr(w, "max"):
-            bad = (w.base ** w.max if hasattr(w, "base") else w.max) * 10 + 1
+            bad = (w.base**w.max if hasattr(w, "base") else w.max) * 10 + 1
         else:
             continue
         # not an option of a list of names, or out of range: ValueError; a string for numbers: TypeError
         with pytest.raises(_expected(w, bad), match=name):
             explorer.set(**{name: bad})
-        assert _expected(w, bad) is (TypeError if isinstance(bad, str) and not any(
-            isinstance(o, str) for o in options_of(w)) else ValueError)
+        assert _expected(w, bad) is (
+            TypeError
+            if isinstance(bad, str) and not any(isinstance(o, str) for o in options_of(w))
+            else ValueError
+        )
         assert _expected(w, bad) is not None
         with pytest.raises((TypeError, ValueError), match=name):
             explorer.set(**{name: object()})
-    assert explorer.error is None                     # refused values never reached the figure
+    assert explorer.error is None  # refused values never reached the figure
 
 
 BAD = (None, True, np.True_, float("nan"), float("inf"), -float("inf"), "1", object())
@@ -276,7 +299,7 @@ def _expected(w, v):
         return TypeError
     if not is_num:
         return TypeError
-    lo, hi = (w.base ** w.min, w.base ** w.max) if hasattr(w, "base") else (w.min, w.max)
+    lo, hi = (w.base**w.min, w.base**w.max) if hasattr(w, "base") else (w.min, w.max)
     return ValueError if not (np.isfinite(v) and lo <= v <= hi) else None
 
 
@@ -298,7 +321,7 @@ def test_every_control_refuses_every_bad_value_and_stays_as_it_was(explorer):
             if want is ValueError and v is not None:
                 assert "valid" in str(info.value), f"{ex.name}: {info.value} does not say what is valid"
             other = next((n for n in names if n != name), None)
-            if other is not None:                     # a good value first, then the bad one
+            if other is not None:  # a good value first, then the bad one
                 good = [x for x in candidate_values(ex.widgets[other]) if x != values[other]]
                 if good:
                     with pytest.raises(want, match=name):
@@ -344,7 +367,7 @@ def test_int_slider_refuses_fractions(explorer):
     try:
         with pytest.raises(ValueError, match="splits"):
             ex.set(splits=2.5)
-        ex.set(splits=3.0)                            # an integral float is an integer
+        ex.set(splits=3.0)  # an integral float is an integer
         assert ex.values["splits"] == 3 and type(ex.values["splits"]) is int
     finally:
         _restore(ex)
@@ -354,10 +377,16 @@ def test_reported_cases_are_refused_by_name():
     """Cases reported by hand: inf and NaN on an IntSlider (once a raw OverflowError), a bool as a
     number of splits or as a block size, None on a dropdown of names (once a raw KeyError) and on
     an options list that holds a string and numbers (once accepted)."""
-    cases = [("page_table", "page_size", float("inf"), ValueError), ("page_table", "page_size", float("nan"), ValueError),
-             ("split_kv", "splits", True, TypeError), ("lowprec_error", "block", False, TypeError),
-             ("scheduler", "batch", None, ValueError), ("variant_gallery", "variant", None, ValueError),
-             ("tile_size", "tile", None, ValueError), ("tile_size", "tile", True, TypeError)]
+    cases = [
+        ("page_table", "page_size", float("inf"), ValueError),
+        ("page_table", "page_size", float("nan"), ValueError),
+        ("split_kv", "splits", True, TypeError),
+        ("lowprec_error", "block", False, TypeError),
+        ("scheduler", "batch", None, ValueError),
+        ("variant_gallery", "variant", None, ValueError),
+        ("tile_size", "tile", None, ValueError),
+        ("tile_size", "tile", True, TypeError),
+    ]
     built = {}
     for name, control, value, exc in cases:
         ex = built.setdefault(name, EXPLORERS[name]())
@@ -365,5 +394,5 @@ def test_reported_cases_are_refused_by_name():
         with pytest.raises(exc, match=control):
             ex.set(**{control: value})
         assert ex.values == before
-    built["scheduler"].set(batch=32)                  # a refused None does not stick
+    built["scheduler"].set(batch=32)  # a refused None does not stick
     assert built["scheduler"].values["batch"] == 32

@@ -2,6 +2,7 @@
 old picture behind, a refused pool says what fits and sits off the labels, the note of panel (d)
 is off the cells, dense cells lose their gaps instead of aliasing them, the variant controls keep
 their sliders, and each measured section states its own date."""
+
 from __future__ import annotations
 
 import io
@@ -22,11 +23,24 @@ def _pixels(png: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
 
 
-@pytest.mark.parametrize("name, moves", [
-    ("page_table", [{"pool": 64}, {"page_size": 1}, {"page_size": 16}, {"pool": 32}, {"page_size": 1},
-                    {"page_size": 2}, {"page_size": 3}]),
-    ("composable", [{"n": 16}, {"prefix": 32}, {"own": 16}, {"n": 3}]),
-])
+@pytest.mark.parametrize(
+    "name, moves",
+    [
+        (
+            "page_table",
+            [
+                {"pool": 64},
+                {"page_size": 1},
+                {"page_size": 16},
+                {"pool": 32},
+                {"page_size": 1},
+                {"page_size": 2},
+                {"page_size": 3},
+            ],
+        ),
+        ("composable", [{"n": 16}, {"prefix": 32}, {"own": 16}, {"n": 3}]),
+    ],
+)
 def test_a_panel_redrawn_alone_leaves_no_trace_of_its_old_picture(name, moves):
     """Each move redraws the panels whose axes changed; the picture must equal a full redraw
     pixel for pixel (a tick label that moved away used to leave half a glyph past the last tick,
@@ -38,13 +52,13 @@ def test_a_panel_redrawn_alone_leaves_no_trace_of_its_old_picture(name, moves):
         fast = _pixels(ex.image.value)
         full = _pixels(ex.png(full=True))
         assert np.abs(fast - full).max() == 0, f"{name}: the blit differs from a full redraw after {values}"
-    assert ex.partial_draws > partial                     # the moves did redraw panels alone
+    assert ex.partial_draws > partial  # the moves did redraw panels alone
 
 
 def test_the_fast_png_holds_the_same_pixels():
     rng = np.random.default_rng(5)
     rgb = rng.integers(0, 256, size=(37, 53, 3), dtype=np.uint8)
-    rgb[:10] = 255                                        # flat rows, as a plot has
+    rgb[:10] = 255  # flat rows, as a plot has
     back = np.asarray(Image.open(io.BytesIO(png_rgb(rgb))).convert("RGB"))
     assert back.shape == rgb.shape and np.array_equal(back, rgb)
 
@@ -68,7 +82,7 @@ def test_a_pool_too_small_says_how_many_blocks_fit_and_ends_its_sentence():
     msg = str(e.value)
     assert "pool=32" in msg and "page_size=1" in msg and f"need {19 + 10 + 29} blocks" in msg
     assert "num_blocks" not in msg and msg.endswith(".")
-    assert pt.page_table_numbers(page_size=1, pool=58).layout.kv_indices.size == 58   # the bound fits
+    assert pt.page_table_numbers(page_size=1, pool=58).layout.kv_indices.size == 58  # the bound fits
 
 
 def test_the_refusal_box_sits_off_the_labels_and_reads_as_sentences():
@@ -89,7 +103,7 @@ def test_the_kv_indices_note_is_in_the_title_not_over_the_cells():
     assert f"{nnz} ids are listed under the figure" in ex.head.get_text()
     texts = [p for p in ex.labels["d"].pc.get_paths()]
     widest = max(p.get_extents().width for p in texts)
-    assert widest < 40                                    # numbers and "req i" only, no sentence
+    assert widest < 40  # numbers and "req i" only, no sentence
     ex.set(page_size=4)
     assert "listed" not in ex.head.get_text()
 
@@ -98,11 +112,11 @@ def test_cell_gaps_are_a_pixel_or_more_or_none():
     for px in np.linspace(0.5, 40, 200):
         g = gap_for(px)
         assert g == 0 or g * px >= 1 - 1e-9
-        assert g <= max(Cells.GAP, 1 / DENSE_PX)           # never more than a sixth of a cell
+        assert g <= max(Cells.GAP, 1 / DENSE_PX)  # never more than a sixth of a cell
     ex = EXPLORERS["composable"](n=16, prefix=32, own=16)
     verts = ex.cells["a"].fill.get_paths()
-    widths = {round(float(np.ptp(p.vertices[:4, 0])), 6) for p in verts[:len(verts) // 2]}
-    assert widths == {1.0}                                # 288 columns: no gap left to alias
+    widths = {round(float(np.ptp(p.vertices[:4, 0])), 6) for p in verts[: len(verts) // 2]}
+    assert widths == {1.0}  # 288 columns: no gap left to alias
 
 
 def test_variant_controls_keep_their_sliders():
@@ -122,4 +136,6 @@ def test_each_measured_section_states_its_own_date():
         assert re.search(rf", {sec['date']}: torch", text), name
         if sec["date"] != run["date"]:
             assert run["date"] not in text, name
-    assert f", {run['sections']['paged']['date']}: torch" in measured.paged_summary(measured.section(run, "paged"))
+    assert f", {run['sections']['paged']['date']}: torch" in measured.paged_summary(
+        measured.section(run, "paged")
+    )

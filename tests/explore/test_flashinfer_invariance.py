@@ -1,6 +1,7 @@
 """Batch invariance (notebook 05, §5.6): the same decode request in two batches. Its KV chunks are
 read from the plans here; its output is recomputed with a float32 chunk-and-merge written here,
 and compared in float64 against attention by definition."""
+
 from __future__ import annotations
 
 import re
@@ -22,7 +23,9 @@ def test_the_balanced_chunks_follow_the_batch_and_a_fixed_split_does_not():
     kw = dict(kv_heads=2, num_ctas=64, group=4)
     small, large = [(1, 6000), (1, others[0])], [(1, 6000)] + [(1, n) for n in others]
     assert _cuts(plan_balanced(small, **kw)) != _cuts(plan_balanced(large, **kw))
-    assert _cuts(plan_fixed_split(small, chunk=1024, **kw)) == _cuts(plan_fixed_split(large, chunk=1024, **kw))
+    assert _cuts(plan_fixed_split(small, chunk=1024, **kw)) == _cuts(
+        plan_fixed_split(large, chunk=1024, **kw)
+    )
     assert _cuts(plan_per_request(small, **kw)) == [(0, 6000)] == _cuts(plan_per_request(large, **kw))
 
 
@@ -54,20 +57,28 @@ def test_the_check_says_what_an_independent_chunk_and_merge_says():
     rng = np.random.default_rng(1)
     q = rng.standard_normal((4, 32)).astype(np.float32)
     k, v = (rng.standard_normal((3000, 32)).astype(np.float32) for _ in range(2))
-    a, b = _merged32(q, k, v, [(0, 1500), (1500, 3000)]), _merged32(q, k, v, [(0, 1000), (1000, 2000), (2000, 3000)])
+    a, b = (
+        _merged32(q, k, v, [(0, 1500), (1500, 3000)]),
+        _merged32(q, k, v, [(0, 1000), (1000, 2000), (2000, 3000)]),
+    )
     s = q.astype(np.float64) @ k.T.astype(np.float64) / np.sqrt(32)
     w = np.exp(s - s.max(axis=1, keepdims=True))
     exact = (w / w.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
-    assert not np.array_equal(a, b)                       # another cut, other bits
+    assert not np.array_equal(a, b)  # another cut, other bits
     assert max(np.abs(a - exact).max(), np.abs(b - exact).max()) < 1e-5
-    assert np.array_equal(a, _merged32(q, k, v, [(0, 1500), (1500, 3000)]))   # the same cut: the same bits
+    assert np.array_equal(a, _merged32(q, k, v, [(0, 1500), (1500, 3000)]))  # the same cut: the same bits
 
 
-@pytest.mark.parametrize("kw, exc, word", [
-    (dict(small=3, large=3), ValueError, "large"), (dict(l_kv=0), ValueError, "l_kv"),
-    (dict(chunk=0), ValueError, "chunk"), (dict(group=1.5), TypeError, "group"),
-    (dict(seed=-1), ValueError, "seed"),
-])
+@pytest.mark.parametrize(
+    "kw, exc, word",
+    [
+        (dict(small=3, large=3), ValueError, "large"),
+        (dict(l_kv=0), ValueError, "l_kv"),
+        (dict(chunk=0), ValueError, "chunk"),
+        (dict(group=1.5), TypeError, "group"),
+        (dict(seed=-1), ValueError, "seed"),
+    ],
+)
 def test_bad_input_is_refused_by_name(kw, exc, word):
     with pytest.raises(exc, match=re.escape(word)):
         batch_invariance_check(**kw)

@@ -2,6 +2,7 @@
 functions against attnlab.core.paged called directly here and against counts worked out by hand
 (the lecture's kv_indptr [0, 5, 8, 16] and 76 against 31 blocks), bad input refused by name, and
 what the figures show."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,12 +31,12 @@ def _cache(page_size, lengths, forks, pool, seed=0):
 def test_lecture_page_table():
     r = fx.page_table_numbers()
     assert (r.page_size, r.pool, r.lengths, r.forks) == (4, 32, (19, 10, 29), 0)
-    assert r.layout.kv_indptr.tolist() == [0, 5, 8, 16]                 # 5, 3 and 8 pages
-    assert r.layout.kv_last_page_len.tolist() == [3, 2, 1]              # 19 = 4*4+3, 10 = 4*2+2, 29 = 4*7+1
+    assert r.layout.kv_indptr.tolist() == [0, 5, 8, 16]  # 5, 3 and 8 pages
+    assert r.layout.kv_last_page_len.tolist() == [3, 2, 1]  # 19 = 4*4+3, 10 = 4*2+2, 29 = 4*7+1
     c, rids = _cache(4, (19, 10, 29), 0, 32)
     assert r.tables == tuple(tuple(c.block_table(i)) for i in rids)
     assert r.layout.kv_indices.tolist() == sum((c.block_table(i) for i in rids), [])
-    assert sorted(r.layout.kv_indices.tolist()) != r.layout.kv_indices.tolist()   # shuffled
+    assert sorted(r.layout.kv_indices.tolist()) != r.layout.kv_indices.tolist()  # shuffled
     assert np.array_equal(r.tokens, to_bsr(c, rids).to_scipy().toarray())
     assert r.tokens.sum(axis=1).tolist() == [19, 10, 29]
     assert r.users.sum() == 16 and set(np.unique(r.users)) == {0, 1}
@@ -44,9 +45,10 @@ def test_lecture_page_table():
     assert f"request 2: 29 tokens, block table {c.block_table(rids[2])}" in text
 
 
-@pytest.mark.parametrize("page_size, lengths, forks, pool",
-                         [(1, (5, 1, 9), 2, 30), (3, (7,), 4, 20), (16, (1, 40, 16, 17), 3, 12),
-                          (4, (19, 10, 29), 4, 64)])
+@pytest.mark.parametrize(
+    "page_size, lengths, forks, pool",
+    [(1, (5, 1, 9), 2, 30), (3, (7,), 4, 20), (16, (1, 40, 16, 17), 3, 12), (4, (19, 10, 29), 4, 64)],
+)
 def test_page_table_against_the_cache(page_size, lengths, forks, pool):
     r = fx.page_table_numbers(page_size, ", ".join(map(str, lengths)), forks, pool)
     c, rids = _cache(page_size, lengths, forks, pool)
@@ -69,16 +71,30 @@ def test_page_table_against_the_cache(page_size, lengths, forks, pool):
     assert (r.users[list(r.tables[0][:full])] == 1 + forks).all()
 
 
-@pytest.mark.parametrize("text, want", [("19, 10, 29", (19, 10, 29)), ("19 10,29", (19, 10, 29)),
-                                        (" 7 ", (7,)), ([3, 4.0], (3, 4))])
+@pytest.mark.parametrize(
+    "text, want",
+    [("19, 10, 29", (19, 10, 29)), ("19 10,29", (19, 10, 29)), (" 7 ", (7,)), ([3, 4.0], (3, 4))],
+)
 def test_parse_lengths(text, want):
     assert fx.parse_lengths(text) == want
 
 
-@pytest.mark.parametrize("bad, exc", [("a, 3", ValueError), ("-3, 4", ValueError), ("0", ValueError),
-                                      ("", ValueError), ("3.5", ValueError), ("1 2 3 4 5 6 7", ValueError),
-                                      ("99999", ValueError), (3, TypeError), (None, TypeError),
-                                      ([True], TypeError), ([2.5], TypeError)])
+@pytest.mark.parametrize(
+    "bad, exc",
+    [
+        ("a, 3", ValueError),
+        ("-3, 4", ValueError),
+        ("0", ValueError),
+        ("", ValueError),
+        ("3.5", ValueError),
+        ("1 2 3 4 5 6 7", ValueError),
+        ("99999", ValueError),
+        (3, TypeError),
+        (None, TypeError),
+        ([True], TypeError),
+        ([2.5], TypeError),
+    ],
+)
 def test_bad_lengths(bad, exc):
     with pytest.raises(exc, match="lengths"):
         fx.parse_lengths(bad)
@@ -86,14 +102,19 @@ def test_bad_lengths(bad, exc):
         fx.page_table_numbers(lengths=bad)
 
 
-@pytest.mark.parametrize("kw, exc, name", [({"page_size": 0}, ValueError, "page_size"),
-                                           ({"page_size": 17}, ValueError, "page_size"),
-                                           ({"page_size": 2.5}, TypeError, "page_size"),
-                                           ({"page_size": True}, TypeError, "page_size"),
-                                           ({"forks": -1}, ValueError, "forks"),
-                                           ({"pool": 0}, ValueError, "pool"),
-                                           ({"pool": 12}, ValueError, "pool=12"),
-                                           ({"page_size": 1}, ValueError, "pool=32")])
+@pytest.mark.parametrize(
+    "kw, exc, name",
+    [
+        ({"page_size": 0}, ValueError, "page_size"),
+        ({"page_size": 17}, ValueError, "page_size"),
+        ({"page_size": 2.5}, TypeError, "page_size"),
+        ({"page_size": True}, TypeError, "page_size"),
+        ({"forks": -1}, ValueError, "forks"),
+        ({"pool": 0}, ValueError, "pool"),
+        ({"pool": 12}, ValueError, "pool=12"),
+        ({"page_size": 1}, ValueError, "pool=32"),
+    ],
+)
 def test_page_table_bad_input(kw, exc, name):
     with pytest.raises(exc, match=name):
         fx.page_table_numbers(**kw)
@@ -103,19 +124,19 @@ def test_page_table_explorer():
     ex = EXPLORERS["page_table"]()
     r = ex.compute(**ex.values)
     nnz = r.layout.kv_indices.size
-    assert len(ex.cells["b"].fill.get_paths()) == 2 * nnz             # a cell and its used part
+    assert len(ex.cells["b"].fill.get_paths()) == 2 * nnz  # a cell and its used part
     assert len(ex.cells["c"].fill.get_paths()) == 2 * nnz
-    assert len(ex.labels["c"].pc.get_paths()) == nnz                  # every physical id written
+    assert len(ex.labels["c"].pc.get_paths()) == nnz  # every physical id written
     assert "19, 10, 29" in ex.head.get_text() and "page size 4" in ex.head.get_text()
     assert "kv_indptr        = [0, 5, 8, 16]" in ex.summary.value
-    assert not len(ex.cells["a"].stripes.get_segments())              # nothing shared yet
+    assert not len(ex.cells["a"].stripes.get_segments())  # nothing shared yet
     ex.set(forks=2)
-    assert len(ex.cells["a"].stripes.get_segments()) == 4 * 4          # 4 shared blocks, 4 stripes each
+    assert len(ex.cells["a"].stripes.get_segments()) == 4 * 4  # 4 shared blocks, 4 stripes each
     assert "copy-on-write" in ex.summary.value
-    for bad in ("a, 3", "-3, 4"):                                     # typed text: shown in the figure
+    for bad in ("a, 3", "-3, 4"):  # typed text: shown in the figure
         ex.set(lengths=bad)
         assert ex.error and "lengths" in ex.error and ex._error_text.get_visible()
-    ex.set(lengths="19, 10, 29", page_size=1)                         # 58 pages, 32 blocks
+    ex.set(lengths="19, 10, 29", page_size=1)  # 58 pages, 32 blocks
     assert "pool=32" in ex.error
     ex.set(pool=64)
     assert ex.error is None
@@ -127,12 +148,13 @@ def test_page_table_explorer():
 
 # --- composable formats --------------------------------------------------------------------------
 
+
 def test_lecture_composable_numbers():
     r = fx.composable_numbers()
     assert (r.n, r.prefix, r.own, r.page_size) == (4, 15, 4, 16)
-    assert (r.single, r.composable, r.shared) == (76, 31, 15)          # 4 x 19 against 15 + 4 x 4
+    assert (r.single, r.composable, r.shared) == (76, 31, 15)  # 4 x 19 against 15 + 4 x 4
     assert r.saving == pytest.approx(1 - 31 / 76)
-    assert 0 < r.max_diff < 1e-6                                      # float32: equal to rounding
+    assert 0 < r.max_diff < 1e-6  # float32: equal to rounding
     assert r.layout.kv_indptr.tolist() == [0, 19, 38, 57, 76]
     text = fx.composable_text()
     assert "single format 76, composable 31 (59% fewer" in text
@@ -146,9 +168,15 @@ def test_composable_explorer_at_every_combination_of_extremes():
 
     from attnlab.explore import EXPLORERS
     from attnlab.explore._drive import extremes
+
     ex = EXPLORERS["composable"]()
     ends = {k: extremes(w) for k, w in ex.widgets.items()}
-    assert ends == {"n": [1, 16], "prefix": [0, 32], "own": [0, 16], "page_size": [fx.PAGE_SIZES[0], fx.PAGE_SIZES[-1]]}
+    assert ends == {
+        "n": [1, 16],
+        "prefix": [0, 32],
+        "own": [0, 16],
+        "page_size": [fx.PAGE_SIZES[0], fx.PAGE_SIZES[-1]],
+    }
     for n, prefix, own, ps in itertools.product(*ends.values()):
         ex.set(n=n, prefix=prefix, own=own, page_size=ps)
         if prefix == own == 0:
@@ -165,13 +193,25 @@ def test_composable_explorer_at_every_combination_of_extremes():
 
 def test_composable_text_states_a_verdict_not_roundoff_digits():
     text = fx.composable_text()
-    assert text.splitlines()[-1] == ("composable = single to float32 roundoff: max difference below 1e-06 "
-                                     "(random data, head dim 16)")
+    assert text.splitlines()[-1] == (
+        "composable = single to float32 roundoff: max difference below 1e-06 (random data, head dim 16)"
+    )
     assert fx.composable_numbers().max_diff < SAME
 
 
-@pytest.mark.parametrize("n, prefix, own, ps", [(4, 15, 4, 16), (2, 1, 0, 1), (9, 4, 0, 16), (7, 3, 5, 4), (16, 32, 16, 16),
-                                                (3, 0, 2, 8), (1, 6, 2, 2), (5, 9, 1, 2)])
+@pytest.mark.parametrize(
+    "n, prefix, own, ps",
+    [
+        (4, 15, 4, 16),
+        (2, 1, 0, 1),
+        (9, 4, 0, 16),
+        (7, 3, 5, 4),
+        (16, 32, 16, 16),
+        (3, 0, 2, 8),
+        (1, 6, 2, 2),
+        (5, 9, 1, 2),
+    ],
+)
 def test_composable_against_the_library(n, prefix, own, ps):
     r = fx.composable_numbers(n, prefix, own, ps)
     # by hand: every request holds prefix + own pages; the group shares the prefix when there is
@@ -200,13 +240,18 @@ def test_composable_against_the_library(n, prefix, own, ps):
     assert r.max_diff == float(np.abs(out - bsr_attention(q, c, to_bsr(c, rids))).max()) < 1e-6
 
 
-@pytest.mark.parametrize("kw, exc, name", [({"prefix": 0, "own": 0}, ValueError, "prefix"),
-                                           ({"page_size": 3}, ValueError, "page_size"),
-                                           ({"page_size": "16"}, ValueError, "page_size"),
-                                           ({"n": 0}, ValueError, r"\bn\b"),
-                                           ({"n": 2.5}, TypeError, r"\bn\b"),
-                                           ({"own": -1}, ValueError, "own"),
-                                           ({"prefix": True}, TypeError, "prefix")])
+@pytest.mark.parametrize(
+    "kw, exc, name",
+    [
+        ({"prefix": 0, "own": 0}, ValueError, "prefix"),
+        ({"page_size": 3}, ValueError, "page_size"),
+        ({"page_size": "16"}, ValueError, "page_size"),
+        ({"n": 0}, ValueError, r"\bn\b"),
+        ({"n": 2.5}, TypeError, r"\bn\b"),
+        ({"own": -1}, ValueError, "own"),
+        ({"prefix": True}, TypeError, "prefix"),
+    ],
+)
 def test_composable_bad_input(kw, exc, name):
     with pytest.raises(exc, match=name):
         fx.composable_numbers(**kw)

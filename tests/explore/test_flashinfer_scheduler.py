@@ -1,5 +1,6 @@
 """Notebook 05's scheduler and workspace explorers (attnlab.explore.flashinfer), checked against
 attnlab.machine.schedule called directly here, and the committed batches against their generator."""
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,21 @@ from attnlab.explore import flashinfer as fx
 from attnlab.catalog import data_path
 from attnlab.course import batches
 
-KV_HEADS, GROUP = 8, 4                      # Llama-3-8B
-PLANNERS = {"per-request": schedule.plan_per_request,
-            "fixed 1024": lambda lens, **kw: schedule.plan_fixed_split(lens, chunk=1024, **kw),
-            "balanced": schedule.plan_balanced, "holistic": schedule.plan_holistic}
-CASES = [(1, "longtail", 132, "balanced"), (64, "longtail", 132, "per-request"),
-         (256, "zipf", 132, "fixed 1024"), (16, "constant", 16, "balanced"), (8, "uniform", 264, "per-request"),
-         (64, "longtail", 264, "holistic")]
+KV_HEADS, GROUP = 8, 4  # Llama-3-8B
+PLANNERS = {
+    "per-request": schedule.plan_per_request,
+    "fixed 1024": lambda lens, **kw: schedule.plan_fixed_split(lens, chunk=1024, **kw),
+    "balanced": schedule.plan_balanced,
+    "holistic": schedule.plan_holistic,
+}
+CASES = [
+    (1, "longtail", 132, "balanced"),
+    (64, "longtail", 132, "per-request"),
+    (256, "zipf", 132, "fixed 1024"),
+    (16, "constant", 16, "balanced"),
+    (8, "uniform", 264, "per-request"),
+    (64, "longtail", 264, "holistic"),
+]
 
 
 def direct_plan(batch, dist, num_ctas, scheduler, prefill=0):
@@ -39,10 +48,12 @@ def packed_loads(p, num_ctas):
 
 # --- the committed batches -------------------------------------------------------------------------
 
+
 def test_committed_batches_equal_the_generator():
     path = data_path(batches.FILENAME)
-    assert path.read_text(encoding="utf-8") == batches.dumps(batches.generate()), \
+    assert path.read_text(encoding="utf-8") == batches.dumps(batches.generate()), (
         "data/request_lengths.json drifted from workload.lengths: run python -m attnlab.course.batches"
+    )
     content = json.loads(path.read_text(encoding="utf-8"))
     assert content["seed"] == batches.SEED == 0
     assert content["parameters"] == {"l_qo": 1, "mean": 4096, "max_len": 131072}
@@ -58,9 +69,16 @@ def test_check_mode_reports_an_up_to_date_file(capsys):
     assert "up to date" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args,exc,word", [(("gaussian", 4), ValueError, "dist"), (("zipf", 0), ValueError, "batch"),
-                                           (("zipf", 3), ValueError, "batch=3"), ((1, 4), TypeError, "dist"),
-                                           (("zipf", "4"), TypeError, "batch")])
+@pytest.mark.parametrize(
+    "args,exc,word",
+    [
+        (("gaussian", 4), ValueError, "dist"),
+        (("zipf", 0), ValueError, "batch"),
+        (("zipf", 3), ValueError, "batch=3"),
+        ((1, 4), TypeError, "dist"),
+        (("zipf", "4"), TypeError, "batch"),
+    ],
+)
 def test_recorded_lengths_refuses_bad_input_by_name(args, exc, word):
     with pytest.raises(exc, match=word):
         workload.recorded_lengths(*args)
@@ -74,6 +92,7 @@ def test_recorded_lengths_returns_a_fresh_list():
 
 # --- scheduler numbers against schedule.* ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("prefill", fx.PREFILLS)
 @pytest.mark.parametrize("batch,dist,num_ctas,scheduler", CASES)
 def test_numbers_equal_the_plans(batch, dist, num_ctas, scheduler, prefill):
@@ -82,17 +101,23 @@ def test_numbers_equal_the_plans(batch, dist, num_ctas, scheduler, prefill):
     for s, stats in zip(fx.SCHEDULERS, r.plans):
         p = direct_plan(batch, dist, num_ctas, s, prefill)
         sizes = [len(js) for _, js in p.merge]
-        loads = packed_loads(p, num_ctas)                    # one unit for all four plans
+        loads = packed_loads(p, num_ctas)  # one unit for all four plans
         if s != "holistic":
             assert loads == p.loads.tolist()
         assert stats.scheduler == s == p.name
         assert stats.utilization == pytest.approx(sum(loads) / (num_ctas * max(loads)), abs=1e-15)
         assert (stats.makespan, stats.items, stats.total) == (max(loads), len(p.work), sum(loads))
         rows = {(w.request, w.kv_head, w.q_rows.start): len(w.q_rows) for w in p.work}
-        tile = {(w.request, w.kv_head, w.q_rows.start): (p.tile_rows[j] if s == "holistic" else p.tile_q)
-                for j, w in enumerate(p.work)}
+        tile = {
+            (w.request, w.kv_head, w.q_rows.start): (p.tile_rows[j] if s == "holistic" else p.tile_q)
+            for j, w in enumerate(p.work)
+        }
         assert (stats.launched, stats.used) == (sum(tile.values()), sum(rows.values()))
-        assert (stats.outputs, stats.merged, stats.max_merge) == (len(sizes), sum(n > 1 for n in sizes), max(sizes))
+        assert (stats.outputs, stats.merged, stats.max_merge) == (
+            len(sizes),
+            sum(n > 1 for n in sizes),
+            max(sizes),
+        )
         assert stats.time_h200 == pytest.approx(p.time("H200-SXM"))
         assert stats.time_h100 == pytest.approx(p.time("H100-SXM"))
     assert r.chosen is r.plans[fx.SCHEDULERS.index(scheduler)]
@@ -104,10 +129,10 @@ def test_gantt_bars_are_the_plans_items_back_to_back(batch, dist, num_ctas, sche
     r = fx.scheduler_numbers(batch, dist, num_ctas, scheduler)
     p = direct_plan(batch, dist, num_ctas, scheduler)
     loads = packed_loads(p, num_ctas)
-    assert r.cost.sum() == sum(loads)                                          # total bar length
+    assert r.cost.sum() == sum(loads)  # total bar length
     assert np.bincount(r.cta, weights=r.cost, minlength=num_ctas).tolist() == loads
     assert (r.start + r.cost).max() == max(loads)
-    for c in range(num_ctas):                    # each CTA runs its items in plan order, from 0, no gaps
+    for c in range(num_ctas):  # each CTA runs its items in plan order, from 0, no gaps
         mine = [w for w in p.work if w.cta == c]
         sel = r.cta == c
         assert [2 * len(w.q_rows) + w.kv_end - w.kv_start for w in mine] == r.cost[sel].tolist()
@@ -148,12 +173,12 @@ def test_the_lectures_claims_at_132_ctas():
     request at large ones; fixed 1024-token chunks help partly; the balanced plan stays at 80-100%."""
     per, fixed, bal, _ = fx.scheduler_numbers(64, "longtail", 132).curves
     assert bal.min() >= 0.8
-    assert per[0] == pytest.approx(KV_HEADS / 132, rel=0.01)                  # 8 items on 132 CTAs
-    assert per[-1] < 0.6 and per[-1] < per[-2]                                # batch 256: the long tail
+    assert per[0] == pytest.approx(KV_HEADS / 132, rel=0.01)  # 8 items on 132 CTAs
+    assert per[-1] < 0.6 and per[-1] < per[-2]  # batch 256: the long tail
     assert np.all(fixed >= per) and fixed[:3].max() < 0.5 and fixed[-1] > 0.95
     big = fx.scheduler_numbers(256, "longtail", 132, "per-request")
     longest = max(l_kv for _, l_kv in workload.recorded_lengths("longtail", 256))
-    assert big.chosen.makespan >= longest + 2 * GROUP                         # it waits on that request
+    assert big.chosen.makespan >= longest + 2 * GROUP  # it waits on that request
 
 
 def test_merge_only_where_a_request_is_split():
@@ -175,11 +200,19 @@ def test_table_lists_the_plans_at_the_notebooks_batch_sizes():
             assert row[1 + 2 * i] == f"{p.utilization:.0%}" and row[2 + 2 * i] == f"{p.makespan:,}"
 
 
-@pytest.mark.parametrize("kw,exc,word", [({"dist": "gaussian"}, ValueError, "dist"), ({"batch": 0}, ValueError, "batch"),
-                                         ({"num_ctas": 0}, ValueError, "num_ctas"),
-                                         ({"scheduler": "stream-k"}, ValueError, "scheduler"),
-                                         ({"batch": 3}, ValueError, "batch=3"), ({"dist": None}, TypeError, "dist"),
-                                         ({"batch": "64"}, TypeError, "batch"), ({"num_ctas": 1.5}, TypeError, "num_ctas")])
+@pytest.mark.parametrize(
+    "kw,exc,word",
+    [
+        ({"dist": "gaussian"}, ValueError, "dist"),
+        ({"batch": 0}, ValueError, "batch"),
+        ({"num_ctas": 0}, ValueError, "num_ctas"),
+        ({"scheduler": "stream-k"}, ValueError, "scheduler"),
+        ({"batch": 3}, ValueError, "batch=3"),
+        ({"dist": None}, TypeError, "dist"),
+        ({"batch": "64"}, TypeError, "batch"),
+        ({"num_ctas": 1.5}, TypeError, "num_ctas"),
+    ],
+)
 def test_bad_input_is_refused_by_name(kw, exc, word):
     with pytest.raises(exc, match=word):
         fx.scheduler_numbers(**kw)
@@ -226,11 +259,14 @@ def test_mixed_batch_table_tiles_by_class():
 
 # --- the fixed-size workspace --------------------------------------------------------------------------
 
+
 def test_max_items_is_the_smallest_multiple_of_8_holding_every_committed_batch():
     need = max(int(fx.workspace_need(d).max()) for d in workload.DISTS)
     assert fx.MAX_ITEMS >= need > fx.MAX_ITEMS - 8
     for d in workload.DISTS:
-        counts = [np.bincount([w.cta for w in direct_plan(b, d, 132, "balanced").work]).max() for b in fx.BATCHES]
+        counts = [
+            np.bincount([w.cta for w in direct_plan(b, d, 132, "balanced").work]).max() for b in fx.BATCHES
+        ]
         assert fx.workspace_need(d).tolist() == counts
 
 
@@ -241,7 +277,11 @@ def test_shapes_never_change_contents_do(dist):
         w = fx.workspace_numbers(b, dist)
         p = direct_plan(b, dist, fx.MAX_CTAS, "balanced")
         ws = schedule.fixed_size_workspace(p, fx.MAX_CTAS, fx.MAX_ITEMS)
-        assert w.shapes == (("items", "int32", (132, 32, 6)), ("valid", "bool", (132, 32)), ("count", "int32", (132,)))
+        assert w.shapes == (
+            ("items", "int32", (132, 32, 6)),
+            ("valid", "bool", (132, 32)),
+            ("count", "int32", (132,)),
+        )
         assert w.nbytes == 132 * 32 * 6 * 4 + 132 * 32 + 132 * 4
         assert w.used == len(p.work) == ws.valid.sum() and w.busiest == ws.count.max()
         assert np.array_equal(w.count, ws.count)
@@ -262,8 +302,15 @@ def test_a_plan_that_does_not_fit_is_refused_and_shown():
     assert "(132, 24, 6)" in ex.summary.value
 
 
-@pytest.mark.parametrize("kw,exc,word", [({"dist": "gaussian"}, ValueError, "dist"), ({"batch": 0}, ValueError, "batch"),
-                                         ({"max_items": 0}, ValueError, "max_items"), ({"batch": 3}, ValueError, "batch")])
+@pytest.mark.parametrize(
+    "kw,exc,word",
+    [
+        ({"dist": "gaussian"}, ValueError, "dist"),
+        ({"batch": 0}, ValueError, "batch"),
+        ({"max_items": 0}, ValueError, "max_items"),
+        ({"batch": 3}, ValueError, "batch"),
+    ],
+)
 def test_workspace_bad_input_is_refused_by_name(kw, exc, word):
     with pytest.raises(exc, match=word):
         fx.workspace_numbers(**kw)
@@ -297,12 +344,13 @@ def test_a_refused_batch_is_not_claimed_by_the_stale_figure_and_its_box_covers_n
     assert box.x1 < right.x0, (box, right)
     fb = ex.figure.bbox
     assert fb.x0 <= box.x0 and box.x1 <= fb.x1 and fb.y0 <= box.y0 and box.y1 <= fb.y1
-    ex.set(batch=64)                                  # a valid value: the note and the box go
+    ex.set(batch=64)  # a valid value: the note and the box go
     assert ex.error is None and not ex._error_text.get_visible() and "batch 64," in ex.ax_n.get_title()
 
 
 def test_mixed_table_longest_first_row_is_lpt_of_the_holistic_items():
     from attnlab.machine.schedule import heap_schedule
+
     p = direct_plan(64, "longtail", 264, "holistic", 512)
     cost = sorted((2 * len(w.q_rows) + w.kv_end - w.kv_start for w in p.work), reverse=True)
     loads = heap_schedule(cost, 264)[2]

@@ -1,6 +1,7 @@
 """Notebook 05's chunked-prefill batch, speculative-decoding tree mask and the sentences read from
 the recorded run: each checked against an independent route (brute-force masks, the run's rows
 re-read here, FlashInfer's length formula)."""
+
 from __future__ import annotations
 
 import re
@@ -9,8 +10,13 @@ import numpy as np
 import pytest
 
 from attnlab.explore import measured
-from attnlab.explore.flashinfer.snippets import (host_costs, mixed_batch_check, paged_lesson, tree_check,
-                                                 tree_mask)
+from attnlab.explore.flashinfer.snippets import (
+    host_costs,
+    mixed_batch_check,
+    paged_lesson,
+    tree_check,
+    tree_mask,
+)
 from attnlab.machine.schedule import query_tile
 from attnlab.core.variants import variant_attention, variant_mask
 
@@ -40,7 +46,7 @@ def _brute(parents, prefix):
     m = np.zeros((t, prefix + t), bool)
     for i in range(t):
         m[i, :prefix] = True
-        for j in range(t):                     # j is visible iff it lies on i's chain to the root
+        for j in range(t):  # j is visible iff it lies on i's chain to the root
             x = i
             while x != -1 and x != j:
                 x = parents[x]
@@ -65,15 +71,18 @@ def test_tree_mask_hides_siblings_and_changes_the_output():
     rng = np.random.default_rng(0)
     q, k, v = rng.standard_normal((3, 8)), rng.standard_normal((6, 8)), rng.standard_normal((6, 8))
     from attnlab.core.variants import causal
-    assert np.abs(variant_attention(q, k, v, tree_mask(parents, 3))
-                  - variant_attention(q, k, v, causal())).max() > 1e-3
+
+    assert (
+        np.abs(variant_attention(q, k, v, tree_mask(parents, 3)) - variant_attention(q, k, v, causal())).max()
+        > 1e-3
+    )
     r = tree_check(parents, prefix=3, d=8)
     assert r.ok and "draft 2 sees the 3 cached tokens and drafts [0, 2]" in r
 
 
 def test_tree_mask_refuses_bad_parents():
     with pytest.raises(ValueError, match=r"parents\[1\]"):
-        tree_mask([-1, 1], 2)                   # a token cannot be its own parent
+        tree_mask([-1, 1], 2)  # a token cannot be its own parent
     with pytest.raises(ValueError, match=r"parents\[0\]"):
         tree_mask([0], 2)
     with pytest.raises(ValueError, match="empty"):
@@ -92,8 +101,13 @@ def test_paged_lesson_ratios_come_from_the_rows():
     cases = {(r["batch"], r["page_size"]) for r in rows}
 
     def best(impl, b, ps):
-        return min(r["us"] for r in rows if (r["impl"], r["batch"], r["page_size"]) == (impl, b, ps)
-                   and not (impl == "paged" and r.get("auto")))
+        return min(
+            r["us"]
+            for r in rows
+            if (r["impl"], r["batch"], r["page_size"]) == (impl, b, ps)
+            and not (impl == "paged" and r.get("auto"))
+        )
+
     cc = [best("flashinfer", *c) / best("flashinfer-tc", *c) for c in cases]
     ours = [best("flashinfer-tc", *c) / best("paged", *c) for c in cases]
     lines = paged_lesson(sec).splitlines()
@@ -112,14 +126,18 @@ def test_host_costs_read_the_plan_times():
 
 # --- the CUDA-graph snippet and its buffers --------------------------------------------------
 
+
 def test_cuda_graph_snippet_is_python_with_fixed_buffers_and_a_plan_before_each_replay():
     import ast
     from attnlab.explore.flashinfer.snippets import CUDA_GRAPH_SNIPPET
+
     tree = ast.parse(CUDA_GRAPH_SNIPPET)
-    calls = {kw.arg: kw.value for node in ast.walk(tree) if isinstance(node, ast.Call) for kw in node.keywords}
+    calls = {
+        kw.arg: kw.value for node in ast.walk(tree) if isinstance(node, ast.Call) for kw in node.keywords
+    }
     assert isinstance(calls["use_cuda_graph"], ast.Constant) and calls["use_cuda_graph"].value is True
     for name in ("paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer"):
-        assert name in calls                      # FlashInfer's decode wrapper's keyword names
+        assert name in calls  # FlashInfer's decode wrapper's keyword names
     loop = next(n for n in ast.walk(tree) if isinstance(n, ast.For))
     body = [ast.unparse(n) for n in loop.body]
     assert body[0].startswith("w.plan(") and body[-1] == "graph.replay()"
@@ -129,6 +147,7 @@ def test_cuda_graph_snippet_is_python_with_fixed_buffers_and_a_plan_before_each_
 def test_cuda_graph_buffers_name_the_workspace_shapes():
     from attnlab.explore.flashinfer.snippets import cuda_graph_buffers
     from attnlab.machine.schedule import fixed_size_workspace, plan_balanced
+
     text = cuda_graph_buffers(max_batch=16, max_pages=4096, max_ctas=20, max_items=8, kv_heads=2, group=4)
     ws = fixed_size_workspace(plan_balanced([(1, 1024)] * 16, kv_heads=2, num_ctas=20, group=4), 20, 8, 32)
     assert "(17,)" in text and "(4,096,)" in text and "(16,)" in text
@@ -143,6 +162,7 @@ def test_notebook_05_shows_the_cuda_graph_snippet_as_the_library_holds_it():
     import json
     from pathlib import Path
     from attnlab.explore.flashinfer.snippets import CUDA_GRAPH_SNIPPET
+
     path = Path(__file__).resolve().parents[2] / "notebooks" / "05_flashinfer.ipynb"
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")

@@ -2,6 +2,7 @@
 explorer against counts made here: the rule written out from the lecture, tiles and idle rows
 by filling each request's packed rows tile by tile, and the hand cases of the lecture. Nothing
 below asks attnlab for an expected value."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,15 +33,28 @@ def fill(packed, tq):
 
 # --- the rule -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("avg,head_dim,want", [(1, 128, 16), (16, 128, 16), (17, 128, 64), (64, 128, 64),
-                                               (65, 128, 128), (65, 256, 64), (4096, 256, 64),
-                                               (65, 64, 128), (8, 256, 16)])
+
+@pytest.mark.parametrize(
+    "avg,head_dim,want",
+    [
+        (1, 128, 16),
+        (16, 128, 16),
+        (17, 128, 64),
+        (64, 128, 64),
+        (65, 128, 128),
+        (65, 256, 64),
+        (4096, 256, 64),
+        (65, 64, 128),
+        (8, 256, 16),
+    ],
+)
 def test_rule_table(avg, head_dim, want):
     assert rule(avg, head_dim) == want
     assert tile_waste([avg], 1, head_dim).tile_q == want
 
 
 # --- hand cases from the lecture ------------------------------------------------------------------
+
 
 def test_one_decode_request_in_a_16_row_tile_leaves_15_idle():
     w = tile_waste([1], group=1)
@@ -66,6 +80,7 @@ def test_prefill_of_129_rows_takes_two_128_row_tiles():
 
 
 # --- every batch: rows counted tile by tile ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", range(12))
 def test_tiles_and_idle_rows_by_filling(seed):
@@ -98,6 +113,7 @@ def test_a_smaller_tile_never_idles_more_rows_but_launches_more_tiles():
 
 # --- the explorer's numbers -------------------------------------------------------------------------
 
+
 def test_numbers_of_the_default_mix():
     """32 decode (4 rows each at g = 4) + 2 prefill of 512 x 4 = 2048 rows: average 124.2 > 64."""
     r = tile_size_numbers(32, 2, 512, g=4, head_dim=128)
@@ -117,8 +133,17 @@ def test_one_decode_request_at_each_tile(g):
     assert tile_size_numbers(1, 0, 16, g).decode_idle == (16 - g, 64 - g, 128 - g)
 
 
-@pytest.mark.parametrize("dec,pre,want", [(64, 16, (8, 8)), (3, 16, (3, 13)), (0, 16, (0, 16)),
-                                          (64, 0, (16, 0)), (5, 2, (5, 2)), (20, 3, (13, 3))])
+@pytest.mark.parametrize(
+    "dec,pre,want",
+    [
+        (64, 16, (8, 8)),
+        (3, 16, (3, 13)),
+        (0, 16, (0, 16)),
+        (64, 0, (16, 0)),
+        (5, 2, (5, 2)),
+        (20, 3, (13, 3)),
+    ],
+)
 def test_requests_shown_decode_first(dec, pre, want):
     r = tile_size_numbers(dec, pre, 100, 1)
     shown = r.shown.tolist()
@@ -132,27 +157,46 @@ def test_table_lists_the_rule_for_typical_batches():
     assert len(lines) == 2 + 5
     decode_g1 = lines[2].split()
     assert decode_g1[:3] == ["64", "decode", "1"] and decode_g1[4] == "16" and decode_g1[6] == "93.8%"
-    assert "99.2%" in lines[2]                       # 127 of 128 rows idle for every decode request
-    assert lines[3].split()[6] == "50.0%"            # g = 8 fills half of each 16-row tile
+    assert "99.2%" in lines[2]  # 127 of 128 rows idle for every decode request
+    assert lines[3].split()[6] == "50.0%"  # g = 8 fills half of each 16-row tile
 
 
 # --- refused input, by name -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("kw,err,name", [
-    (dict(g=0), ValueError, "g"), (dict(decode=-1), ValueError, "decode"),
-    (dict(prefill=-2), ValueError, "prefill"), (dict(prefill_len=0), ValueError, "prefill_len"),
-    (dict(head_dim=0), ValueError, "head_dim"), (dict(tile=0), ValueError, "tile"),
-    (dict(tile="16"), TypeError, "tile"), (dict(g=True), TypeError, "g"),
-    (dict(decode=2.5), TypeError, "decode"), (dict(decode=0, prefill=0), ValueError, "no requests")])
+
+@pytest.mark.parametrize(
+    "kw,err,name",
+    [
+        (dict(g=0), ValueError, "g"),
+        (dict(decode=-1), ValueError, "decode"),
+        (dict(prefill=-2), ValueError, "prefill"),
+        (dict(prefill_len=0), ValueError, "prefill_len"),
+        (dict(head_dim=0), ValueError, "head_dim"),
+        (dict(tile=0), ValueError, "tile"),
+        (dict(tile="16"), TypeError, "tile"),
+        (dict(g=True), TypeError, "g"),
+        (dict(decode=2.5), TypeError, "decode"),
+        (dict(decode=0, prefill=0), ValueError, "no requests"),
+    ],
+)
 def test_numbers_refuse_bad_input(kw, err, name):
     with pytest.raises(err, match=name):
         tile_size_numbers(**kw)
 
 
-@pytest.mark.parametrize("args,err,name", [
-    (([],), ValueError, "l_qo"), (([0],), ValueError, r"l_qo\[0\]"), (("12",), TypeError, "l_qo"),
-    ((5,), TypeError, "l_qo"), (([1, 1.5],), TypeError, r"l_qo\[1\]"), (([1], 0), ValueError, "group"),
-    (([1], 1, 0), ValueError, "head_dim"), (([1], 1, 128, 0), ValueError, "tile_q")])
+@pytest.mark.parametrize(
+    "args,err,name",
+    [
+        (([],), ValueError, "l_qo"),
+        (([0],), ValueError, r"l_qo\[0\]"),
+        (("12",), TypeError, "l_qo"),
+        ((5,), TypeError, "l_qo"),
+        (([1, 1.5],), TypeError, r"l_qo\[1\]"),
+        (([1], 0), ValueError, "group"),
+        (([1], 1, 0), ValueError, "head_dim"),
+        (([1], 1, 128, 0), ValueError, "tile_q"),
+    ],
+)
 def test_tile_waste_refuses_bad_input(args, err, name):
     with pytest.raises(err, match=name):
         tile_waste(*args)
@@ -160,9 +204,10 @@ def test_tile_waste_refuses_bad_input(args, err, name):
 
 # --- the explorer ---------------------------------------------------------------------------------
 
+
 def test_explorer_draws_the_numbers():
     ex = EXPLORERS["tile_size"](decode=0, prefill=1, prefill_len=129, g=1, tile=16)
-    assert ex.error is None and "T_q = 128" in ex.summary.value       # the rule, for 129 rows
+    assert ex.error is None and "T_q = 128" in ex.summary.value  # the rule, for 129 rows
     # 129 rows in 16-row tiles: 9 tiles over 144 rows, 15 idle; view 256 rows; 8 inner boundaries
     assert ex.ax.get_xlim() == (0, 256)
     assert len(ex.cuts.get_segments()) == 8
@@ -185,8 +230,13 @@ def test_explorer_shows_an_empty_batch_as_an_error():
 
 def test_explorer_refuses_values_its_controls_cannot_take():
     ex = EXPLORERS["tile_size"]()
-    for kw, name in [(dict(g=0), "g"), (dict(g=3), "g"), (dict(decode=-1), "decode"),
-                     (dict(tile=32), "tile"), (dict(head_dim=96), "head_dim")]:
+    for kw, name in [
+        (dict(g=0), "g"),
+        (dict(g=3), "g"),
+        (dict(decode=-1), "decode"),
+        (dict(tile=32), "tile"),
+        (dict(head_dim=96), "head_dim"),
+    ]:
         with pytest.raises(ValueError, match=name):
             ex.set(**kw)
     assert ex.error is None
@@ -194,8 +244,10 @@ def test_explorer_refuses_values_its_controls_cannot_take():
 
 # --- the CUDA-graph mode ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("dec,pre,length,g", [(63, 1, 64, 4), (32, 2, 512, 4), (8, 0, 1, 8), (0, 3, 40, 1),
-                                              (5, 1, 16, 2)])
+
+@pytest.mark.parametrize(
+    "dec,pre,length,g", [(63, 1, 64, 4), (32, 2, 512, 4), (8, 0, 1, 8), (0, 3, 40, 1), (5, 1, 16, 2)]
+)
 def test_graph_mode_tiles_for_the_captured_worst_case(dec, pre, length, g):
     """Under a CUDA graph captured with this batch the tile is the rule's for one request holding
     every row but one per other request; every batch the graph can replay (same count, no more
@@ -208,7 +260,7 @@ def test_graph_mode_tiles_for_the_captured_worst_case(dec, pre, length, g):
     assert int(r.tiles.sum()) == sum(t for t, _ in want) and int(r.idle.sum()) == sum(i for _, i in want)
     assert r.reserved == -(-rows * g // r.rule) + n - 1
     rng = np.random.default_rng(n)
-    for _ in range(50):                       # random batches the graph allows: n requests, <= rows
+    for _ in range(50):  # random batches the graph allows: n requests, <= rows
         cut = np.sort(rng.choice(np.arange(1, rows), n - 1, replace=False)) if n > 1 else np.array([], int)
         lens = np.diff(np.r_[0, cut, rows])
         assert sum(fill(int(q) * g, r.rule)[0] for q in lens) <= r.reserved

@@ -3,6 +3,7 @@ out here: tile kinds from dense masks built from each variant's definition, HBM 
 counted run of the real kernel, weights from a dense float64 softmax (or sigmoid) of the logits
 with the variant written out by hand. Nothing below takes an expected value from tile_mask,
 tile_io or dense_weights."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,16 @@ from attnlab.explore._controls import options_of
 from attnlab.explore.flashinfer import variant_gallery as vg
 from attnlab.explore.flashinfer import variant_tables
 from attnlab.core.hbm import HBM
-from attnlab.core.variants import (alibi, causal, rope, sigmoid, sink_window, sliding_window, soft_cap,
-                              variant_attention)
+from attnlab.core.variants import (
+    alibi,
+    causal,
+    rope,
+    sigmoid,
+    sink_window,
+    sliding_window,
+    soft_cap,
+    variant_attention,
+)
 
 
 def _pos(n):
@@ -62,8 +71,12 @@ def classify(mask, t):
     """0 empty / 1 partial / 2 full per t x t tile (the last ones cut short), one tile at a time."""
     n = len(mask)
     starts = range(0, n, t)
-    return np.array([[2 if mask[r:r + t, c:c + t].all() else int(mask[r:r + t, c:c + t].any())
-                      for c in starts] for r in starts])
+    return np.array(
+        [
+            [2 if mask[r : r + t, c : c + t].all() else int(mask[r : r + t, c : c + t].any()) for c in starts]
+            for r in starts
+        ]
+    )
 
 
 @pytest.mark.parametrize("N, tile", [(256, 32), (192, 128), (64, 16), (256, 16), (192, 64)])
@@ -73,8 +86,11 @@ def test_tile_kinds_equal_a_dense_classification(case, N, tile):
     r = vg.variant_gallery_numbers(make(), N, tile)
     want = classify(mask(N), tile)
     assert r.kinds.tolist() == want.tolist()
-    assert r.counts == {"empty": int((want == 0).sum()), "partial": int((want == 1).sum()),
-                        "full": int((want == 2).sum())}
+    assert r.counts == {
+        "empty": int((want == 0).sum()),
+        "partial": int((want == 1).sum()),
+        "full": int((want == 2).sum()),
+    }
     assert r.skipped == pytest.approx((want == 0).mean())
 
 
@@ -120,8 +136,11 @@ def reference(q, k, mask, logits=lambda s, qi, kj: s, theta=None, bias=None):
 WEIGHTS = {
     "window": ([sliding_window(48)], lambda n: m_window(n, 48), {}),
     "soft-cap": ([soft_cap(2)], everything, {"logits": lambda s, qi, kj: 2 * np.tanh(s / 2)}),
-    "alibi & causal": ([alibi(0.125), causal()], m_causal,
-                       {"logits": lambda s, qi, kj: s + 0.125 * (kj - qi)}),
+    "alibi & causal": (
+        [alibi(0.125), causal()],
+        m_causal,
+        {"logits": lambda s, qi, kj: s + 0.125 * (kj - qi)},
+    ),
     "rope & sink": ([rope(100), sink_window(4, 32)], lambda n: m_sink(n, 4, 32), {"theta": 100.0}),
     "sigmoid & causal": ([sigmoid(-4), causal()], m_causal, {"bias": -4.0}),
     "plain": ([], everything, {}),
@@ -140,7 +159,7 @@ def test_weights_are_the_definition(case):
     sums = want.sum(axis=1)
     assert r.row_sums == pytest.approx((sums.min(), sums.max()))
     if "bias" in kw:
-        assert not r.softmax and r.row_sums[1] > 2          # sigmoid weights are not normalised
+        assert not r.softmax and r.row_sums[1] > 2  # sigmoid weights are not normalised
     else:
         assert r.softmax and r.row_sums == pytest.approx((1, 1))
 
@@ -148,13 +167,17 @@ def test_weights_are_the_definition(case):
 def test_weights_do_not_depend_on_the_kernel_tiles():
     q, k, eye = (a[:256, :256] for a in vg._data())
     w = vg.variant_gallery_numbers([sink_window(4, 48)], 256, 16).weights
-    assert np.abs(variant_attention(q, k, eye[:256, :256], sink_window(4, 48), block_r=16,
-                                    block_c=16) - w).max() < 1e-15
+    assert (
+        np.abs(variant_attention(q, k, eye[:256, :256], sink_window(4, 48), block_r=16, block_c=16) - w).max()
+        < 1e-15
+    )
 
 
 def test_composition_names_show_with_and():
-    assert [v.name for v in vg.make_variant("soft-cap", 5, "sliding_window(64)")] == \
-        ["soft_cap(5)", "sliding_window(64)"]
+    assert [v.name for v in vg.make_variant("soft-cap", 5, "sliding_window(64)")] == [
+        "soft_cap(5)",
+        "sliding_window(64)",
+    ]
     ex = EXPLORERS["variant_gallery"]()
     ex.set(variant="ALiBi", param=0.125, second="causal")
     assert "alibi(0.125) & causal" in ex.summary.value
@@ -189,6 +212,7 @@ class _Browser:
     """A SelectionSlider's view in the browser, reached through the widget's comm: it applies each
     state message whole; stops that leave its index past the end clamp it (as the slider does), and
     the clamped index is sent back once the Python code has run."""
+
     kernel, comm_id = True, "browser"
 
     def __init__(self, w):
@@ -216,6 +240,7 @@ class _Browser:
 def _pixels(png):
     from PIL import Image
     import io
+
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
 
 
@@ -260,7 +285,7 @@ def test_the_theta_readout_is_short_enough_to_show_whole():
     assert max(map(len, w._options_labels)) <= 4
     for kind, (_, _, stops, _) in vg.KINDS.items():
         labels = [o[0] if isinstance(o, tuple) else str(o) for o in stops]
-        assert max(map(len, labels)) <= 12, kind      # "no parameter" is the longest
+        assert max(map(len, labels)) <= 12, kind  # "no parameter" is the longest
 
 
 def test_constructor_takes_each_variant_at_its_default_or_a_given_stop():
@@ -273,15 +298,17 @@ def test_constructor_takes_each_variant_at_its_default_or_a_given_stop():
         cls(variant="flash")
 
 
-@pytest.mark.parametrize("variant, param, name", [("sliding window", 0, "w"), ("sink + window", 0, "w"),
-                                                  ("soft-cap", 0, "c"), ("RoPE", 0, "theta")])
+@pytest.mark.parametrize(
+    "variant, param, name",
+    [("sliding window", 0, "w"), ("sink + window", 0, "w"), ("soft-cap", 0, "c"), ("RoPE", 0, "theta")],
+)
 def test_bad_parameters_are_refused_by_the_library_and_shown(variant, param, name):
     ex = EXPLORERS["variant_gallery"]()
     with pytest.raises(ValueError, match=rf"\b{name}=0"):
         ex.compute(variant=variant, param=param, second="none", N=64, tile=16)
     ex.set(variant=variant)
     w = ex.widgets["param"]
-    w.options = [("0", 0), *zip(w._options_labels, options_of(w))]     # a stop the lecture's slider lacks
+    w.options = [("0", 0), *zip(w._options_labels, options_of(w))]  # a stop the lecture's slider lacks
     ex.set(param=0)
     assert re.search(rf"\b{name}=0", ex.error) and ex._error_text.get_visible()
     ex.set(param=options_of(w)[1])
@@ -289,7 +316,7 @@ def test_bad_parameters_are_refused_by_the_library_and_shown(variant, param, nam
 
 
 def test_summary_and_titles_show_the_numbers():
-    ex = EXPLORERS["variant_gallery"]()                # sliding_window(64), N 256, 32 x 32 tiles
+    ex = EXPLORERS["variant_gallery"]()  # sliding_window(64), N 256, 32 x 32 tiles
     want = classify(m_window(256, 64), 32)
     e, p, f = ((want == i).sum() for i in range(3))
     s = ex.summary.value
@@ -304,19 +331,30 @@ def test_summary_and_titles_show_the_numbers():
 def test_variant_table_matches_dense_masks():
     n, t = 4096, 128
     text = variant_tables.variant_table(n, t)
-    rows = {m.group(1).strip(): tuple(map(int, m.groups()[1:4])) + (float(m.group(5)),)
-            for m in re.finditer(r"^(\S.*?)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)%$", text, re.M)}
-    masks = {"causal": m_causal(n), "sliding_window(512)": m_window(n, 512),
-             "sink_window(4, 512)": m_sink(n, 4, 512), "soft_cap(30)": everything(n),
-             "soft_cap(30) & sliding_window(512)": m_window(n, 512), "sigmoid(0)": everything(n),
-             "alibi(0.0625)": everything(n)}
+    rows = {
+        m.group(1).strip(): tuple(map(int, m.groups()[1:4])) + (float(m.group(5)),)
+        for m in re.finditer(r"^(\S.*?)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)%$", text, re.M)
+    }
+    masks = {
+        "causal": m_causal(n),
+        "sliding_window(512)": m_window(n, 512),
+        "sink_window(4, 512)": m_sink(n, 4, 512),
+        "soft_cap(30)": everything(n),
+        "soft_cap(30) & sliding_window(512)": m_window(n, 512),
+        "sigmoid(0)": everything(n),
+        "alibi(0.0625)": everything(n),
+    }
     assert set(rows) == set(masks)
     for name, mask in masks.items():
         blocks = mask.reshape(n // t, t, n // t, t)
         full, some = blocks.all(axis=(1, 3)), blocks.any(axis=(1, 3))
         empty = int((~some).sum())
-        assert rows[name] == (empty, int((some & ~full).sum()), int(full.sum()),
-                              pytest.approx(round(100 * empty / (n // t) ** 2, 1)))
+        assert rows[name] == (
+            empty,
+            int((some & ~full).sum()),
+            int(full.sum()),
+            pytest.approx(round(100 * empty / (n // t) ** 2, 1)),
+        )
 
 
 def test_sizes_outside_the_picture_are_refused_by_name():

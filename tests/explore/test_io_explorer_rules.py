@@ -1,6 +1,7 @@
 """Notebook 03's IO explorer under the two tile rules: FA2 drawn with its own tiles (or FA1's,
 the lecture's table), its legend entry naming the rule, and legends and the 1/M guide that list
 only the loop orders drawn."""
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,7 @@ def test_curves_follow_the_rule(rule):
     assert r.fa2.tolist() == [flash_io(int(n), 64, 100_000, "fa2", rule=rule) for n in r.N]
     assert r.fa2_M.tolist() == [flash_io(4096, 64, int(m), "fa2", rule=rule) for m in r.M]
     falls = bool(r.fa2_M[-1] < r.fa2_M[len(r.M) // 2] / 3)
-    assert falls is (rule == "fa2")                # own tiles: falls as 1/M; FA1's cap: flat
+    assert falls is (rule == "fa2")  # own tiles: falls as 1/M; FA1's cap: flat
 
 
 def test_legends_and_guide_per_loop_order():

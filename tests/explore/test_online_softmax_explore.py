@@ -1,5 +1,6 @@
 """The online-softmax explorer takes what its text says it takes: a fully masked row gives zeros,
 and a refusal names the vector x the learner typed, not an internal parameter."""
+
 import numpy as np
 import pytest
 

@@ -1,6 +1,7 @@
 """Notebook 01's numbers: the roofline against the JSON's own figures, the operators' intensities
 counted again by hand, the fusion byte counts, attention's share of a Llama-3-8B prefill, and
 bad input that names the offending value."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,20 @@ import numpy as np
 import pytest
 from matplotlib.text import Text
 
-from attnlab.explore.roofline import (GRID, I_MAX, I_MIN, SOFTMAX_FLOPS, attention_share,
-                                      fusion_rows, fusion_traffic, memory_levels, operators,
-                                      RooflineExplorer, roofline_points, spec_sources)
+from attnlab.explore.roofline import (
+    GRID,
+    I_MAX,
+    I_MIN,
+    SOFTMAX_FLOPS,
+    attention_share,
+    fusion_rows,
+    fusion_traffic,
+    memory_levels,
+    operators,
+    RooflineExplorer,
+    roofline_points,
+    spec_sources,
+)
 from attnlab.explore.roofline import memory_table
 from attnlab.explore.roofline.explorer import KEY as _KEY
 from attnlab.catalog import data_path
@@ -29,6 +41,7 @@ CHIPS = ["A100-80GB-SXM", "H100-SXM", "H200-SXM", "B200"]
 
 
 # --- the roofline -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", CHIPS)
 def test_ridge_point_is_peak_over_bandwidth_from_the_json(name):
@@ -66,13 +79,14 @@ def test_roof_curve_spans_the_axis_and_is_the_min_of_two_roofs():
     r = roofline_points("H200", "fp8", 3.0)
     assert GRID[0] == pytest.approx(I_MIN) and GRID[-1] == pytest.approx(I_MAX)
     steps = np.diff(np.log(GRID))
-    assert np.allclose(steps, steps[0])                       # log-spaced
+    assert np.allclose(steps, steps[0])  # log-spaced
     expected = np.minimum(1978.9e12, GRID * 4.8e12)
     assert np.allclose(r.roof, expected, rtol=1e-12)
     assert np.all(np.diff(r.roof) >= 0)
 
 
 # --- operators counted by hand ------------------------------------------------------------------
+
 
 def _by_key(ops):
     return {o.key: o for o in ops}
@@ -86,7 +100,7 @@ def test_operator_intensities_by_hand(dtype, b):
     assert ops["softmax"].intensity == pytest.approx(5 / (2 * b))
     assert SOFTMAX_FLOPS == 5
     assert ops["decode"].intensity == pytest.approx(4 * L * d / ((2 * L * d + 2 * d) * b))
-    assert ops["decode"].intensity == pytest.approx(2 / b, rel=1e-3)   # "about 1" in bf16
+    assert ops["decode"].intensity == pytest.approx(2 / b, rel=1e-3)  # "about 1" in bf16
     # standard attention: Q, K read, S written; S read, P written; P, V read, O written
     std_elements = (N * d + N * d + N * N) + (N * N + N * N) + (N * N + N * d + N * d)
     assert ops["standard"].bytes == std_elements * b
@@ -98,7 +112,7 @@ def test_operator_intensities_by_hand(dtype, b):
     fa_elements = N * d + (N // br) * 2 * N * d + N * d
     assert ops["flash"].bytes == fa_elements * b
     assert ops["flash"].intensity == pytest.approx(4 * N * N * d / (fa_elements * b))
-    assert ops["matmul"].intensity == pytest.approx(2 * n ** 3 / (3 * n * n * b))
+    assert ops["matmul"].intensity == pytest.approx(2 * n**3 / (3 * n * n * b))
     assert ops["flash_l2"].intensity == pytest.approx(N / b)
 
 
@@ -126,6 +140,7 @@ def test_operators_on_the_h100_and_the_a100_fp32_roof():
 
 def test_operators_are_frozen():
     import dataclasses
+
     with pytest.raises(dataclasses.FrozenInstanceError):
         operators("bf16")[0].intensity = -1
     assert operators("bf16")[0].intensity == 0.25
@@ -134,6 +149,7 @@ def test_operators_are_frozen():
 
 
 # --- fusion ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("k", [1, 2, 4, 7])
 def test_fusion_bytes_and_time_by_hand(k):
@@ -169,15 +185,16 @@ def test_fusion_with_heavy_elementwise_work_becomes_compute_bound():
 
 # --- 1.1 and 1.2 ---------------------------------------------------------------------------------
 
+
 def test_attention_share_llama3_8b_by_hand():
     rows = {r["N"]: r for r in attention_share("Llama-3-8B", (1024, 32768))}
-    linear = 2 * 8_030_261_248             # 2 x params, embedding included (notebooks 01 and 02 agree)
+    linear = 2 * 8_030_261_248  # 2 x params, embedding included (notebooks 01 and 02 agree)
     r = rows[32768]
     assert r["linear_flops"] == linear == linear_flops_per_token("Llama-3-8B")
     assert r["attn_flops"] == pytest.approx(4 * 32 * 32 * 128 * (32768 + 1) / 2)
     assert r["attn_share"] == pytest.approx(r["attn_flops"] / (r["attn_flops"] + linear))
-    assert r["score_bytes"] == 32768 ** 2 * 2 == 2_147_483_648          # the lecture's "2 GB"
-    assert r["kv_bytes"] == 2 * 32 * 8 * 128 * 32768 * 2 == 4 * 2 ** 30
+    assert r["score_bytes"] == 32768**2 * 2 == 2_147_483_648  # the lecture's "2 GB"
+    assert r["kv_bytes"] == 2 * 32 * 8 * 128 * 32768 * 2 == 4 * 2**30
     assert rows[1024]["attn_share"] < 0.02 < 0.3 < r["attn_share"] < 0.4
 
 
@@ -197,7 +214,7 @@ def test_memory_table_states_hbm_to_l2_ratios():
         raw = _spec(name)
         assert rows[name]["hbm_per_l2"] == pytest.approx(raw["hbm_bytes"] / raw["l2_bytes"])
     ratios = sorted(r["hbm_per_l2"] for r in rows.values())
-    assert 1_400 < ratios[0] < 1_500 and 2_350 < ratios[-1] < 2_450      # B200 .. H200
+    assert 1_400 < ratios[0] < 1_500 and 2_350 < ratios[-1] < 2_450  # B200 .. H200
     text = memory_table()
     assert "HBM / L2" in text and "2,048x" in text and "79.6 GiB" in text and "140.4 GiB" in text
 
@@ -231,6 +248,7 @@ def test_a100_sram_bandwidth_cites_the_flashattention_paper():
 
 
 # --- bad input ---------------------------------------------------------------------------------
+
 
 def test_unknown_gpu_names_the_value():
     with pytest.raises(ValueError, match="H300"):
@@ -269,13 +287,14 @@ def test_other_bad_arguments():
 
 # --- the explorer's glue -------------------------------------------------------------------------
 
+
 def test_gpu_change_offers_only_its_dtypes_in_one_redraw():
     ex = RooflineExplorer("H100-SXM", "fp8", 10.0)
     before = ex.renders
-    ex.widgets["gpu"].value = "A100-80GB-SXM"          # as a learner picks it in the dropdown
+    ex.widgets["gpu"].value = "A100-80GB-SXM"  # as a learner picks it in the dropdown
     assert ex.renders == before + 1
     assert "fp8" not in ex.widgets["dtype"].options
-    assert ex.values["dtype"] == "bf16"                  # fp8 is gone, so bf16
+    assert ex.values["dtype"] == "bf16"  # fp8 is gone, so bf16
     ex.set(gpu="B200", dtype="fp4")
     assert "fp4" in ex.widgets["dtype"].options
     ex.set(gpu="H200-SXM")
@@ -298,8 +317,10 @@ def _label(ex, key_text):
     return next(t for t in ax.texts if t.get_text().startswith(key_text))
 
 
-@pytest.mark.parametrize("gpu,dtype", [("H100-SXM", "bf16"), ("H200-SXM", "fp8"), ("B200", "fp4"),
-                                       ("A100", "fp32"), ("B200", "tf32")])
+@pytest.mark.parametrize(
+    "gpu,dtype",
+    [("H100-SXM", "bf16"), ("H200-SXM", "fp8"), ("B200", "fp4"), ("A100", "fp32"), ("B200", "tf32")],
+)
 def test_compute_bound_labels_point_at_their_own_markers(gpu, dtype):
     """matmul's label lies below the roof and ends left of its marker; FA-with-L2's lies above the
     roof; both have a leader line to their marker, and neither leaves the axes."""
@@ -313,26 +334,27 @@ def test_compute_bound_labels_point_at_their_own_markers(gpu, dtype):
     mm = _label(ex, "matmul")
     l2 = _label(ex, "FA, L2")
     renderer = fig.canvas.get_renderer()
-    text_box = lambda lab: Text.get_window_extent(lab, renderer)     # noqa: E731 - without the leader
+    text_box = lambda lab: Text.get_window_extent(lab, renderer)  # noqa: E731 - without the leader
     for lab, key in ((mm, "matmul"), (l2, "flash_l2")):
-        assert lab.arrow_patch is not None                    # leader line
+        assert lab.arrow_patch is not None  # leader line
         assert lab.xy == pytest.approx((ops[key].intensity, ops[key].attainable / 1e12))
         bb = text_box(lab)
         assert box.x0 <= bb.x0 and bb.x1 <= box.x1 + 1 and box.y0 <= bb.y0 and bb.y1 <= box.y1
     mx, my = to_px((ops["matmul"].intensity, ops["matmul"].attainable / 1e12))
     lx, ly = to_px((ops["flash_l2"].intensity, ops["flash_l2"].attainable / 1e12))
     mb, lb = text_box(mm), text_box(l2)
-    assert mb.y1 < my and mb.x1 < mx                          # below and left of matmul's dot
-    assert lb.y0 > ly                                         # above FA-with-L2's dot
-    if lb.x0 < mx < lb.x1:                                    # when it spans matmul's x (fp8, fp4)
-        assert lb.y0 > my + 15                                # it stands well clear of that dot
+    assert mb.y1 < my and mb.x1 < mx  # below and left of matmul's dot
+    assert lb.y0 > ly  # above FA-with-L2's dot
+    if lb.x0 < mx < lb.x1:  # when it spans matmul's x (fp8, fp4)
+        assert lb.y0 > my + 15  # it stands well clear of that dot
 
 
 def test_key_explains_the_hollow_marker():
     assert "hollow" in _KEY and "FA, L2" in _KEY
     ex = RooflineExplorer()
-    dot = next(l for l in ex.figure.axes[0].lines
-               if l.get_marker() == "o" and l.get_markerfacecolor() == "white")
+    dot = next(
+        l for l in ex.figure.axes[0].lines if l.get_marker() == "o" and l.get_markerfacecolor() == "white"
+    )
     assert dot.get_xdata()[0] == pytest.approx(2048.0)
 
 
@@ -348,17 +370,23 @@ def test_labels_stay_off_the_lines_on_every_chip_and_dtype():
             fig.canvas.draw()
             renderer = fig.canvas.get_renderer()
             ridge = ax.transData.transform((roofline_points(gpu, dtype).ridge, 1.0))[0]
-            labels = [(t.get_text(), Text.get_window_extent(t, renderer)) for t in ax.texts
-                      if type(t).__name__ == "Annotation" and t.get_text()]
+            labels = [
+                (t.get_text(), Text.get_window_extent(t, renderer))
+                for t in ax.texts
+                if type(t).__name__ == "Annotation" and t.get_text()
+            ]
             boxed = {t.get_text() for t in ax.texts if t.get_bbox_patch() is not None}
-            dots = [ax.transData.transform((o.intensity, o.attainable / 1e12))
-                    for o in roofline_points(gpu, dtype).operators]
+            dots = [
+                ax.transData.transform((o.intensity, o.attainable / 1e12))
+                for o in roofline_points(gpu, dtype).operators
+            ]
             where = f"{gpu} {dtype}"
             for i, (text, b) in enumerate(labels):
                 assert text in boxed or not b.x0 <= ridge <= b.x1, f"{where}: the ridge line crosses {text!r}"
-                assert not any(b.x0 - 3 <= x <= b.x1 + 3 and b.y0 - 3 <= y <= b.y1 + 3 for x, y in dots), \
+                assert not any(b.x0 - 3 <= x <= b.x1 + 3 and b.y0 - 3 <= y <= b.y1 + 3 for x, y in dots), (
                     f"{where}: {text!r} covers a marker"
-                assert not any(b.overlaps(b2) for _, b2 in labels[i + 1:]), f"{where}: {text!r} overlaps"
+                )
+                assert not any(b.overlaps(b2) for _, b2 in labels[i + 1 :]), f"{where}: {text!r} overlaps"
             user = next(ln for ln in ax.lines if ln.get_linestyle() == ":")
             for region in ("memory-bound", "compute-bound"):
                 t = _label(ex, region)

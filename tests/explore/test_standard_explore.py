@@ -2,6 +2,7 @@
 (models.prefill_cost_curve), checked against formulas written out here by hand: nothing below
 calls iomodel or prefill_cost to get an expected value, except where the point is that the
 vectorised companion equals the scalar function."""
+
 from __future__ import annotations
 
 import itertools
@@ -16,12 +17,12 @@ from attnlab.machine.models import get_model, models, prefill_cost, prefill_cost
 
 # Llama-3-8B and H100 SXM, written out so a wrong JSON value or a wrong formula fails here
 L8 = dict(params=8_030_261_248, layers=32, heads=32, d=128)
-H100 = dict(peak=989.4e12, bw=3.35e12, hbm=81_559 * 2**20)     # nvidia-smi: 81,559 MiB
+H100 = dict(peak=989.4e12, bw=3.35e12, hbm=81_559 * 2**20)  # nvidia-smi: 81,559 MiB
 M = 100_000
 
 
 def std_hand(N, d):
-    return 2 * N * d + 2 * N * d + 4 * N * N          # read Q, K, V; write O; S, P each way
+    return 2 * N * d + 2 * N * d + 4 * N * N  # read Q, K, V; write O; S, P each way
 
 
 def fa1_hand(N, d, sram=M):
@@ -44,8 +45,8 @@ def by_hand(N, *, params, layers, heads, d, peak, bw, hbm, bpe=2, flash_io=None)
     attention three (QK^T and PV full GEMMs; Q, K -> S; S -> P; P, V -> O)."""
     lh = layers * heads
     linear = 2 * params * N / peak
-    attn = 2 * lh * N * N * d / peak                  # causal half of QK^T and PV
-    gemm = 2 * lh * N * N * d / peak                  # one full GEMM
+    attn = 2 * lh * N * N * d / peak  # causal half of QK^T and PV
+    gemm = 2 * lh * N * N * d / peak  # one full GEMM
     fio = lh * (fa1_causal_hand(N, d) if flash_io is None else flash_io) * bpe / bw
     k1 = lh * (2 * N * d + N * N) * bpe / bw
     k2 = lh * 2 * N * N * bpe / bw
@@ -53,21 +54,36 @@ def by_hand(N, *, params, layers, heads, d, peak, bw, hbm, bpe=2, flash_io=None)
     flash = linear + max(attn, fio)
     standard = linear + max(gemm, k1) + k2 + max(gemm, k3)
     sp = 2 * heads * N * N * bpe
-    return {"compute_s": linear + attn, "standard_s": standard, "flash_s": flash,
-            "extra_raw_s": standard - flash, "extra_s": max(standard - flash, 0.0),
-            "flash_io_s": fio, "ratio": standard / flash, "sp_bytes": sp,
-            "ml_bytes": heads * N * 2 * 4, "fits": sp <= hbm}
+    return {
+        "compute_s": linear + attn,
+        "standard_s": standard,
+        "flash_s": flash,
+        "extra_raw_s": standard - flash,
+        "extra_s": max(standard - flash, 0.0),
+        "flash_io_s": fio,
+        "ratio": standard / flash,
+        "sp_bytes": sp,
+        "ml_bytes": heads * N * 2 * 4,
+        "fits": sp <= hbm,
+    }
 
 
 # --- Algorithm 0 tensor by tensor ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("N,d", [(1000, 64), (257, 32), (1, 8)])
 def test_counter_by_tensor_matches_algorithm0(N, d):
     r = st.algorithm0_traffic(N, d, seed=3)
     got = {row["tensor"]: (row["reads"], row["writes"]) for row in r.rows}
-    assert list(got) == ["Q", "K", "S", "P", "V", "O"]        # kernel 1, 2, 3 order
-    assert got == {"Q": (N * d, 0), "K": (N * d, 0), "S": (N * N, N * N), "P": (N * N, N * N),
-                   "V": (N * d, 0), "O": (0, N * d)}
+    assert list(got) == ["Q", "K", "S", "P", "V", "O"]  # kernel 1, 2, 3 order
+    assert got == {
+        "Q": (N * d, 0),
+        "K": (N * d, 0),
+        "S": (N * N, N * N),
+        "P": (N * N, N * N),
+        "V": (N * d, 0),
+        "O": (0, N * d),
+    }
     assert r.total == r.formula == 4 * N * d + 4 * N * N
     assert r.sp == 4 * N * N
     assert r.share == pytest.approx(N / (N + d), rel=1e-15)
@@ -89,7 +105,7 @@ def test_traffic_curves_shares_and_crossing_at_d():
     for t in ("S", "P"):
         np.testing.assert_array_equal(r.parts[t], 2 * N * N)
     np.testing.assert_allclose(r.share, N / (N + 64), rtol=1e-15)
-    assert r.at_n["share"] == 0.5                            # N = d: equal parts
+    assert r.at_n["share"] == 0.5  # N = d: equal parts
     assert st.traffic_curves(d=64, n=4096).at_n["share"] == pytest.approx(4096 / 4160)
     # for N >> d the N^2 part dominates: above 98 % from N = 64 d
     big = N >= 64 * 64
@@ -98,12 +114,21 @@ def test_traffic_curves_shares_and_crossing_at_d():
 
 # --- prefill curves against the hand-written time model ------------------------------------------
 
+
 def test_prefill_point_llama3_8b_h100_32k():
     r = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 32768)
     want = by_hand(32768, **L8, **H100)
     p = r.at_n
-    for k in ("compute_s", "standard_s", "flash_s", "extra_s", "extra_raw_s", "flash_io_s",
-              "sp_bytes", "ml_bytes"):
+    for k in (
+        "compute_s",
+        "standard_s",
+        "flash_s",
+        "extra_s",
+        "extra_raw_s",
+        "flash_io_s",
+        "sp_bytes",
+        "ml_bytes",
+    ):
         assert p[k] == pytest.approx(want[k], rel=1e-12), k
     assert p["fits"] is False
     assert p["total_ratio"] == pytest.approx(want["ratio"], rel=1e-12)
@@ -114,7 +139,7 @@ def test_prefill_point_llama3_8b_h100_32k():
     assert p["standard_s"] == pytest.approx(3.168, abs=0.0005)
     assert round(p["total_ratio"], 2) == 2.66
     assert p["sp_bytes"] == 2 * 32 * 32768**2 * 2 == 128 * 2**30
-    assert p["ml_bytes"] == 32 * 32768 * 2 * 4 == 8 * 2**20        # exercise 2: 8 MiB
+    assert p["ml_bytes"] == 32 * 32768 * 2 * 4 == 8 * 2**20  # exercise 2: 8 MiB
     assert (r.heads, r.layers, r.head_dim) == (32, 32, 128)
 
 
@@ -123,13 +148,14 @@ def test_one_accounting_for_both():
     own hidden; with one accounting FlashAttention's time includes its traffic where that is
     larger than its FLOPs, and the ratio is the ratio of the two times."""
     c = prefill_cost("Llama-3-8B", "H100-SXM", 32768)
-    assert c.flash_s > c.compute_s and not c.flash_io_hidden      # its traffic is not hidden
-    assert c.flash_s == pytest.approx(c.compute_s - 2 * 1024 * 32768**2 * 128 / H100["peak"]
-                                      + c.flash_io_s, rel=1e-12)
+    assert c.flash_s > c.compute_s and not c.flash_io_hidden  # its traffic is not hidden
+    assert c.flash_s == pytest.approx(
+        c.compute_s - 2 * 1024 * 32768**2 * 128 / H100["peak"] + c.flash_io_s, rel=1e-12
+    )
     assert c.total_ratio == pytest.approx(c.standard_s / c.flash_s, rel=1e-15)
     assert c.extra_io_s == pytest.approx(c.standard_s - c.flash_s, rel=1e-15)
     hidden = prefill_cost("Llama-3-8B", "H100-SXM", 32768, causal_skip=False)
-    assert hidden.flash_io_s > c.flash_io_s                       # no skipping: more traffic
+    assert hidden.flash_io_s > c.flash_io_s  # no skipping: more traffic
 
 
 @pytest.mark.parametrize("N", [1024, 5000, 16384, 131072])
@@ -178,7 +204,7 @@ def test_extra_time_and_memory_grow_as_n_squared(N):
     b = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 2 * N).at_n
     assert 3.9 <= b["extra_s"] / a["extra_s"] <= 4.1
     assert b["sp_bytes"] == 4 * a["sp_bytes"]
-    assert b["ml_bytes"] == 2 * a["ml_bytes"]                    # FlashAttention: linear
+    assert b["ml_bytes"] == 2 * a["ml_bytes"]  # FlashAttention: linear
 
 
 def test_crossover_near_10k_for_llama3_8b_on_h100():
@@ -191,11 +217,11 @@ def test_crossover_near_10k_for_llama3_8b_on_h100():
 def test_faster_memory_less_extra_time():
     h100 = st.prefill_curves("Llama-3-8B", "H100-SXM", 128, 32768).at_n["extra_s"]
     h200 = st.prefill_curves("Llama-3-8B", "H200-SXM", 128, 32768).at_n["extra_s"]
-    assert h200 == pytest.approx(h100 * 3.35 / 4.8, rel=1e-9)    # both kernels memory-bound
+    assert h200 == pytest.approx(h100 * 3.35 / 4.8, rel=1e-9)  # both kernels memory-bound
 
 
 def test_max_fitting_n():
-    hbm = 81_559 * 2**20                                   # what nvidia-smi reports on an H100 80GB
+    hbm = 81_559 * 2**20  # what nvidia-smi reports on an H100 80GB
     n = st.max_fitting_n("Llama-3-8B", "H100-SXM")
     assert n == math.isqrt(hbm // (2 * 32 * 2)) == 25_848
     assert 2 * 32 * n**2 * 2 <= hbm < 2 * 32 * (n + 1) ** 2 * 2
@@ -251,15 +277,18 @@ def test_summary_line_states_the_point():
     assert "memory benefit stands" in s and "L2" in s
     title = ex.figure.axes[0].get_title()
     assert title.startswith("Time of one prefill") and "reshaped: 16 heads × d=256 (hypothetical)" in title
-    ex.set(model="Gemma-2-9B")                             # its own d = 256: no "hypothetical"
+    ex.set(model="Gemma-2-9B")  # its own d = 256: no "hypothetical"
     assert "hypothetical" not in ex.figure.axes[0].get_title()
     assert "cannot show FlashAttention's benefit" in ex.summary.value
 
 
 # --- the vectorised companion in models.py --------------------------------------------------------
 
-@pytest.mark.parametrize("model,gpu", [("Llama-3-8B", "H100-SXM"), ("Llama-3-70B", "A100"),
-                                       ("Gemma-2-9B", "B200"), ("DeepSeek-V3", "H200")])
+
+@pytest.mark.parametrize(
+    "model,gpu",
+    [("Llama-3-8B", "H100-SXM"), ("Llama-3-70B", "A100"), ("Gemma-2-9B", "B200"), ("DeepSeek-V3", "H200")],
+)
 def test_curve_equals_prefill_cost(model, gpu):
     Ns = [1, 7, 100, 1000, 4096, 12345, 32768, 131072]
     r = prefill_cost_curve(model, gpu, Ns)
@@ -282,9 +311,17 @@ def test_curve_flash_time_by_hand_and_sram():
     assert r["flash_io_s"][0] == pytest.approx(want, rel=1e-12)
 
 
-@pytest.mark.parametrize("bad,exc", [([0], ValueError), ([1024, -5], ValueError),
-                                     ([1.5], TypeError), (["8"], TypeError), ([], ValueError),
-                                     ([1 << 25], ValueError)])
+@pytest.mark.parametrize(
+    "bad,exc",
+    [
+        ([0], ValueError),
+        ([1024, -5], ValueError),
+        ([1.5], TypeError),
+        (["8"], TypeError),
+        ([], ValueError),
+        ([1 << 25], ValueError),
+    ],
+)
 def test_curve_bad_lengths(bad, exc):
     with pytest.raises(exc):
         prefill_cost_curve("Llama-3-8B", "H100", bad)
@@ -292,12 +329,20 @@ def test_curve_bad_lengths(bad, exc):
 
 # --- bad input names the value --------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"n": 0}, "n=0"), ({"n": 131073}, "n=131073"), ({"n": 512}, "n=512"),
-    ({"model": "GPT-9"}, "GPT-9"), ({"gpu": "H900"}, "H900"),
-    ({"head_dim": 96}, "head_dim=96"), ({"head_dim": 32}, "head_dim=32"),
-    ({"model": "DeepSeek-V3"}, "DeepSeek-V3"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"n": 0}, "n=0"),
+        ({"n": 131073}, "n=131073"),
+        ({"n": 512}, "n=512"),
+        ({"model": "GPT-9"}, "GPT-9"),
+        ({"gpu": "H900"}, "H900"),
+        ({"head_dim": 96}, "head_dim=96"),
+        ({"head_dim": 32}, "head_dim=32"),
+        ({"model": "DeepSeek-V3"}, "DeepSeek-V3"),
+    ],
+)
 def test_bad_input_raises_value_error_naming_it(kwargs, match):
     with pytest.raises(ValueError, match=match):
         st.prefill_curves(**kwargs)
@@ -318,6 +363,7 @@ def test_bad_input_elsewhere():
 
 # --- the figures say what the summaries say -------------------------------------------------------
 
+
 def test_legend_lists_only_drawn_lines():
     """The visible legend of the time panel lists exactly the lines that hold data."""
     ex = st.PrefillCostExplorer()
@@ -327,8 +373,11 @@ def test_legend_lists_only_drawn_lines():
         legs = [a for a in ax.get_children() if type(a).__name__ == "Legend" and a.get_visible()]
         assert len(legs) == 1
         shown = {t.get_text() for t in legs[0].get_texts()}
-        drawn = {l.get_label() for l in ax.lines
-                 if not l.get_label().startswith("_") and np.isfinite(np.asarray(l.get_ydata(), float)).any()}
+        drawn = {
+            l.get_label()
+            for l in ax.lines
+            if not l.get_label().startswith("_") and np.isfinite(np.asarray(l.get_ydata(), float)).any()
+        }
         assert shown == drawn, kw
 
 
@@ -371,10 +420,10 @@ def test_ratio_conventions_by_hand():
     N, p = 32768, H100["peak"]
     base = by_hand(N, **L8, **H100)
     assert rows[0]["ratio"] == pytest.approx(base["ratio"], rel=1e-12)
-    assert rows[1]["flash_s"] == pytest.approx(base["compute_s"], rel=1e-12)     # hidden
+    assert rows[1]["flash_s"] == pytest.approx(base["compute_s"], rel=1e-12)  # hidden
     no_skip = by_hand(N, **L8, **H100, flash_io=fa1_hand(N, 128))
     assert rows[2]["flash_s"] == pytest.approx(no_skip["flash_s"], rel=1e-12)
-    assert rows[3]["flash_s"] < rows[0]["flash_s"]          # FA2's own tiles move less than FA1
+    assert rows[3]["flash_s"] < rows[0]["flash_s"]  # FA2's own tiles move less than FA1
     embed = 2 * 128_256 * 4096 * N / p
     assert rows[4]["standard_s"] == pytest.approx(base["standard_s"] - embed, rel=1e-12)
     assert [round(r["ratio"], 2) for r in rows] == [2.66, 3.88, 1.72, 3.25, 2.70]
@@ -396,4 +445,4 @@ def test_n_equals_d_label_is_not_crossed_by_the_read_off_line():
             if box.x0 <= x_mark <= box.x1:
                 assert ex.a_eq_txt.get_bbox_patch() is not None
                 assert ex.dynamic.index(ex.a_eq_txt) > ex.dynamic.index(ex.a_mark), (d, n)
-                assert d / 8 < st.TRAFFIC_GRID[0] or not d < n <= 8 * d, (d, n)   # no room left of d
+                assert d / 8 < st.TRAFFIC_GRID[0] or not d < n <= 8 * d, (d, n)  # no room left of d

@@ -2,6 +2,7 @@
 argument is a usage error before anything runs (exit status 2, one line on stderr naming the
 argument, no traceback); without a GPU a full-size run is refused at once; --dry runs the small
 cases on the CPU."""
+
 import importlib
 import json
 
@@ -11,8 +12,13 @@ pytest.importorskip("torch")
 
 MISSING = "no-such-folder/x.json"
 #: what each entry point calls to start measuring: a refused command line never gets there
-STARTS = {"sweeps.hopper": "sweep", "sweeps.paged": "sweep", "sweeps.ragged": "sweep", "sweeps.gluon": "_torch",
-          "ncu": "profile"}
+STARTS = {
+    "sweeps.hopper": "sweep",
+    "sweeps.paged": "sweep",
+    "sweeps.ragged": "sweep",
+    "sweeps.gluon": "_torch",
+    "ncu": "profile",
+}
 
 
 def _no_start(monkeypatch, mod):
@@ -33,38 +39,41 @@ def _refused(capsys, mod, argv, names):
     return lines[0]
 
 
-@pytest.mark.parametrize("mod, argv, names", [
-    ("run", ["--dry", "--sections", ","], ["--sections", "at least one"]),
-    ("run", ["--dry", "--sections", "paged,pagd"], ["--sections", "'pagd'", "prefill"]),
-    ("run", ["--dry", "--sections", "paged,paged"], ["--sections", "twice"]),
-    ("run", ["--dry", "--merge"], ["--merge", "--out"]),
-    ("run", ["--dry", "--out", MISSING], ["--out", "does not exist"]),
-    ("paged", ["--dry", "--cases", "3xq"], ["--cases", "'q'", "positive integer"]),
-    ("paged", ["--dry", "--cases", "1x2x3"], ["--cases", "batch x context", "'1x2x3'"]),
-    ("paged", ["--dry", "--cases", "2x0"], ["--cases", "context", "'0'"]),
-    ("paged", ["--dry", "--cases", "0x5"], ["--cases", "batch", "'0'"]),
-    ("paged", ["--dry", "--cases", ","], ["--cases"]),
-    ("paged", ["--dry", "--page-sizes", "0"], ["--page-sizes", "'0'"]),
-    ("paged", ["--dry", "--peers", ","], ["--peers", "at least one"]),
-    ("paged", ["--dry", "--out", MISSING], ["--out", "does not exist"]),
-    ("prefill", ["--dry", "--cases", "4096"], ["--cases", "batch x N"]),
-    ("prefill", ["--dry", "--peers", "ours,cudnn"], ["--peers", "'cudnn'", "flashinfer"]),
-    ("cascade", ["--dry", "--cases", "8x4096"], ["--cases", "requests x prefix x unique"]),
-    ("cascade", ["--dry", "--cases", "2x20x5"], ["--cases", "prefix", "16 tokens", "'2x20x5'"]),
-    ("decode", ["--dry", "--cases", "1x40"], ["--cases"]),                  # decode's CASES hold its splits
-    ("variants", ["--dry", "--variants", "causal,soft_cap"], ["--variants", "'soft_cap'"]),
-    ("scheduled", ["--cases", "5"], ["--cases", "batch", "5", "--dry"]),   # not a recorded batch
-    ("scheduled", ["--dry", "--plans", "balanced,greedy"], ["--plans", "'greedy'"]),
-    ("sweeps.hopper", ["--dry", "--cases", "0"], ["--cases", "N"]),
-    ("sweeps.paged", ["--out", MISSING], ["--out"]),
-    ("sweeps.ragged", [], ["--out"]),
-    ("sweeps.gluon", ["fast"], ["mode", "'fast'"]),
-    ("sweeps.gluon", ["smoke", "latest"], ["'latest'", "early_k"]),
-    ("sweeps.gluon", ["record", "run.json", "out.json", "d"], ["commit"]),
-    ("ncu", ["--group", "all"], ["--group", "'all'"]),
-    ("ncu", ["--out", "p.json"], ["--out", "--summarize"]),
-    ("ncu", ["--summarize", "d.csv", "r.csv"], ["--summarize", "d.csv"]),
-])
+@pytest.mark.parametrize(
+    "mod, argv, names",
+    [
+        ("run", ["--dry", "--sections", ","], ["--sections", "at least one"]),
+        ("run", ["--dry", "--sections", "paged,pagd"], ["--sections", "'pagd'", "prefill"]),
+        ("run", ["--dry", "--sections", "paged,paged"], ["--sections", "twice"]),
+        ("run", ["--dry", "--merge"], ["--merge", "--out"]),
+        ("run", ["--dry", "--out", MISSING], ["--out", "does not exist"]),
+        ("paged", ["--dry", "--cases", "3xq"], ["--cases", "'q'", "positive integer"]),
+        ("paged", ["--dry", "--cases", "1x2x3"], ["--cases", "batch x context", "'1x2x3'"]),
+        ("paged", ["--dry", "--cases", "2x0"], ["--cases", "context", "'0'"]),
+        ("paged", ["--dry", "--cases", "0x5"], ["--cases", "batch", "'0'"]),
+        ("paged", ["--dry", "--cases", ","], ["--cases"]),
+        ("paged", ["--dry", "--page-sizes", "0"], ["--page-sizes", "'0'"]),
+        ("paged", ["--dry", "--peers", ","], ["--peers", "at least one"]),
+        ("paged", ["--dry", "--out", MISSING], ["--out", "does not exist"]),
+        ("prefill", ["--dry", "--cases", "4096"], ["--cases", "batch x N"]),
+        ("prefill", ["--dry", "--peers", "ours,cudnn"], ["--peers", "'cudnn'", "flashinfer"]),
+        ("cascade", ["--dry", "--cases", "8x4096"], ["--cases", "requests x prefix x unique"]),
+        ("cascade", ["--dry", "--cases", "2x20x5"], ["--cases", "prefix", "16 tokens", "'2x20x5'"]),
+        ("decode", ["--dry", "--cases", "1x40"], ["--cases"]),  # decode's CASES hold its splits
+        ("variants", ["--dry", "--variants", "causal,soft_cap"], ["--variants", "'soft_cap'"]),
+        ("scheduled", ["--cases", "5"], ["--cases", "batch", "5", "--dry"]),  # not a recorded batch
+        ("scheduled", ["--dry", "--plans", "balanced,greedy"], ["--plans", "'greedy'"]),
+        ("sweeps.hopper", ["--dry", "--cases", "0"], ["--cases", "N"]),
+        ("sweeps.paged", ["--out", MISSING], ["--out"]),
+        ("sweeps.ragged", [], ["--out"]),
+        ("sweeps.gluon", ["fast"], ["mode", "'fast'"]),
+        ("sweeps.gluon", ["smoke", "latest"], ["'latest'", "early_k"]),
+        ("sweeps.gluon", ["record", "run.json", "out.json", "d"], ["commit"]),
+        ("ncu", ["--group", "all"], ["--group", "'all'"]),
+        ("ncu", ["--out", "p.json"], ["--out", "--summarize"]),
+        ("ncu", ["--summarize", "d.csv", "r.csv"], ["--summarize", "d.csv"]),
+    ],
+)
 def test_a_bad_argument_is_one_usage_line(capsys, tmp_path, monkeypatch, mod, argv, names):
     monkeypatch.chdir(tmp_path)
     _no_start(monkeypatch, mod)
@@ -76,19 +85,32 @@ def test_merge_checks_the_file_it_keeps_before_running(capsys, tmp_path, monkeyp
     bad = tmp_path / "bad.json"
     bad.write_text('{"rows": [')
     _refused(capsys, "run", ["--dry", "--merge", "--out", str(bad)], ["--merge", str(bad), "JSON"])
-    old = tmp_path / "old.json"                            # recorded before the schema: no "schema"
+    old = tmp_path / "old.json"  # recorded before the schema: no "schema"
     old.write_text(json.dumps({"device": "x", "sections": {"paged": {"rows": []}}, "rows": []}))
     line = _refused(capsys, "run", ["--dry", "--merge", "--out", str(old)], ["--merge", str(old)])
-    assert "python -m attnlab.runfile" in line             # how to convert it, in the same line
+    assert "python -m attnlab.runfile" in line  # how to convert it, in the same line
 
 
-@pytest.mark.parametrize("mod, argv", [
-    ("run", []), ("paged", []), ("prefill", ["--peers", "ours"]), ("decode", []), ("cascade", []),
-    ("variants", []), ("scheduled", []), ("sweeps.hopper", []), ("sweeps.paged", []),
-    ("sweeps.ragged", ["--out", "s.json"]), ("sweeps.gluon", ["smoke"]), ("ncu", []),
-])
+@pytest.mark.parametrize(
+    "mod, argv",
+    [
+        ("run", []),
+        ("paged", []),
+        ("prefill", ["--peers", "ours"]),
+        ("decode", []),
+        ("cascade", []),
+        ("variants", []),
+        ("scheduled", []),
+        ("sweeps.hopper", []),
+        ("sweeps.paged", []),
+        ("sweeps.ragged", ["--out", "s.json"]),
+        ("sweeps.gluon", ["smoke"]),
+        ("ncu", []),
+    ],
+)
 def test_without_a_gpu_a_full_size_run_is_refused_at_once(capsys, tmp_path, monkeypatch, mod, argv):
     import torch
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     _no_start(monkeypatch, mod)
@@ -102,11 +124,26 @@ def test_dry_runs_the_small_cases_on_the_cpu(capsys, tmp_path):
     """`python -m attnlab.gpubench.paged --dry` with one case of its own: its rows, every one checked."""
     import torch
     from attnlab.gpubench import paged
+
     if torch.cuda.is_available():
         pytest.skip("the dry run is for machines without a GPU")
     out = tmp_path / "p.json"
-    assert paged.main(["--dry", "--cases", "2x20", "--page-sizes", "3", "--peers", "paged,contiguous",
-                       "--out", str(out)]) == 0
+    assert (
+        paged.main(
+            [
+                "--dry",
+                "--cases",
+                "2x20",
+                "--page-sizes",
+                "3",
+                "--peers",
+                "paged,contiguous",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())["rows"]
     assert {(r["batch"], r["context"]) for r in rows} == {(2, 20)}
     assert {r["impl"] for r in rows} == {"paged", "contiguous"} and {r.get("page_size") for r in rows} >= {3}
@@ -117,13 +154,14 @@ def test_dry_runs_the_small_cases_on_the_cpu(capsys, tmp_path):
 def test_runfile_convert_checks_every_file_before_rewriting_any(tmp_path, capsys):
     from attnlab import runfile
     from attnlab.explore.measured import reader
+
     good, bad = tmp_path / "a.json", tmp_path / "b.json"
-    good.write_text(reader.run_files()[-1].read_text())      # a run file, already in the schema
+    good.write_text(reader.run_files()[-1].read_text())  # a run file, already in the schema
     bad.write_text("{not json")
     with pytest.raises(SystemExit) as e:
         runfile.main([str(good), str(bad)])
     out = capsys.readouterr()
-    assert e.value.code == 2 and str(bad) in out.err and out.out == ""    # nothing done before the refusal
+    assert e.value.code == 2 and str(bad) in out.err and out.out == ""  # nothing done before the refusal
     with pytest.raises(SystemExit) as e:
         runfile.main([str(tmp_path / "missing.json")])
     assert e.value.code == 2

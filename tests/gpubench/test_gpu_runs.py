@@ -2,6 +2,7 @@
 direction, reading, writing, converting older files) and explore.measured (what notebooks 03-06
 print), checked against the recorded rows themselves and against small synthetic sections whose
 answers are worked out by hand. No GPU and no torch needed."""
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,63 @@ from attnlab.runfile import COLUMNS, SCHEMA, own_row, section_rows, to_schema
 
 
 def test_section_rows_by_hand():
-    rows = section_rows("prefill", [
-        {"batch": 1, "N": 8, "causal": True, "impl": "ours-hopper", "us": 10.0, "flops": 5e9, "bytes": 1e6, "max_err": 1e-3},
-        {"batch": 1, "N": 8, "causal": True, "impl": "sdpa-cudnn", "us": 8.0, "flops": 5e9, "bytes": 1e6, "max_err": 2e-3},
-        {"batch": 1, "N": 8, "causal": True, "impl": "flex", "us": 20.0, "flops": 5e9, "bytes": 1e6, "max_err": 2e-3},
-        {"batch": 1, "N": 8, "causal": True, "impl": "standard", "us": 1.0, "flops": 5e9, "bytes": 1e8, "max_err": 0.0},
-        {"batch": 1, "N": 8, "causal": False, "impl": "ours-fa2", "us": 4.0, "flops": 1e9, "bytes": 1e6,
-         "max_err": 0.0, "x_best": 9.0}], commit="c" * 40)
+    rows = section_rows(
+        "prefill",
+        [
+            {
+                "batch": 1,
+                "N": 8,
+                "causal": True,
+                "impl": "ours-hopper",
+                "us": 10.0,
+                "flops": 5e9,
+                "bytes": 1e6,
+                "max_err": 1e-3,
+            },
+            {
+                "batch": 1,
+                "N": 8,
+                "causal": True,
+                "impl": "sdpa-cudnn",
+                "us": 8.0,
+                "flops": 5e9,
+                "bytes": 1e6,
+                "max_err": 2e-3,
+            },
+            {
+                "batch": 1,
+                "N": 8,
+                "causal": True,
+                "impl": "flex",
+                "us": 20.0,
+                "flops": 5e9,
+                "bytes": 1e6,
+                "max_err": 2e-3,
+            },
+            {
+                "batch": 1,
+                "N": 8,
+                "causal": True,
+                "impl": "standard",
+                "us": 1.0,
+                "flops": 5e9,
+                "bytes": 1e8,
+                "max_err": 0.0,
+            },
+            {
+                "batch": 1,
+                "N": 8,
+                "causal": False,
+                "impl": "ours-fa2",
+                "us": 4.0,
+                "flops": 1e9,
+                "bytes": 1e6,
+                "max_err": 0.0,
+                "x_best": 9.0,
+            },
+        ],
+        commit="c" * 40,
+    )
     hop, cudnn, flex, std, alone = rows
     assert all(tuple(r) == COLUMNS for r in rows)
     assert hop["what"] == "batch 1, N 8, causal" and alone["what"] == "batch 1, N 8"
@@ -31,24 +82,59 @@ def test_section_rows_by_hand():
     assert cudnn["ratio_to_best"] == 1.0 and hop["ratio_to_best"] == pytest.approx(8 / 10)
     assert flex["ratio_to_best"] == pytest.approx(8 / 20) and std["ratio_to_best"] is None
     assert alone["ratio_to_best"] == 1.0 and "x_best" not in alone["extra"]
-    assert hop["tflops"] == pytest.approx(5e9 / 10e-6 / 1e12) and hop["tbps"] == pytest.approx(1e6 / 10e-6 / 1e12)
+    assert hop["tflops"] == pytest.approx(5e9 / 10e-6 / 1e12) and hop["tbps"] == pytest.approx(
+        1e6 / 10e-6 / 1e12
+    )
     assert hop["error"] == 1e-3 and hop["shape"] == {"batch": 1, "N": 8, "causal": True}
 
 
 def test_section_rows_name_decode_impls_with_their_split_and_page():
-    a, b = section_rows("paged", [
-        {"batch": 2, "context": 64, "impl": "paged", "page_size": 16, "splits": 4, "auto": True, "us": 2.0,
-         "bytes": 8e6, "max_err": 0.0, "plan_us": 3.0},
-        {"batch": 2, "context": 64, "impl": "flashinfer-tc", "page_size": 16, "us": 3.0, "bytes": 8e6, "max_err": 0.0}])
+    a, b = section_rows(
+        "paged",
+        [
+            {
+                "batch": 2,
+                "context": 64,
+                "impl": "paged",
+                "page_size": 16,
+                "splits": 4,
+                "auto": True,
+                "us": 2.0,
+                "bytes": 8e6,
+                "max_err": 0.0,
+                "plan_us": 3.0,
+            },
+            {
+                "batch": 2,
+                "context": 64,
+                "impl": "flashinfer-tc",
+                "page_size": 16,
+                "us": 3.0,
+                "bytes": 8e6,
+                "max_err": 0.0,
+            },
+        ],
+    )
     assert a["impl"] == "paged ps16 s4 auto" and b["impl"] == "flashinfer-tc ps16"
     assert a["ratio_to_best"] == 1.0 and b["ratio_to_best"] == pytest.approx(2 / 3)
     assert a["flop"] is None and a["tflops"] is None and a["extra"] == {"impl": "paged", "plan_us": 3.0}
-    c, = section_rows("cascade", [{"n": 2, "prefix": 4, "unique": 1, "impl": "cascade", "us": 1.0, "kv_bytes": 2e6,
-                                   "max_err": 1e-4}])
-    d, = section_rows("decode", [{"batch": 1, "context": 8, "splits": 2, "us": 1.0, "bytes": 1e6, "rel_err": None}])
+    (c,) = section_rows(
+        "cascade",
+        [{"n": 2, "prefix": 4, "unique": 1, "impl": "cascade", "us": 1.0, "kv_bytes": 2e6, "max_err": 1e-4}],
+    )
+    (d,) = section_rows(
+        "decode", [{"batch": 1, "context": 8, "splits": 2, "us": 1.0, "bytes": 1e6, "rel_err": None}]
+    )
     assert c["bytes"] == 2e6 and own_row(c)["kv_bytes"] == 2e6 and d["impl"] == "ours s2" and d["ours"]
-    assert own_row(d) == {"batch": 1, "context": 8, "splits": 2, "us": 1.0, "bytes": 1e6, "tb_per_s": 1.0,
-                          "rel_err": None}
+    assert own_row(d) == {
+        "batch": 1,
+        "context": 8,
+        "splits": 2,
+        "us": 1.0,
+        "bytes": 1e6,
+        "tb_per_s": 1.0,
+        "rel_err": None,
+    }
 
 
 def test_bad_input_names_the_parameter():
@@ -63,11 +149,31 @@ def test_bad_input_names_the_parameter():
 
 
 def test_convert_keeps_every_section_row_and_drops_x_best():
-    old = {"commit": "a" * 40, "commits_by_section": {"paged": "b" * 40}, "rows": [{"x_best": 2.0}],
-           "sections": {"paged": {"shape": {"heads": 32}, "rows": [
-               {"batch": 1, "context": 8, "impl": "paged", "page_size": 16, "splits": 2, "us": 4.0, "bytes": 4e6,
-                "tb_per_s": 1.0, "max_err": 0.0, "x_best": 0.5}]},
-                        "decode": {"rows": [{"batch": 1, "context": 8, "splits": 1, "us": 2.0, "rel_err": 1e-3}]}}}
+    old = {
+        "commit": "a" * 40,
+        "commits_by_section": {"paged": "b" * 40},
+        "rows": [{"x_best": 2.0}],
+        "sections": {
+            "paged": {
+                "shape": {"heads": 32},
+                "rows": [
+                    {
+                        "batch": 1,
+                        "context": 8,
+                        "impl": "paged",
+                        "page_size": 16,
+                        "splits": 2,
+                        "us": 4.0,
+                        "bytes": 4e6,
+                        "tb_per_s": 1.0,
+                        "max_err": 0.0,
+                        "x_best": 0.5,
+                    }
+                ],
+            },
+            "decode": {"rows": [{"batch": 1, "context": 8, "splits": 1, "us": 2.0, "rel_err": 1e-3}]},
+        },
+    }
     new = to_schema(old)
     assert new["schema"] == SCHEMA and new["sections"] == {"paged": {"shape": {"heads": 32}}, "decode": {}}
     assert [r["commit"] for r in new["rows"]] == ["b" * 40, "a" * 40]
@@ -81,9 +187,10 @@ def test_the_recorded_file_is_in_the_schema_and_its_sections_read_back():
         raw = json.load(f)
     assert raw["schema"] == SCHEMA and all(tuple(r) == COLUMNS for r in raw["rows"])
     assert all("rows" not in sec for sec in raw["sections"].values())
-    assert section_rows("paged", measured.section(res, "paged")["rows"], raw["commits_by_section"]["paged"]) == \
-        [r for r in raw["rows"] if r["section"] == "paged"]
-    for r in raw["rows"]:                                 # one direction: 1.0 = the fastest of its case
+    assert section_rows(
+        "paged", measured.section(res, "paged")["rows"], raw["commits_by_section"]["paged"]
+    ) == [r for r in raw["rows"] if r["section"] == "paged"]
+    for r in raw["rows"]:  # one direction: 1.0 = the fastest of its case
         if r["ratio_to_best"] is not None:
             assert 0 < r["ratio_to_best"] <= 1.0
     assert {"prefill", "decode", "paged", "cascade", "scheduled", "variants"} <= set(res["sections"])
@@ -98,15 +205,23 @@ def test_the_recorded_file_is_in_the_schema_and_its_sections_read_back():
     with pytest.raises(KeyError, match="no 'nonexistent' section"):
         measured.provenance(res, "nonexistent")
     bare = {k: v for k, v in res.items() if k not in ("ceilings", "commit", "commits_by_section")}
-    assert "measured ceilings: copy" in measured.provenance(bare, "paged")      # paged's own ceilings
+    assert "measured ceilings: copy" in measured.provenance(bare, "paged")  # paged's own ceilings
 
 
 def test_newest_run_goes_by_the_date_in_the_name(tmp_path, monkeypatch):
-    for name, date in (("h200-2026-11-30.json", "a"), ("a100-2026-12-02.json", "b"), ("h200-2026-12-01.json", "c"),
-                       ("h200-2026-12-09-paged.json", "not a run file")):
+    for name, date in (
+        ("h200-2026-11-30.json", "a"),
+        ("a100-2026-12-02.json", "b"),
+        ("h200-2026-12-01.json", "c"),
+        ("h200-2026-12-09-paged.json", "not a run file"),
+    ):
         (tmp_path / name).write_text(json.dumps({"mark": date, "schema": SCHEMA, "sections": {}, "rows": []}))
     monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
-    assert [p.name for p in measured.run_files()] == ["h200-2026-11-30.json", "h200-2026-12-01.json", "a100-2026-12-02.json"]
+    assert [p.name for p in measured.run_files()] == [
+        "h200-2026-11-30.json",
+        "h200-2026-12-01.json",
+        "a100-2026-12-02.json",
+    ]
     assert measured.newest_run()["mark"] == "b"
     (tmp_path / "b100-2026-12-03.json").write_text(json.dumps({"mark": "old", "sections": {}}))
     with pytest.raises(ValueError, match="not a run file in schema .*python -m attnlab.runfile"):
@@ -143,7 +258,7 @@ def test_prefill_summary_ratios_come_from_the_rows():
         b, n, causal = int(cells[0]), int(cells[2][:-1]) * 1024, cells[3] == "causal"
         at = {r["impl"]: r["us"] for r in sec["rows"] if (r["batch"], r["N"], r["causal"]) == (b, n, causal)}
         best = min(v for k, v in at.items() if not k.startswith("ours") and k != "standard")
-        ours = min(v for k, v in at.items() if k in ("ours-hopper", "ours-gluon"))    # our fastest kernel
+        ours = min(v for k, v in at.items() if k in ("ours-hopper", "ours-gluon"))  # our fastest kernel
         assert cells[-3] == f"{best / ours:.2f}"
 
 
@@ -169,8 +284,11 @@ def test_cascade_and_schedule_summaries_come_from_the_rows():
     for cells in lines:
         b = int(cells[0])
         fi = next(r["us"] for r in sch if r["batch"] == b and r["impl"] == "flashinfer-tc")
-        bal = min(r["us"] for r in sch if r["batch"] == b and r["impl"] in ("sched balanced",
-                                                                           "sched balanced-128+fused"))
+        bal = min(
+            r["us"]
+            for r in sch
+            if r["batch"] == b and r["impl"] in ("sched balanced", "sched balanced-128+fused")
+        )
         assert cells[-1] == f"{fi / bal:.2f}"
 
 
@@ -181,7 +299,7 @@ def test_hopper_steps_gains_are_ratios_of_consecutive_rows():
     for cells in rows:
         t = float(cells[-3]) if not cells[1].startswith("best") else None
         if cells[-2] != "nan" and prev is not None and t is not None:
-            assert abs(float(cells[-2]) - t / prev) < 0.011        # rounded TFLOP/s in the table
+            assert abs(float(cells[-2]) - t / prev) < 0.011  # rounded TFLOP/s in the table
         prev = t if cells[1] != "best" else None
 
 
@@ -190,49 +308,60 @@ def test_the_harness_runs_a_section_end_to_end_on_the_cpu(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("triton")
     from attnlab.gpubench import run as bench
+
     out = tmp_path / "run.json"
     res = bench.run(("decode",), dry=True, out=str(out))
     saved = json.loads(out.read_text())
     assert saved["rows"] == res["rows"] and {r["section"] for r in res["rows"]} == {"decode"}
     assert all(tuple(r) == COLUMNS for r in saved["rows"]) and "rows" not in saved["sections"]["decode"]
-    assert all(r["error"] is not None and r["error"] < 1e-2 for r in res["rows"])    # checked before timed
+    assert all(r["error"] is not None and r["error"] < 1e-2 for r in res["rows"])  # checked before timed
     assert saved["commits_by_section"] == {"decode": saved["commit"]}
     assert "decode " in bench.table(res) and "best/us" in bench.table(res)
     saved["sections"]["paged"], saved["commits_by_section"]["paged"] = {}, "0" * 40
     saved["notes"] = ["paged: kept from an older run", "decode: about rows this run replaces"]
-    saved["flashinfer"] = "0.7.2.post1"                   # the kept section's library, absent here
+    saved["flashinfer"] = "0.7.2.post1"  # the kept section's library, absent here
     out.write_text(json.dumps(saved))
-    again = bench.run(("decode",), dry=True, out=str(out), merge=True)            # --merge keeps sections
+    again = bench.run(("decode",), dry=True, out=str(out), merge=True)  # --merge keeps sections
     assert set(again["sections"]) == {"decode", "paged"} and len(again["rows"]) == len(res["rows"])
     assert again["commits_by_section"]["paged"] == "0" * 40
-    assert again["notes"] == ["paged: kept from an older run"]                     # and their notes
+    assert again["notes"] == ["paged: kept from an older run"]  # and their notes
     assert again["flashinfer"] == "0.7.2.post1"
 
 
 def test_prefill_verdicts_apply_the_kernel_rule_per_case():
     from attnlab.gpubench.prefill import _verdicts
+
     case = {"batch": 1, "N": 4096, "causal": False}
-    rows = [{**case, "impl": "sdpa-flash", "max_err": 4e-3}, {**case, "impl": "sdpa-cudnn", "max_err": 2e-3},
-            {**case, "impl": "ours-gluon", "max_err": 5e-3}, {**case, "impl": "ours-hopper", "max_err": 5.1e-3},
-            {**case, "causal": True, "impl": "ours-fa2", "max_err": 1e-3}]
+    rows = [
+        {**case, "impl": "sdpa-flash", "max_err": 4e-3},
+        {**case, "impl": "sdpa-cudnn", "max_err": 2e-3},
+        {**case, "impl": "ours-gluon", "max_err": 5e-3},
+        {**case, "impl": "ours-hopper", "max_err": 5.1e-3},
+        {**case, "causal": True, "impl": "ours-fa2", "max_err": 1e-3},
+    ]
     _verdicts(rows)
-    assert [r.get("within_rule") for r in rows] == [None, None, True, False, None]   # 2 x 2e-3 + 1e-3
+    assert [r.get("within_rule") for r in rows] == [None, None, True, False, None]  # 2 x 2e-3 + 1e-3
 
 
 def test_gluon_steps_summary_comes_from_the_recorded_file(tmp_path, monkeypatch):
     import json
 
     from attnlab.explore.measured import reader
+
     name = "h200-2026-12-02-gluon-steps.json"
     res = json.loads((reader.measurements_dir() / name).read_text())
     lines = _cells(measured.gluon_steps_summary(name), r"\d+ x \d+K,")
     assert len(lines) == len({(r["batch"], r["N"], r["head_dim"], r["causal"]) for r in res["rows"]})
     for cells in lines:
         b, n, d, causal = int(cells[0]), int(cells[2][:-2]) * 1024, int(cells[3]), cells[4] == "causal"
-        at = {r["impl"]: r["tflops"] for r in res["rows"] if (r["batch"], r["N"], r["head_dim"], r["causal"]) == (b, n, d, causal)}
+        at = {
+            r["impl"]: r["tflops"]
+            for r in res["rows"]
+            if (r["batch"], r["N"], r["head_dim"], r["causal"]) == (b, n, d, causal)
+        }
         assert cells[5:-1] == [f"{at[k]:.0f}" for k in (*res["steps"], "hopper", "cudnn")]
         assert cells[-1] == f"{max(at[s] for s in res['steps']) / at['cudnn']:.2f}"
-    res["rows"][0]["checked"] = False                       # a step that failed its check has no time to show
+    res["rows"][0]["checked"] = False  # a step that failed its check has no time to show
     (tmp_path / name).write_text(json.dumps(res))
     monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match="failed its check"):
@@ -244,14 +373,18 @@ def test_gluon_steps_figure_draws_every_checked_step_of_the_file(name, tmp_path,
     import json
 
     from attnlab.explore.measured import reader
+
     res = json.loads((reader.measurements_dir() / name).read_text())
     fig = measured.gluon_steps_figure(name)
     for ax, causal in zip(fig.axes, (False, True)):
-        want = sorted(r["tflops"] for r in res["rows"]
-                      if r["head_dim"] == 128 and r["causal"] == causal and r["impl"] in res["steps"])
-        assert sorted(p.get_height() for p in ax.patches) == pytest.approx(want)        # one bar per step and case
+        want = sorted(
+            r["tflops"]
+            for r in res["rows"]
+            if r["head_dim"] == 128 and r["causal"] == causal and r["impl"] in res["steps"]
+        )
+        assert sorted(p.get_height() for p in ax.patches) == pytest.approx(want)  # one bar per step and case
         assert ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel() and ("causal" in ax.get_title()) == causal
-    res["rows"][0]["checked"] = False                       # rows[0] is a step's: it failed, so no bar
+    res["rows"][0]["checked"] = False  # rows[0] is a step's: it failed, so no bar
     (tmp_path / name).write_text(json.dumps(res))
     monkeypatch.setattr(reader, "measurements_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match="failed their check"):
@@ -265,12 +398,16 @@ def test_profile_summary_shares_are_the_recorded_stalls_over_cycles_per_issue(tm
         rec = {k["call"]: k for k in json.load(f)["kernels"]}
     text = measured.profile_summary(("gluon", "sdpa-cudnn"))
     assert max(len(ln) for ln in text.splitlines()) <= 100
-    units, waits = ([ln for ln in part.splitlines() if ln.startswith(("gluon", "sdpa-cudnn"))]
-                    for part in text.split("where the warps wait"))
+    units, waits = (
+        [ln for ln in part.splitlines() if ln.startswith(("gluon", "sdpa-cudnn"))]
+        for part in text.split("where the warps wait")
+    )
     assert len(units) == len(waits) == sum(c.startswith(("gluon", "sdpa-cudnn")) for c in rec) == 8
     for unit, wait in zip(units, waits):
-        k = rec[unit[:unit.index("  ")].replace("no mask", "non-causal")]
-        assert wait.split()[-5:] == [f"{k['stalls'][s] / k['cycles_per_issue']:.0%}" for s in reader.PROFILE_STALLS]
+        k = rec[unit[: unit.index("  ")].replace("no mask", "non-causal")]
+        assert wait.split()[-5:] == [
+            f"{k['stalls'][s] / k['cycles_per_issue']:.0%}" for s in reader.PROFILE_STALLS
+        ]
         assert unit.split()[-3] == f"{k['tensor_pipe_active_pct']:.0f}"
     for bad, exc in (("", TypeError), (["gluon"], TypeError), ("nothing-like-this", ValueError)):
         with pytest.raises(exc, match="prefix|no call"):
@@ -287,6 +424,7 @@ def test_the_run_file_reads_back_what_it_wrote_and_refuses_a_broken_one(tmp_path
     """runfile.write then runfile.read give the same run; a file that is not JSON, not in the
     schema, or whose row lacks a column is refused by name, before or after writing."""
     from attnlab import runfile
+
     rows = section_rows("paged", [{"batch": 1, "context": 8, "impl": "paged", "us": 2.0, "bytes": 4e6}])
     run = {"schema": SCHEMA, "device": "x", "sections": {"paged": {}}, "rows": rows}
     path = tmp_path / "x-2026-01-01.json"
@@ -301,11 +439,12 @@ def test_the_run_file_reads_back_what_it_wrote_and_refuses_a_broken_one(tmp_path
         runfile.check({"sections": {}, "rows": []}, "old.json")
     with pytest.raises(TypeError, match="path must be a file name"):
         runfile.write(None, run)
-    assert runfile.read(path) == run                        # the refused writes left the file alone
+    assert runfile.read(path) == run  # the refused writes left the file alone
 
 
 def test_the_live_cells_refuse_an_unknown_section_by_name():
     from attnlab.gpubench import live
+
     with pytest.raises(ValueError, match="sections='nope' is not allowed; valid: 'prefill'"):
         live.live_run(("prefill", "nope"))
     with pytest.raises(TypeError, match="sections must be a tuple"):

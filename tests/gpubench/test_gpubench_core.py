@@ -1,6 +1,7 @@
 """gpubench.core, what every section shares: the float32 reference against attention written out
 in numpy, its refusals, the CPU path of the timers, and no section importing another's private
 names."""
+
 from __future__ import annotations
 
 import ast
@@ -32,7 +33,7 @@ def _inputs(seed, q_shape, kv_shape):
 
 
 def test_decode_reference_is_attention_over_every_key_with_gqa():
-    q, k, v = _inputs(0, (3, 4, 8), (3, 2, 5, 8))            # 4 query heads share 2 KV heads
+    q, k, v = _inputs(0, (3, 4, 8), (3, 2, 5, 8))  # 4 query heads share 2 KV heads
     ref = reference(torch, q, k, v).numpy()
     qn, kn, vn = (t.float().double().numpy() for t in (q, k, v))
     for b in range(3):
@@ -41,10 +42,11 @@ def test_decode_reference_is_attention_over_every_key_with_gqa():
             np.testing.assert_allclose(ref[b, h], want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("causal, soft_cap, window", [(False, None, 0), (True, None, 0), (True, 5.0, 0),
-                                                      (False, None, 2)])
+@pytest.mark.parametrize(
+    "causal, soft_cap, window", [(False, None, 0), (True, None, 0), (True, 5.0, 0), (False, None, 2)]
+)
 def test_prefill_reference_masks_the_last_queries_as_the_variants_do(causal, soft_cap, window):
-    q, k, v = _inputs(1, (1, 2, 3, 8), (1, 1, 6, 8))          # 3 queries: positions 3, 4, 5 of 6
+    q, k, v = _inputs(1, (1, 2, 3, 8), (1, 1, 6, 8))  # 3 queries: positions 3, 4, 5 of 6
     ref = reference(torch, q, k, v, causal=causal, soft_cap=soft_cap, window=window).numpy()
     qn, kn, vn = (t.float().double().numpy() for t in (q, k, v))
     qi, ki = np.arange(3)[:, None] + 3, np.arange(6)[None, :]
@@ -54,8 +56,9 @@ def test_prefill_reference_masks_the_last_queries_as_the_variants_do(causal, sof
     if window:
         vis &= ki > qi - window
     for h in range(2):
-        np.testing.assert_allclose(ref[0, h], _attention(qn[0, h], kn[0, 0], vn[0, 0], vis, soft_cap),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            ref[0, h], _attention(qn[0, h], kn[0, 0], vn[0, 0], vis, soft_cap), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_bad_input_names_the_parameter():
@@ -74,7 +77,9 @@ def test_the_timers_on_a_cpu_call_twice_and_say_so():
     us, how = time_per_call(lambda: calls.append(1) or torch.zeros(1), torch.zeros(1))
     assert how == "wall" and len(calls) == 2 and us >= 0
     res = header(torch, {"heads": 2})
-    assert res["shape"] == {"heads": 2, "dtype": "bf16"} and res["rows"] == [] and "copy_bytes_per_s" not in res
+    assert (
+        res["shape"] == {"heads": 2, "dtype": "bf16"} and res["rows"] == [] and "copy_bytes_per_s" not in res
+    )
 
 
 def test_no_gpubench_module_imports_a_private_name():
@@ -87,17 +92,44 @@ def test_no_gpubench_module_imports_a_private_name():
 
 def test_a_section_prints_its_rows_in_the_schema_columns():
     from attnlab.gpubench.core import table
-    res = {"device": "cpu", "sms": None, "torch": "t", "triton": "tr", "commit": "c", "rows": [
-        {"batch": 1, "context": 8, "impl": "paged", "page_size": 16, "splits": 2, "us": 2.0, "bytes": 4e6, "max_err": 1e-3},
-        {"batch": 1, "context": 8, "impl": "flashinfer-tc", "page_size": 16, "us": 4.0, "bytes": 4e6, "max_err": 0.0}]}
+
+    res = {
+        "device": "cpu",
+        "sms": None,
+        "torch": "t",
+        "triton": "tr",
+        "commit": "c",
+        "rows": [
+            {
+                "batch": 1,
+                "context": 8,
+                "impl": "paged",
+                "page_size": 16,
+                "splits": 2,
+                "us": 2.0,
+                "bytes": 4e6,
+                "max_err": 1e-3,
+            },
+            {
+                "batch": 1,
+                "context": 8,
+                "impl": "flashinfer-tc",
+                "page_size": 16,
+                "us": 4.0,
+                "bytes": 4e6,
+                "max_err": 0.0,
+            },
+        ],
+    }
     lines = table(res, "paged").splitlines()
     assert lines[1].split() == ["section", "case", "impl", "us", "TFLOP/s", "TB/s", "best/us", "err"]
-    assert lines[3].split()[-4:] == ["2.0", "2.00", "1.00", "1.0e-03"]       # 4e6 B in 2 us: 2 TB/s
-    assert lines[4].split()[-4:] == ["4.0", "1.00", "0.50", "0.0e+00"]       # twice the fastest's time
+    assert lines[3].split()[-4:] == ["2.0", "2.00", "1.00", "1.0e-03"]  # 4e6 B in 2 us: 2 TB/s
+    assert lines[4].split()[-4:] == ["4.0", "1.00", "0.50", "0.0e+00"]  # twice the fastest's time
 
 
 def test_a_failing_peer_is_reported_and_dropped_alone(capsys):
     from attnlab.gpubench.core import flashinfer_last, try_peer
+
     got = []
     assert try_peer("fine", got.append, 1) and got == [1]
     assert not try_peer("broken", lambda: 1 / 0, word="failed")
@@ -109,6 +141,7 @@ def test_a_failing_peer_is_reported_and_dropped_alone(capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path")
 def test_eager_time_on_a_cpu_is_one_call_of_wall_clock():
     from attnlab.gpubench.core import eager_time
+
     calls = []
     us, how = eager_time(lambda: calls.append(1))
     assert how == "wall" and calls == [1] and us >= 0

@@ -1,5 +1,6 @@
 """attnlab.gpubench.ncu: the recorded profile's calls run (tiny sizes under Triton's interpreter
 on a CPU), and the distillation of an Nsight Compute report maps kernels to calls in order."""
+
 from __future__ import annotations
 
 import csv
@@ -18,26 +19,31 @@ def test_the_dry_calls_run_and_launch_what_they_say(capsys):
     names = [n for n, _, _ in todo]
     assert sum(n.startswith("paged") for n in names) == 2 and sum(n.startswith("hopper") for n in names) == 2
     made = ncu.profile(torch, todo)
-    assert made == [(n, k) for n, k, _ in todo]                      # nothing left out here
+    assert made == [(n, k) for n, k, _ in todo]  # nothing left out here
     assert capsys.readouterr().out.count("profiled: ") == len(todo)
     o_pf0, o_pf1 = (fn() for n, _, fn in todo if n.startswith("paged"))
-    assert torch.equal(o_pf0, o_pf1)                                 # the prefetch changes no bit
+    assert torch.equal(o_pf0, o_pf1)  # the prefetch changes no bit
 
 
 def test_the_scheduled_group_runs_two_kernels_a_call(capsys):
     todo = ncu.calls(torch, dry=True, group="scheduled")
-    assert [n.split(" (")[0] for n, _, _ in todo] == ["sched balanced batch 1", "sched balanced-128 batch 1",
-                                                    "sched balanced batch 3", "sched balanced-128 batch 3"]
+    assert [n.split(" (")[0] for n, _, _ in todo] == [
+        "sched balanced batch 1",
+        "sched balanced-128 batch 1",
+        "sched balanced batch 3",
+        "sched balanced-128 batch 3",
+    ]
     assert ncu.profile(torch, todo) == [(n, 2) for n, _, _ in todo]
 
 
 def test_the_gaps_group_profiles_the_automatic_split_on_ragged_batches(capsys):
     from attnlab.gpubench import scheduled as S
-    todo = ncu.calls(torch, dry=True, group="gaps")                  # no Gluon under the interpreter
+
+    todo = ncu.calls(torch, dry=True, group="gaps")  # no Gluon under the interpreter
     assert [n for n, _, _ in todo] == ["paged auto ragged batch 1", "paged auto ragged batch 3"]
     assert ncu.profile(torch, todo) == [(n, 2) for n, _, _ in todo]
     batches, pools, refs = S.setup(torch, [1, 3], S.DRY["shape"], "cpu", dry=True)
-    o = todo[1][2]()                                                 # batch 3: the same pool and table
+    o = todo[1][2]()  # batch 3: the same pool and table
     assert torch.allclose(o.float(), refs[id(batches[1])], atol=2e-2)
 
 
@@ -49,30 +55,71 @@ def _write(path, header, rows):
 
 
 def test_summarize_maps_kernels_to_calls_in_order(tmp_path):
-    head = ["ID", "Kernel Name", "Grid Size", "Block Size", "Section Name", "Metric Name", "Metric Value",
-            "Rule Name", "Rule Description"]
+    head = [
+        "ID",
+        "Kernel Name",
+        "Grid Size",
+        "Block Size",
+        "Section Name",
+        "Metric Name",
+        "Metric Value",
+        "Rule Name",
+        "Rule Description",
+    ]
     rows = []
     for i, name in enumerate(("_split_kernel", "_merge_kernel", "_hopper_kernel")):
-        rows += [[i, name, "(8, 32, 1)", "(128, 1, 1)", "SpeedOfLight", "Duration", f"{10 + i}.5", "", ""],
-                 [i, name, "(8, 32, 1)", "(128, 1, 1)", "Occupancy", "Registers Per Thread", "1,024", "", ""],
-                 [i, name, "(8, 32, 1)", "(128, 1, 1)", "WarpStateStats", "", "", "CPIStall",
-                  f"Each warp waits {i} cycles at a barrier. Look at the source."],
-                 [i, name, "(8, 32, 1)", "(128, 1, 1)", "WarpStateStats", "", "", "CPIStall",
-                  "Check the Warp Stall Sampling (All Samples) table."]]
+        rows += [
+            [i, name, "(8, 32, 1)", "(128, 1, 1)", "SpeedOfLight", "Duration", f"{10 + i}.5", "", ""],
+            [i, name, "(8, 32, 1)", "(128, 1, 1)", "Occupancy", "Registers Per Thread", "1,024", "", ""],
+            [
+                i,
+                name,
+                "(8, 32, 1)",
+                "(128, 1, 1)",
+                "WarpStateStats",
+                "",
+                "",
+                "CPIStall",
+                f"Each warp waits {i} cycles at a barrier. Look at the source.",
+            ],
+            [
+                i,
+                name,
+                "(8, 32, 1)",
+                "(128, 1, 1)",
+                "WarpStateStats",
+                "",
+                "",
+                "CPIStall",
+                "Check the Warp Stall Sampling (All Samples) table.",
+            ],
+        ]
     _write(tmp_path / "d.csv", head, rows)
     stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
-    _write(tmp_path / "r.csv", ["ID", "Kernel Name", *ncu.RAW_METRICS, stall.format("barrier"),
-                                stall.format("long_scoreboard"), "smsp__average_warps_issue_stalled_x.sum"],
-           [["", "", "Tbyte/s", "%", "", "", ""]]
-           + [[i, "k", "3.5", f"{50 + i}", f"{i}.25", "n/a" if i else "0.5", "9"] for i in range(3)])
+    _write(
+        tmp_path / "r.csv",
+        [
+            "ID",
+            "Kernel Name",
+            *ncu.RAW_METRICS,
+            stall.format("barrier"),
+            stall.format("long_scoreboard"),
+            "smsp__average_warps_issue_stalled_x.sum",
+        ],
+        [["", "", "Tbyte/s", "%", "", "", ""]]
+        + [[i, "k", "3.5", f"{50 + i}", f"{i}.25", "n/a" if i else "0.5", "9"] for i in range(3)],
+    )
     out = ncu.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("prefill", 1)])
-    assert out[0]["stalls"] == {"barrier": 0.25, "long_scoreboard": 0.5}   # other families and non-numbers left out
+    assert out[0]["stalls"] == {
+        "barrier": 0.25,
+        "long_scoreboard": 0.5,
+    }  # other families and non-numbers left out
     assert out[2]["stalls"] == {"barrier": 2.25}
     assert [e["call"] for e in out] == ["decode", "decode", "prefill"]
     assert [e["kernel"] for e in out] == ["_split_kernel", "_merge_kernel", "_hopper_kernel"]
     assert out[2]["duration_us"] == 12.5 and out[0]["registers"] == 1024.0
     assert out[1]["tensor_pipe_active_pct"] == 51.0 and out[1]["dram_read_tb_per_s"] == 3.5
-    assert out[2]["ncu_notes"] == ["Each warp waits 2 cycles at a barrier."]          # the pointer-only note dropped
+    assert out[2]["ncu_notes"] == ["Each warp waits 2 cycles at a barrier."]  # the pointer-only note dropped
     with pytest.raises(ValueError, match="holds 3 kernels; the calls made launch 4"):
         ncu.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("decode", 2), ("x", 2)])
     for bad in ([], [("decode", 4), ("x", -1)], [("decode", "2")], [("decode", True)]):
@@ -88,12 +135,27 @@ def test_the_command_line_summarizes_into_a_file(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == ",".join([*ncu.RAW_METRICS, ncu.STALL_METRICS])
     with pytest.raises(ValueError, match="group must be one of"):
         ncu.calls(None, group="all")
-    assert ncu.calls(None, dry=True, group="gluon") == []          # Gluon kernels need the GPU
-    _write(tmp_path / "d.csv", ["ID", "Kernel Name", "Grid Size", "Block Size", "Metric Name", "Metric Value"],
-           [[0, "k", "(1, 1, 1)", "(32, 1, 1)", "Duration", "2.0"]])
+    assert ncu.calls(None, dry=True, group="gluon") == []  # Gluon kernels need the GPU
+    _write(
+        tmp_path / "d.csv",
+        ["ID", "Kernel Name", "Grid Size", "Block Size", "Metric Name", "Metric Value"],
+        [[0, "k", "(1, 1, 1)", "(32, 1, 1)", "Duration", "2.0"]],
+    )
     _write(tmp_path / "r.csv", ["ID", *ncu.RAW_METRICS], [["", "Tbyte/s", "%"], [0, "1", "5"]])
     (tmp_path / "made.json").write_text(json.dumps([["one", 1]]))
-    assert ncu.main(["--summarize", str(tmp_path / "d.csv"), str(tmp_path / "r.csv"),
-                             "--made", str(tmp_path / "made.json"), "--out", str(tmp_path / "p.json")]) == 0
+    assert (
+        ncu.main(
+            [
+                "--summarize",
+                str(tmp_path / "d.csv"),
+                str(tmp_path / "r.csv"),
+                "--made",
+                str(tmp_path / "made.json"),
+                "--out",
+                str(tmp_path / "p.json"),
+            ]
+        )
+        == 0
+    )
     doc = json.loads((tmp_path / "p.json").read_text())
     assert doc["kernels"][0]["call"] == "one" and doc["kernels"][0]["duration_us"] == 2.0

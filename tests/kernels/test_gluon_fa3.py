@@ -6,6 +6,7 @@ attnlab.gpubench.sweeps.gluon` and the harness's prefill section; here only the 
 which run before any launch, the import, and what the launcher hands the kernel for soft_cap and
 window (a recorder in the kernel's place, the device check skipped).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,11 @@ from attnlab.kernels.tuning import GLUON_DEFAULT_STEPS, gluon_default_steps
 
 
 def _qkv(b=1, hq=4, hk=2, nq=64, nk=64, d=64, dtype=torch.bfloat16):
-    return (torch.zeros(b, hq, nq, d, dtype=dtype), torch.zeros(b, hk, nk, d, dtype=dtype),
-            torch.zeros(b, hk, nk, d, dtype=dtype))
+    return (
+        torch.zeros(b, hq, nq, d, dtype=dtype),
+        torch.zeros(b, hk, nk, d, dtype=dtype),
+        torch.zeros(b, hk, nk, d, dtype=dtype),
+    )
 
 
 def test_module_imports_and_names_its_steps():
@@ -28,13 +32,20 @@ def test_module_imports_and_names_its_steps():
             assert set(gluon_default_steps(d, causal)) <= set(GLUON_STEPS)
     assert set(GLUON_DEFAULT_STEPS) == {(d, c) for d in (64, 128) for c in (False, True)}
     assert "interpreter" in gluon_fa3.__doc__ and "gpubench.sweeps.gluon" in gluon_fa3.__doc__
-    from attnlab.kernels.gluon_fa3_kernel import fa3_fwd_kernel   # defining the kernel does not break here
+    from attnlab.kernels.gluon_fa3_kernel import fa3_fwd_kernel  # defining the kernel does not break here
+
     assert callable(getattr(fa3_fwd_kernel, "__getitem__", None))
 
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_config_fits_shared_memory(d):
-    for steps in (GLUON_STEPS, gluon_default_steps(d, False), gluon_default_steps(d, True), ("intra_overlap",), ()):
+    for steps in (
+        GLUON_STEPS,
+        gluon_default_steps(d, False),
+        gluon_default_steps(d, True),
+        ("intra_overlap",),
+        (),
+    ):
         for stages in (None, 2, 3):
             cfg = config_for(d, frozenset(steps), stages)
             smem = cfg["block_m"] * d * 2 + cfg["stages"] * 2 * cfg["block_n"] * d * 2
@@ -97,18 +108,21 @@ def test_block_n_is_checked():
         config_for(128, frozenset(), None, 96)
 
 
-@pytest.mark.parametrize("kw, err, match", [
-    ({"soft_cap": "30"}, TypeError, "soft_cap must be a real number"),
-    ({"soft_cap": True}, TypeError, "soft_cap must be a real number, got True"),
-    ({"soft_cap": -1.0}, ValueError, r"soft_cap=-1.0 is out of range"),
-    ({"soft_cap": float("inf")}, ValueError, "soft_cap=inf is out of range"),
-    ({"soft_cap": 2.0 ** 70}, ValueError, r"soft_cap=.* is out of range; valid: .*10000"),
-    ({"window": 2.5}, TypeError, "window must be an integer, got 2.5"),
-    ({"window": True}, TypeError, "window must be an integer, got True"),
-    ({"window": -3}, ValueError, "window=-3 is out of range; valid: >= 0"),
-])
+@pytest.mark.parametrize(
+    "kw, err, match",
+    [
+        ({"soft_cap": "30"}, TypeError, "soft_cap must be a real number"),
+        ({"soft_cap": True}, TypeError, "soft_cap must be a real number, got True"),
+        ({"soft_cap": -1.0}, ValueError, r"soft_cap=-1.0 is out of range"),
+        ({"soft_cap": float("inf")}, ValueError, "soft_cap=inf is out of range"),
+        ({"soft_cap": 2.0**70}, ValueError, r"soft_cap=.* is out of range; valid: .*10000"),
+        ({"window": 2.5}, TypeError, "window must be an integer, got 2.5"),
+        ({"window": True}, TypeError, "window must be an integer, got True"),
+        ({"window": -3}, ValueError, "window=-3 is out of range; valid: >= 0"),
+    ],
+)
 def test_bad_variants_are_refused_by_name_before_the_device(kw, err, match):
-    with pytest.raises(err, match=match):                 # not "q is on cpu": the arguments come first
+    with pytest.raises(err, match=match):  # not "q is on cpu": the arguments come first
         flash_attention_gluon(*_qkv(), **kw)
 
 
@@ -117,11 +131,13 @@ def launches(monkeypatch):
     """flash_attention_gluon on a CPU up to its launch: the device check skipped, the kernel replaced
     by a recorder of its grid, arguments and compile-time switches."""
     from attnlab.kernels import gluon_fa3_kernel
+
     got = []
 
     class Recorder:
         def __getitem__(self, grid):
             return lambda *args, **consts: got.append({"grid": grid, "args": args, "consts": consts})
+
     monkeypatch.setattr(gluon_fa3, "_check_device", lambda q, k, v: None)
     monkeypatch.setattr(gluon_fa3_kernel, "fa3_fwd_kernel", Recorder())
     return got
@@ -146,20 +162,27 @@ def test_bad_variants_never_reach_the_launch(launches):
 
 def test_soft_cap_is_compiled_in_and_capped_in_base_2(launches):
     from attnlab.kernels.common import LOG2E
+
     args, consts, report = _launch(launches, soft_cap=30.0, scale=0.125)
     assert consts["SOFT_CAP"] and not consts["WINDOW"] and not consts["CAUSAL"]
-    assert args["qk_scale"] == 1.0                       # the cap's formula is in base 2 already
-    assert args["cap_in"] == pytest.approx(2 * 0.125 / 30 * LOG2E) and args["cap_out"] == pytest.approx(30 * LOG2E)
+    assert args["qk_scale"] == 1.0  # the cap's formula is in base 2 already
+    assert args["cap_in"] == pytest.approx(2 * 0.125 / 30 * LOG2E) and args["cap_out"] == pytest.approx(
+        30 * LOG2E
+    )
     assert report["soft_cap"] == 30.0 and report["window"] == 0
-    plain, consts, report = _launch(launches, scale=0.125, soft_cap=0)           # 0 (or None) is off
-    assert not consts["SOFT_CAP"] and plain["qk_scale"] == pytest.approx(0.125 * LOG2E) and report["soft_cap"] == 0.0
+    plain, consts, report = _launch(launches, scale=0.125, soft_cap=0)  # 0 (or None) is off
+    assert (
+        not consts["SOFT_CAP"]
+        and plain["qk_scale"] == pytest.approx(0.125 * LOG2E)
+        and report["soft_cap"] == 0.0
+    )
 
 
 def test_window_implies_causal_and_reaches_every_key_as_causal(launches):
     args, consts, report = _launch(launches, window=np.int64(16))
     assert consts["CAUSAL"] and consts["WINDOW"] and args["window"] == 16 and report["causal"]
     assert report["steps"] == tuple(s for s in GLUON_STEPS if s in gluon_default_steps(64, True))
-    for wide in (64, 10 ** 6):                           # N_k = 64 keys: the window cuts nothing
+    for wide in (64, 10**6):  # N_k = 64 keys: the window cuts nothing
         args, consts, report = _launch(launches, window=wide)
         assert consts["CAUSAL"] and not consts["WINDOW"] and args["window"] == 0 and report["window"] == 0
     args, consts, report = _launch(launches, window=None, causal=False)
@@ -169,7 +192,9 @@ def test_window_implies_causal_and_reaches_every_key_as_causal(launches):
 def test_early_k_release_needs_the_producer_and_says_so(launches):
     _, consts, report = _launch(launches, steps=("warp_specialize", "split_warpgroups", "early_k_release"))
     assert consts["EARLY_K"] and consts["WS"] and "early_k_release" not in report["inactive"]
-    _, consts, report = _launch(launches, steps=("early_k_release", "lpt_order"))    # no producer: nothing to free
+    _, consts, report = _launch(
+        launches, steps=("early_k_release", "lpt_order")
+    )  # no producer: nothing to free
     assert not consts["EARLY_K"] and not consts["WS"] and "early_k_release" in report["inactive"]
-    _, consts, report = _launch(launches)                                           # the defaults leave it off
+    _, consts, report = _launch(launches)  # the defaults leave it off
     assert not consts["EARLY_K"]

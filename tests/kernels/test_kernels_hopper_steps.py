@@ -2,6 +2,7 @@
 steps=None with a warning and a record (`report=`, `steps_run()`, `dropped_steps()`), later calls
 that reuse the fallback still report it, and fallback=False refuses to drop. Under the interpreter
 (tests/conftest.py sets TRITON_INTERPRET=1)."""
+
 from __future__ import annotations
 
 import warnings
@@ -25,8 +26,9 @@ def _inputs(seed, n, d, dtype=torch.float32):
 
 
 def _ref(q, k, v, causal):
-    o, lse = ref_attention(q.double().cpu().numpy(), k.double().cpu().numpy(), v.double().cpu().numpy(),
-                           causal=causal)
+    o, lse = ref_attention(
+        q.double().cpu().numpy(), k.double().cpu().numpy(), v.double().cpu().numpy(), causal=causal
+    )
     return o, lse
 
 
@@ -43,6 +45,7 @@ def planted(monkeypatch):
         if "lpt_order" in st:
             raise RuntimeError("PassManager::run failed (planted)")
         return real(q, k, v, o, lse, causal, scale, st, *a, **kw)
+
     monkeypatch.setattr(hopper, "_launch", launch)
     return tried
 
@@ -53,7 +56,7 @@ def test_a_step_that_fails_is_dropped_with_a_record(planted):
     with pytest.warns(RuntimeWarning, match="trying without lpt_order"):
         o, lse = flash_attention_hopper(q, k, v, causal=True, return_lse=True, report=rep)
     ro, rl = _ref(q, k, v, True)
-    assert np.abs(o.cpu().numpy() - ro).max() < 1e-5                  # the fallback computes the same
+    assert np.abs(o.cpu().numpy() - ro).max() < 1e-5  # the fallback computes the same
     assert rep["requested"] == DEFAULT_STEPS
     assert rep["ran"] == tuple(s for s in DEFAULT_STEPS if s != "lpt_order")
     assert list(rep["dropped"]) == ["lpt_order"] and "planted" in rep["dropped"]["lpt_order"]
@@ -103,15 +106,18 @@ def test_steps_that_ran_but_changed_nothing_are_named():
     assert rep["ran"] == steps and rep["dropped"] == {}
     assert "tma" in rep["inactive"] and "lpt_order" in rep["inactive"] and rep["descriptors"] is None
     assert ("warp_specialize" in rep["inactive"]) == hopper.interpreting()
-    assert "big_tiles" not in rep["inactive"]                          # 32 (GPU: 128) keys a tile, not 16 (64)
+    assert "big_tiles" not in rep["inactive"]  # 32 (GPU: 128) keys a tile, not 16 (64)
     flash_attention_hopper(q, k, v, steps=("big_tiles",), block_n=16, report=rep)
-    assert rep["inactive"] == ("big_tiles",)                           # an explicit block_n wins
+    assert rep["inactive"] == ("big_tiles",)  # an explicit block_n wins
 
 
-@pytest.mark.parametrize("kw, err, match", [
-    ({"report": []}, TypeError, "report must be a dict"),
-    ({"fallback": "no"}, TypeError, r"fallback must be True or False \(a bool\)"),
-])
+@pytest.mark.parametrize(
+    "kw, err, match",
+    [
+        ({"report": []}, TypeError, "report must be a dict"),
+        ({"fallback": "no"}, TypeError, r"fallback must be True or False \(a bool\)"),
+    ],
+)
 def test_report_and_fallback_refusals(kw, err, match):
     q, k, v = _inputs(4, 8, 16)
     with pytest.raises(err, match=match):

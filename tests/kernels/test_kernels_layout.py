@@ -1,6 +1,7 @@
 """The kernels folder's own rules (the refactor's, kept): no kernel imports another file's private
 name (what they share is public, in kernels.common), and every file is under 300 lines or says in
 its docstring why it is long."""
+
 from __future__ import annotations
 
 import ast

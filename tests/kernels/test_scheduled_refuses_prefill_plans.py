@@ -1,6 +1,7 @@
 """The plan-driven decode refuses a plan made for prefill, or for another GQA group, before any
 kernel runs: packed rows l_qo x group = 2 x 1 read like a decode step of group 2, and would run
 as one without a word."""
+
 from __future__ import annotations
 
 import re
@@ -25,10 +26,13 @@ def _batch(lens, hkv, group, d=16, page_size=4):
     return q, pool, pool.clone(), indptr, indices, last, page_size
 
 
-@pytest.mark.parametrize("plan, group, word", [
-    (schedule.plan_balanced([(2, 5), (2, 6)], kv_heads=1, num_ctas=2, group=1), 2, "l_qo"),
-    (schedule.plan_per_request([(1, 5), (1, 6)], kv_heads=1, num_ctas=2, group=4), 2, "group"),
-])
+@pytest.mark.parametrize(
+    "plan, group, word",
+    [
+        (schedule.plan_balanced([(2, 5), (2, 6)], kv_heads=1, num_ctas=2, group=1), 2, "l_qo"),
+        (schedule.plan_per_request([(1, 5), (1, 6)], kv_heads=1, num_ctas=2, group=4), 2, "group"),
+    ],
+)
 def test_scheduled_decode_refuses_a_plan_made_for_something_else(plan, group, word):
     q, k_pool, v_pool, indptr, indices, last, ps = _batch([5, 6], 1, group)
     for p in (plan, schedule.fixed_size_workspace(plan, plan.num_ctas, 8)):

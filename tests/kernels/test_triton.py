@@ -7,6 +7,7 @@ Every test runs with `poisoned_alloc` (tests/conftest.py): the output and lse th
 start as NaN, so an element it does not write fails. bf16 / fp16 outputs are held to the rule of
 tests/refs/kernel_rule.py (at most 2x torch SDPA's own max-abs error on the same inputs); fp32 to 1e-5.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,12 +25,12 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CASES = [  # (batch, q heads, kv heads, n_q, n_k, d, causal)
     (1, 1, 1, 1, 1, 16, False),
     (1, 2, 1, 33, 33, 16, True),
-    (1, 4, 2, 40, 57, 24, True),      # N_q < N_k, d not a power of two
-    (2, 2, 2, 57, 40, 32, True),      # N_q > N_k: the first rows see no key
-    (1, 3, 1, 17, 65, 64, False),     # GQA group 3
+    (1, 4, 2, 40, 57, 24, True),  # N_q < N_k, d not a power of two
+    (2, 2, 2, 57, 40, 32, True),  # N_q > N_k: the first rows see no key
+    (1, 3, 1, 17, 65, 64, False),  # GQA group 3
     (1, 2, 2, 50, 50, 20, False),
-    (1, 1, 1, 113, 203, 16, True),    # neither size a multiple of the 16 x 16 blocks
-    (1, 1, 1, 203, 113, 16, True),    # 90 rows see no key
+    (1, 1, 1, 113, 203, 16, True),  # neither size a multiple of the 16 x 16 blocks
+    (1, 1, 1, 203, 113, 16, True),  # 90 rows see no key
 ]
 
 
@@ -49,7 +50,7 @@ def test_matches_reference_fp32(case):
     o, lse = o.double().cpu().numpy(), lse.double().cpu().numpy()
     assert not np.isnan(o).any() and not np.isnan(lse).any()
     assert np.abs(o - ro).max() < 1e-5
-    assert np.array_equal(np.isinf(lse), np.isinf(rl))           # fully masked rows: -inf
+    assert np.array_equal(np.isinf(lse), np.isinf(rl))  # fully masked rows: -inf
     fin = np.isfinite(rl)
     assert np.abs(lse[fin] - rl[fin]).max() < 1e-5
     assert np.all(o[np.broadcast_to(np.isinf(rl)[..., None], o.shape)] == 0)
@@ -58,7 +59,7 @@ def test_matches_reference_fp32(case):
 LOW = [  # (batch, q heads, kv heads, n_q, n_k, d, causal, block_m, block_n)
     (1, 2, 1, 37, 45, 32, True, None, None),
     (1, 1, 1, 113, 203, 16, False, None, None),
-    (1, 1, 1, 203, 113, 16, True, None, None),      # N_q > N_k: 90 rows see no key (0, lse -inf)
+    (1, 1, 1, 203, 113, 16, True, None, None),  # N_q > N_k: 90 rows see no key (0, lse -inf)
     # 1023 rows divide no block; the GPU's 128 x 64 blocks keep the interpreter fast (16 x 16: ~30 s)
     (1, 1, 1, 1023, 1024, 16, True, 128, 64),
 ]
@@ -75,7 +76,7 @@ def test_low_precision_within_rule(case, dtype):
     # reference on the rounded inputs, so only the kernel's own rounding is measured
     ro, rl = ref_attention(*(t.double().cpu().numpy() for t in (tq, tk, tv)), causal=causal)
     assert_within_rule(o, ro, tq, tk, tv, causal=causal, lse=lse, label=f"flash {case}")
-    fin = np.isfinite(rl)                   # lse is fp32 from the rounded inputs
+    fin = np.isfinite(rl)  # lse is fp32 from the rounded inputs
     assert np.abs(lse.double().cpu().numpy()[fin] - rl[fin]).max() < 1e-4
 
 
@@ -117,14 +118,20 @@ def test_explicit_blocks_and_scale():
     assert np.abs(o.double().cpu().numpy() - ro).max() < 1e-5
 
 
-@pytest.mark.parametrize("bad, match", [
-    (lambda q, k, v: (q[0], k, v), "q must be"),
-    (lambda q, k, v: (q, k[..., :8], v[..., :8]), "head dim"),
-    (lambda q, k, v: (q, k, v[:, :, :5]), "same shape"),
-    (lambda q, k, v: (q.repeat(1, 3, 1, 1), k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1)), "multiple of KV heads"),
-    (lambda q, k, v: (q.double(), k.double(), v.double()), "dtype"),
-    (lambda q, k, v: (q.numpy(), k, v), "torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (lambda q, k, v: (q[0], k, v), "q must be"),
+        (lambda q, k, v: (q, k[..., :8], v[..., :8]), "head dim"),
+        (lambda q, k, v: (q, k, v[:, :, :5]), "same shape"),
+        (
+            lambda q, k, v: (q.repeat(1, 3, 1, 1), k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1)),
+            "multiple of KV heads",
+        ),
+        (lambda q, k, v: (q.double(), k.double(), v.double()), "dtype"),
+        (lambda q, k, v: (q.numpy(), k, v), "torch.Tensor"),
+    ],
+)
 def test_bad_input(bad, match):
     q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
     with pytest.raises((ValueError, TypeError), match=match):

@@ -10,6 +10,7 @@ element left unwritten or a slot read that is not the request's shows up as NaN.
 prefix partial states, lse, the unique part's output and workspace, the fp32 staging output).
 bf16 / fp16 outputs are held to the rule of tests/refs/kernel_rule.py; fp32 to 1e-5.
 """
+
 from __future__ import annotations
 
 
@@ -36,7 +37,7 @@ def _unique_pools(lens, page_size, kv_heads, d, rng, spare=3):
     each request's own K/V as (u, kv_heads, d) arrays."""
     pages = [-(-n // page_size) for n in lens]
     num_pages = sum(pages) + spare
-    indices = rng.permutation(num_pages)[:sum(pages)]
+    indices = rng.permutation(num_pages)[: sum(pages)]
     indptr = np.concatenate([[0], np.cumsum(pages)])
     last = np.array([n - page_size * (p - 1) for n, p in zip(lens, pages)])
     k = np.full((num_pages, page_size, kv_heads, d), NAN)
@@ -53,8 +54,9 @@ def _unique_pools(lens, page_size, kv_heads, d, rng, spare=3):
 
 def _reference(q, pk, pv, own):
     """float64 from the definition: request i attends over concat(prefix, its own tokens)."""
-    return decode_attention(q, [np.concatenate([pk, ki]) for ki, _ in own],
-                            [np.concatenate([pv, vi]) for _, vi in own])
+    return decode_attention(
+        q, [np.concatenate([pk, ki]) for ki, _ in own], [np.concatenate([pv, vi]) for _, vi in own]
+    )
 
 
 def _gathered(c):
@@ -71,16 +73,25 @@ def _case(n, g, prefix, page_size, lens, dtype, seed, hkv=2, d=16):
     pk, pv = rng.standard_normal((2, prefix, hkv, d))
     q = rng.standard_normal((n, hkv * g, d))
     t = lambda x: torch.tensor(x, dtype=dtype, device=DEVICE)  # noqa: E731
-    return dict(q=t(q), pk=t(pk), pv=t(pv), k=t(k), v=t(v), table=table,
-                own=[(t(a), t(b)) for a, b in own], page_size=page_size)
+    return dict(
+        q=t(q),
+        pk=t(pk),
+        pv=t(pv),
+        k=t(k),
+        v=t(v),
+        table=table,
+        own=[(t(a), t(b)) for a, b in own],
+        page_size=page_size,
+    )
 
 
 def _run(c, **kw):
     q = c["q"]
     out = torch.full(q.shape, NAN, dtype=q.dtype, device=DEVICE)
     i32 = [torch.tensor(np.array(a), dtype=torch.int32, device=DEVICE) for a in c["table"]]
-    o, lse = cascade_decode(q, c["pk"], c["pv"], c["k"], c["v"], *i32, page_size=c["page_size"],
-                            out=out, return_lse=True, **kw)
+    o, lse = cascade_decode(
+        q, c["pk"], c["pv"], c["k"], c["v"], *i32, page_size=c["page_size"], out=out, return_lse=True, **kw
+    )
     assert o is out and o.dtype == q.dtype
     o, lse = o.double().cpu().numpy(), lse.double().cpu().numpy()
     assert not np.isnan(o).any() and not np.isnan(lse).any()
@@ -115,13 +126,15 @@ def test_matches_reference(n, group, prefix, page_size, dtype):
             cr = cascade_attention(q[:, h], pk[:, hk], pv[:, hk], [(a[:, hk], b[:, hk]) for a, b in own])
             assert np.abs(o[:, h] - cr.o).max() < 1e-5 and np.abs(lse[:, h] - cr.lse).max() < 1e-5
             assert cr.tokens_read == prefix + sum(lens) and hkv == 2
-    else:                                     # the rule: at most twice torch SDPA's own error
+    else:  # the rule: at most twice torch SDPA's own error
         assert_within_rule(o, ro, c["q"], *_gathered(c), lse=lse, label=f"cascade P={prefix} ps={page_size}")
         assert np.abs(lse - rl).max() < 1e-4
 
 
 @pytest.mark.parametrize("prefix", [1023, 0])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+)
 def test_long_ragged(dtype, prefix):
     """A 1023-token prefix (no whole number of 16-key tiles) or none, and unique parts of 1025
     tokens and 1 token in pages of 16."""
@@ -167,27 +180,46 @@ def test_strided_prefix_rows_across_blocks_and_empty_prefix():
 def _good():
     i32 = lambda *x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
     k = torch.randn(6, 3, 2, 16)
-    return dict(q=torch.randn(2, 4, 16), prefix_k=torch.randn(5, 2, 16), prefix_v=torch.randn(5, 2, 16),
-                k_pool=k, v_pool=k.clone(), kv_indptr=i32(0, 2, 3), kv_indices=i32(4, 0, 2),
-                kv_last_page_len=i32(3, 1))
+    return dict(
+        q=torch.randn(2, 4, 16),
+        prefix_k=torch.randn(5, 2, 16),
+        prefix_v=torch.randn(5, 2, 16),
+        k_pool=k,
+        v_pool=k.clone(),
+        kv_indptr=i32(0, 2, 3),
+        kv_indices=i32(4, 0, 2),
+        kv_last_page_len=i32(3, 1),
+    )
 
 
-@pytest.mark.parametrize("change, kw, err, match", [
-    (lambda a: a.update(prefix_k=a["prefix_k"].numpy()), {}, TypeError, "prefix_k must be a torch.Tensor"),
-    (lambda a: a.update(prefix_v=a["prefix_v"][0]), {}, ValueError, r"prefix_v must be NHD"),
-    (lambda a: a.update(prefix_k=a["prefix_k"].half()), {}, TypeError, "prefix_k must have q's dtype"),
-    (lambda a: a.update(prefix_v=a["prefix_v"][:4]), {}, ValueError, "prefix_v .* prefix_k's shape"),
-    (lambda a: a.update(prefix_k=torch.randn(5, 1, 16), prefix_v=torch.randn(5, 1, 16)), {}, ValueError,
-     "kv_heads"),
-    (lambda a: a.update(q=a["q"].numpy()), {}, TypeError, "q must be a torch.Tensor"),
-    (lambda a: a["kv_last_page_len"].fill_(0), {}, ValueError, "kv_last_page_len"),
-    (lambda a: None, {"page_size": 4}, ValueError, "page_size"),
-    (lambda a: None, {"splits": 6}, ValueError, r"splits=6 .* prefix_len=5"),
-    (lambda a: None, {"splits": True}, TypeError, "splits must be an integer, got True"),
-    (lambda a: None, {"unique_splits": 0}, ValueError, "splits"),
-    (lambda a: None, {"block_m": 8}, ValueError, "block_m"),
-    (lambda a: None, {"out": torch.empty(2, 4, 8)}, ValueError, "out must be"),
-])
+@pytest.mark.parametrize(
+    "change, kw, err, match",
+    [
+        (
+            lambda a: a.update(prefix_k=a["prefix_k"].numpy()),
+            {},
+            TypeError,
+            "prefix_k must be a torch.Tensor",
+        ),
+        (lambda a: a.update(prefix_v=a["prefix_v"][0]), {}, ValueError, r"prefix_v must be NHD"),
+        (lambda a: a.update(prefix_k=a["prefix_k"].half()), {}, TypeError, "prefix_k must have q's dtype"),
+        (lambda a: a.update(prefix_v=a["prefix_v"][:4]), {}, ValueError, "prefix_v .* prefix_k's shape"),
+        (
+            lambda a: a.update(prefix_k=torch.randn(5, 1, 16), prefix_v=torch.randn(5, 1, 16)),
+            {},
+            ValueError,
+            "kv_heads",
+        ),
+        (lambda a: a.update(q=a["q"].numpy()), {}, TypeError, "q must be a torch.Tensor"),
+        (lambda a: a["kv_last_page_len"].fill_(0), {}, ValueError, "kv_last_page_len"),
+        (lambda a: None, {"page_size": 4}, ValueError, "page_size"),
+        (lambda a: None, {"splits": 6}, ValueError, r"splits=6 .* prefix_len=5"),
+        (lambda a: None, {"splits": True}, TypeError, "splits must be an integer, got True"),
+        (lambda a: None, {"unique_splits": 0}, ValueError, "splits"),
+        (lambda a: None, {"block_m": 8}, ValueError, "block_m"),
+        (lambda a: None, {"out": torch.empty(2, 4, 8)}, ValueError, "out must be"),
+    ],
+)
 def test_bad_input(change, kw, err, match):
     a = _good()
     change(a)

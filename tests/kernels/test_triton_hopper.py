@@ -5,6 +5,7 @@ Without a GPU it runs under Triton's interpreter (tests/conftest.py sets TRITON_
 tensor-descriptor (TMA) loads and stores too, so each cumulative step set is checked.
 `python -m attnlab.gpubench.sweeps.hopper` checks it at real sizes on a GPU.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -15,18 +16,24 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.kernels import hopper
-from attnlab.kernels.hopper import DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, flash_attention_hopper, tma_ok
+from attnlab.kernels.hopper import (
+    DEFAULT_STEPS,
+    HOPPER_STEPS,
+    cumulative_steps,
+    flash_attention_hopper,
+    tma_ok,
+)
 from attnlab.kernels.tuning import launch_config
 
 from refs.reference import attention as ref_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CASES = [  # (batch, q heads, kv heads, n_q, n_k, d, causal)
-    (1, 2, 2, 33, 47, 24, False),     # d not a power of two
-    (1, 4, 2, 33, 47, 24, True),      # GQA 4 / 2, N_q < N_k
-    (2, 2, 1, 57, 23, 32, True),      # N_q > N_k: the first 34 rows see no key
-    (1, 1, 1, 113, 203, 16, True),    # sizes that divide no block
-    (1, 3, 1, 1, 1, 16, False),       # one query, one key, GQA 3
+    (1, 2, 2, 33, 47, 24, False),  # d not a power of two
+    (1, 4, 2, 33, 47, 24, True),  # GQA 4 / 2, N_q < N_k
+    (2, 2, 1, 57, 23, 32, True),  # N_q > N_k: the first 34 rows see no key
+    (1, 1, 1, 113, 203, 16, True),  # sizes that divide no block
+    (1, 3, 1, 1, 1, 16, False),  # one query, one key, GQA 3
 ]
 
 
@@ -35,8 +42,10 @@ def _inputs(seed, b, hq, hk, nq, nk, d, dtype=torch.float32, nhd=False):
     g = torch.Generator().manual_seed(seed)
     shapes = ((b, hq, nq, d), (b, hk, nk, d), (b, hk, nk, d))
     if nhd:
-        return [torch.randn((s[0], s[2], s[1], s[3]), generator=g).to(dtype=dtype, device=DEVICE).transpose(1, 2)
-                for s in shapes]
+        return [
+            torch.randn((s[0], s[2], s[1], s[3]), generator=g).to(dtype=dtype, device=DEVICE).transpose(1, 2)
+            for s in shapes
+        ]
     return [torch.randn(s, generator=g).to(dtype=dtype, device=DEVICE) for s in shapes]
 
 
@@ -50,9 +59,9 @@ def _poisoned(q):
 
 def _assert_close(o, lse, ro, rl, tol):
     o, lse = o.double().cpu().numpy(), lse.double().cpu().numpy()
-    assert not np.isnan(o).any() and not np.isnan(lse).any()          # every element written, no NaN
-    assert np.array_equal(np.isinf(lse), np.isinf(rl))                # rows with no key: -inf
-    assert np.all(o[np.broadcast_to(np.isinf(rl)[..., None], o.shape)] == 0)   # ... and o = 0
+    assert not np.isnan(o).any() and not np.isnan(lse).any()  # every element written, no NaN
+    assert np.array_equal(np.isinf(lse), np.isinf(rl))  # rows with no key: -inf
+    assert np.all(o[np.broadcast_to(np.isinf(rl)[..., None], o.shape)] == 0)  # ... and o = 0
     fin = np.isfinite(rl)
     assert np.abs(o - ro).max() < tol
     if fin.any():
@@ -64,7 +73,7 @@ def _assert_close(o, lse, ro, rl, tol):
 def test_fp32_each_cumulative_step(case, steps):
     b, hq, hk, nq, nk, d, causal = case
     q, k, v = _inputs(sum(case[:6]), b, hq, hk, nq, nk, d)
-    assert tma_ok(q, k, v)                                            # the tma step really runs
+    assert tma_ok(q, k, v)  # the tma step really runs
     out = _poisoned(q)
     o, lse = flash_attention_hopper(q, k, v, causal=causal, steps=steps, return_lse=True, out=out)
     assert o is out
@@ -75,8 +84,9 @@ def test_fp32_each_cumulative_step(case, steps):
 def test_host_descriptors(case):
     b, hq, hk, nq, nk, d, causal = case
     q, k, v = _inputs(sum(case[:6]) + 1, b, hq, hk, nq, nk, d)
-    o, lse = flash_attention_hopper(q, k, v, causal=causal, return_lse=True, out=_poisoned(q),
-                                    descriptors="host")
+    o, lse = flash_attention_hopper(
+        q, k, v, causal=causal, return_lse=True, out=_poisoned(q), descriptors="host"
+    )
     _assert_close(o, lse, *_ref(q, k, v, causal), 1e-5)
 
 
@@ -109,23 +119,34 @@ def _ref_variant(q, k, v, soft_cap=0.0, window=0, causal=False):
 
 
 VARIANT_CASES = [  # (batch, q heads, kv heads, n_q, n_k, d, soft_cap, window, causal)
-    (1, 2, 1, 77, 77, 24, 5.0, 0, False),     # soft-cap alone, GQA 2
-    (1, 2, 2, 45, 71, 16, 2.0, 0, True),      # soft-cap + causal, N_q < N_k
-    (2, 2, 1, 70, 70, 32, 0.0, 19, False),    # window of 19 (causal implied), odd edges
-    (1, 3, 1, 40, 23, 16, 3.0, 5, False),     # both, N_q > N_k: rows that see no key
-    (1, 1, 1, 93, 93, 16, 0.0, 1, False),     # window 1: each row sees only itself
+    (1, 2, 1, 77, 77, 24, 5.0, 0, False),  # soft-cap alone, GQA 2
+    (1, 2, 2, 45, 71, 16, 2.0, 0, True),  # soft-cap + causal, N_q < N_k
+    (2, 2, 1, 70, 70, 32, 0.0, 19, False),  # window of 19 (causal implied), odd edges
+    (1, 3, 1, 40, 23, 16, 3.0, 5, False),  # both, N_q > N_k: rows that see no key
+    (1, 1, 1, 93, 93, 16, 0.0, 1, False),  # window 1: each row sees only itself
 ]
 
 
-@pytest.mark.parametrize("steps", [(), ("tma", "causal_split"), HOPPER_STEPS], ids=["base", "tma+split", "all"])
+@pytest.mark.parametrize(
+    "steps", [(), ("tma", "causal_split"), HOPPER_STEPS], ids=["base", "tma+split", "all"]
+)
 @pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: "-".join(map(str, c)))
 def test_fp32_variants_compiled_in(case, steps):
     """soft_cap and window as compile-time switches of the Hopper kernel (the variants of
     kernels.variants, with every step): fp32 against float64 at 1e-5, unwritten output is NaN."""
     b, hq, hk, nq, nk, d, cap, w, causal = case
     q, k, v = _inputs(int(sum(case[:6]) + cap + w), b, hq, hk, nq, nk, d)
-    o, lse = flash_attention_hopper(q, k, v, causal=causal, soft_cap=cap or None, window=w or None,
-                                    steps=steps, return_lse=True, out=_poisoned(q))
+    o, lse = flash_attention_hopper(
+        q,
+        k,
+        v,
+        causal=causal,
+        soft_cap=cap or None,
+        window=w or None,
+        steps=steps,
+        return_lse=True,
+        out=_poisoned(q),
+    )
     ro, rl = _ref_variant(q, k, v, cap, w, causal)
     _assert_close(o, lse, ro, rl, 1e-5)
 
@@ -138,8 +159,13 @@ def test_bf16_window_within_twice_torch_sdpa_error(steps, poison_empty):
     o, lse = flash_attention_hopper(q, k, v, window=13, steps=steps, return_lse=True)
     ro, rl = _ref_variant(q, k, v, 0.0, 13)
     i, j = torch.arange(67)[:, None], torch.arange(67)[None, :]
-    sdpa = F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu(), attn_mask=(j <= i) & (j > i - 13),
-                                          enable_gqa=True).double().numpy()
+    sdpa = (
+        F.scaled_dot_product_attention(
+            q.cpu(), k.cpu(), v.cpu(), attn_mask=(j <= i) & (j > i - 13), enable_gqa=True
+        )
+        .double()
+        .numpy()
+    )
     tol = 2 * np.abs(sdpa - ro).max()
     assert 0 < tol < 0.05
     _assert_close(o, lse, ro, rl, tol)
@@ -150,13 +176,13 @@ def test_variant_types_and_refusals_leave_the_default_steps_alone():
     for kw in ({"soft_cap": "30"}, {"soft_cap": True}, {"window": 2.5}, {"window": True}):
         with pytest.raises(TypeError, match=next(iter(kw))):
             flash_attention_hopper(q, k, v, **kw)
-    with pytest.raises(ValueError, match="batch=0"):                  # refused before any launch
+    with pytest.raises(ValueError, match="batch=0"):  # refused before any launch
         flash_attention_hopper(q[:0], k[:0], v[:0], causal=True)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")                                # no step dropped by that
-        o = flash_attention_hopper(q, k, v, causal=True, window=np.int64(2 ** 40), soft_cap=np.float32(4.0))
+        warnings.simplefilter("error")  # no step dropped by that
+        o = flash_attention_hopper(q, k, v, causal=True, window=np.int64(2**40), soft_cap=np.float32(4.0))
     assert all(st == frozenset(DEFAULT_STEPS) for st in hopper._WORKING.values())
-    assert torch.equal(o, flash_attention_hopper(q, k, v, causal=True, soft_cap=4.0))   # window past N_k
+    assert torch.equal(o, flash_attention_hopper(q, k, v, causal=True, soft_cap=4.0))  # window past N_k
 
 
 def test_window_as_wide_as_the_keys_is_causal():
@@ -178,6 +204,7 @@ def poison_empty(monkeypatch):
     def nan_empty_like(*a, **kw):
         t = empty_like(*a, **kw)
         return t.fill_(float("nan")) if t.is_floating_point() else t
+
     monkeypatch.setattr(torch, "empty", nan_empty)
     monkeypatch.setattr(torch, "empty_like", nan_empty_like)
 
@@ -186,10 +213,15 @@ def _sdpa_bf16_error(q, k, v, causal, ro, rl):
     """Max error of torch's own SDPA (math) in bf16 against the float64 reference, visible rows."""
     n_q, n_k = q.shape[2], k.shape[2]
     mask = None
-    if causal:   # bottom-right aligned, as the kernel
+    if causal:  # bottom-right aligned, as the kernel
         mask = torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + n_k - n_q
-    o = F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu(), attn_mask=mask,
-                                       enable_gqa=q.shape[1] != k.shape[1]).double().numpy()
+    o = (
+        F.scaled_dot_product_attention(
+            q.cpu(), k.cpu(), v.cpu(), attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1]
+        )
+        .double()
+        .numpy()
+    )
     fin = np.isfinite(rl)
     return np.abs(o - ro)[fin].max()
 
@@ -204,7 +236,7 @@ def test_bf16_within_twice_torch_sdpa_error(case, steps, poison_empty):
     q, k, v = _inputs(sum(case[:6]) + 2, b, hq, hk, nq, nk, d, torch.bfloat16)
     o, lse = flash_attention_hopper(q, k, v, causal=causal, steps=steps, return_lse=True)
     assert o.dtype == torch.bfloat16 and lse.dtype == torch.float32
-    ro, rl = _ref(q, k, v, causal)                                    # on the rounded inputs
+    ro, rl = _ref(q, k, v, causal)  # on the rounded inputs
     tol = 2 * _sdpa_bf16_error(q, k, v, causal, ro, rl)
     assert 0 < tol < 0.05
     _assert_close(o, lse, ro, rl, tol)
@@ -236,40 +268,65 @@ def test_strides_tma_cannot_take_fall_back_to_pointer_loads(poison_empty):
 def test_scale_blocks_and_default_steps_without_warnings():
     q, k, v = _inputs(8, 1, 2, 1, 48, 70, 16)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")                                 # no step dropped here
-        o, lse = flash_attention_hopper(q, k, v, causal=True, scale=0.3, block_m=32, block_n=16,
-                                        return_lse=True)
+        warnings.simplefilter("error")  # no step dropped here
+        o, lse = flash_attention_hopper(
+            q, k, v, causal=True, scale=0.3, block_m=32, block_n=16, return_lse=True
+        )
     _assert_close(o, lse, *_ref(q, k, v, True, scale=0.3), 1e-5)
     assert launch_config(128, True)["block_n"] == (32 if hopper.interpreting() else 128)
     assert launch_config(128, True, (), block_m=64)["block_m"] == 64
     assert cumulative_steps()[0] == () and cumulative_steps()[-1] == HOPPER_STEPS
 
 
-@pytest.mark.parametrize("bad, match", [
-    (lambda q, k, v: ((q[0], k, v), {}), "q must be"),
-    (lambda q, k, v: ((q, k[..., :8], v[..., :8]), {}), "head dim"),
-    (lambda q, k, v: ((q, k, v[:, :, :5]), {}), "same shape"),
-    (lambda q, k, v: ((q.repeat(1, 3, 1, 1), k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1)), {}), "multiple of KV heads"),
-    (lambda q, k, v: ((q.double(), k.double(), v.double()), {}), "dtype"),
-    (lambda q, k, v: ((q.numpy(), k, v), {}), "torch.Tensor"),
-    (lambda q, k, v: ((q, k, v), {"steps": ("tma", "fp8")}), r"unknown steps \['fp8'\]; valid: tma, causal_split"),
-    (lambda q, k, v: ((q, k, v), {"steps": "tma"}), "steps must be None or a tuple"),
-    (lambda q, k, v: ((q, k, v), {"causal": "False"}), r"causal must be True or False \(a bool\), got 'False'"),
-    (lambda q, k, v: ((q, k, v), {"scale": -1.0}), r"scale=-1.0 is out of range; valid: finite, in \(0.0, inf\)"),
-    (lambda q, k, v: ((q, k, v), {"scale": float("nan")}), "scale=nan is out of range"),
-    (lambda q, k, v: ((q, k, v), {"block_m": 24}), r"block_m=24 is out of range; valid: a power of two in \[16,"),
-    (lambda q, k, v: ((q, k, v), {"block_n": 8}), "block_n=8 is out of range"),
-    (lambda q, k, v: ((q, k, v), {"num_warps": 3}), "num_warps=3 is out of range; valid: 1, 2, 4, 8, 16"),
-    (lambda q, k, v: ((q, k, v), {"num_stages": 0}), "num_stages=0 is out of range; valid: 1 <= num_stages <= 8"),
-    (lambda q, k, v: ((q, k, v), {"out": torch.empty(1, 1, 8, 8)}), "out must be"),
-    (lambda q, k, v: ((q, k, v), {"descriptors": "global"}), "descriptors='global' is not allowed; valid: 'dev"),
-    (lambda q, k, v: ((q, k.to("meta"), v), {}), "k is on meta but q is on"),
-    (lambda q, k, v: ((q, k, v), {"soft_cap": -1.0}), "soft_cap=-1.0 is out of range"),
-    (lambda q, k, v: ((q, k, v), {"soft_cap": float("inf")}), "soft_cap"),
-    (lambda q, k, v: ((q, k, v), {"soft_cap": 2.0 ** 70}), r"soft_cap=.* is out of range; valid: .*10000"),
-    (lambda q, k, v: ((q, k, v), {"window": -3}), "window=-3 is out of range"),
-    (lambda q, k, v: ((q[:0], k[:0], v[:0]), {"causal": True}), "batch=0 and query heads=1 must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (lambda q, k, v: ((q[0], k, v), {}), "q must be"),
+        (lambda q, k, v: ((q, k[..., :8], v[..., :8]), {}), "head dim"),
+        (lambda q, k, v: ((q, k, v[:, :, :5]), {}), "same shape"),
+        (
+            lambda q, k, v: ((q.repeat(1, 3, 1, 1), k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1)), {}),
+            "multiple of KV heads",
+        ),
+        (lambda q, k, v: ((q.double(), k.double(), v.double()), {}), "dtype"),
+        (lambda q, k, v: ((q.numpy(), k, v), {}), "torch.Tensor"),
+        (
+            lambda q, k, v: ((q, k, v), {"steps": ("tma", "fp8")}),
+            r"unknown steps \['fp8'\]; valid: tma, causal_split",
+        ),
+        (lambda q, k, v: ((q, k, v), {"steps": "tma"}), "steps must be None or a tuple"),
+        (
+            lambda q, k, v: ((q, k, v), {"causal": "False"}),
+            r"causal must be True or False \(a bool\), got 'False'",
+        ),
+        (
+            lambda q, k, v: ((q, k, v), {"scale": -1.0}),
+            r"scale=-1.0 is out of range; valid: finite, in \(0.0, inf\)",
+        ),
+        (lambda q, k, v: ((q, k, v), {"scale": float("nan")}), "scale=nan is out of range"),
+        (
+            lambda q, k, v: ((q, k, v), {"block_m": 24}),
+            r"block_m=24 is out of range; valid: a power of two in \[16,",
+        ),
+        (lambda q, k, v: ((q, k, v), {"block_n": 8}), "block_n=8 is out of range"),
+        (lambda q, k, v: ((q, k, v), {"num_warps": 3}), "num_warps=3 is out of range; valid: 1, 2, 4, 8, 16"),
+        (
+            lambda q, k, v: ((q, k, v), {"num_stages": 0}),
+            "num_stages=0 is out of range; valid: 1 <= num_stages <= 8",
+        ),
+        (lambda q, k, v: ((q, k, v), {"out": torch.empty(1, 1, 8, 8)}), "out must be"),
+        (
+            lambda q, k, v: ((q, k, v), {"descriptors": "global"}),
+            "descriptors='global' is not allowed; valid: 'dev",
+        ),
+        (lambda q, k, v: ((q, k.to("meta"), v), {}), "k is on meta but q is on"),
+        (lambda q, k, v: ((q, k, v), {"soft_cap": -1.0}), "soft_cap=-1.0 is out of range"),
+        (lambda q, k, v: ((q, k, v), {"soft_cap": float("inf")}), "soft_cap"),
+        (lambda q, k, v: ((q, k, v), {"soft_cap": 2.0**70}), r"soft_cap=.* is out of range; valid: .*10000"),
+        (lambda q, k, v: ((q, k, v), {"window": -3}), "window=-3 is out of range"),
+        (lambda q, k, v: ((q[:0], k[:0], v[:0]), {"causal": True}), "batch=0 and query heads=1 must be >= 1"),
+    ],
+)
 def test_bad_input(bad, match):
     q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
     args, kw = bad(q, k, v)

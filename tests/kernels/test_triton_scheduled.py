@@ -7,6 +7,7 @@ The output and both partial-state buffers are poisoned with NaN before every run
 slot no request owns is NaN: an element left unwritten or a page read that is not the request's
 shows up as NaN.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,7 @@ def _sdpa_error(tq, tk, tv, table, page_size, ref):
     indptr, indices, last = table
     hkv, err = tk.shape[2], 0.0
     for i in range(len(last)):
-        pages = torch.as_tensor(indices[indptr[i]:indptr[i + 1]], dtype=torch.long)
+        pages = torch.as_tensor(indices[indptr[i] : indptr[i + 1]], dtype=torch.long)
         n = page_size * (len(pages) - 1) + int(last[i])
         k = tk[pages].reshape(-1, hkv, tk.shape[3])[:n].transpose(0, 1)[None]
         v = tv[pages].reshape(-1, hkv, tv.shape[3])[:n].transpose(0, 1)[None]
@@ -51,8 +52,18 @@ def _plan(kind, lens, kv_heads, group, ctas):
 
 def _decoder(lens_list, page_size, hkv, group, d, dtype, ctas, num_pages, plans):
     max_items = max(int(np.bincount(p.cta).max()) for p in plans)
-    return ScheduledDecoder(max(len(x) for x in lens_list), hkv * group, hkv, d, ctas, max_items, num_pages,
-                            page_size, dtype, DEVICE)
+    return ScheduledDecoder(
+        max(len(x) for x in lens_list),
+        hkv * group,
+        hkv,
+        d,
+        ctas,
+        max_items,
+        num_pages,
+        page_size,
+        dtype,
+        DEVICE,
+    )
 
 
 def _run(dec, plan, tq, table, tk, tv):
@@ -72,12 +83,12 @@ PLANS = ("per_request", "fixed_split", "balanced")
 
 # Every page size with both group sizes, and each dtype with each page size and each group size:
 # 6 cases instead of the full product's 12 (the other 6 ran the same code paths again).
-PAIRWISE = [(1, 1, "fp32"), (1, 4, "bf16"), (3, 1, "bf16"), (3, 4, "fp32"), (16, 1, "fp32"),
-            (16, 4, "bf16")]
+PAIRWISE = [(1, 1, "fp32"), (1, 4, "bf16"), (3, 1, "bf16"), (3, 4, "fp32"), (16, 1, "fp32"), (16, 4, "bf16")]
 
 
-@pytest.mark.parametrize("page_size, group, dtype_name", PAIRWISE,
-                         ids=[f"{p}-g{g}-{d}" for p, g, d in PAIRWISE])
+@pytest.mark.parametrize(
+    "page_size, group, dtype_name", PAIRWISE, ids=[f"{p}-g{g}-{d}" for p, g, d in PAIRWISE]
+)
 def test_matches_reference(page_size, group, dtype_name):
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     # length 1, odd lengths, exactly 2 pages (last page full), 2 pages + 1 token
@@ -90,8 +101,8 @@ def test_matches_reference(page_size, group, dtype_name):
     rq, rk, rv = (t.double().cpu().numpy() for t in (tq, tk, tv))
     ro, rl = _reference(rq, rk, rv, *table, page_size)
     plans = [_plan(kind, lens, hkv, group, ctas) for kind in PLANS]
-    assert len(plans[1].work) > len(plans[0].work)                  # fixed split: requests really split
-    assert len(set(plans[2].cta.tolist())) == ctas                   # balanced: items on every CTA
+    assert len(plans[1].work) > len(plans[0].work)  # fixed split: requests really split
+    assert len(set(plans[2].cta.tolist())) == ctas  # balanced: items on every CTA
     dec = _decoder([lens], page_size, hkv, group, d, dtype, ctas, k.shape[0], plans)
     bound = 1e-5 if dtype == torch.float32 else 2 * _sdpa_error(tq, tk, tv, table, page_size, ro) + 1e-6
     for plan in plans:
@@ -117,8 +128,23 @@ def test_prefetched_page_ids_give_the_same_bits(page_size):
     t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
     plans = [_plan(kind, lens, hkv, g, ctas) for kind in PLANS]
     max_items = max(int(np.bincount(p.cta).max()) for p in plans)
-    decs = [ScheduledDecoder(len(lens), hkv * g, hkv, d, ctas, max_items, k.shape[0], page_size, torch.float32,
-                             DEVICE, block_n=16, prefetch=p) for p in (False, True)]
+    decs = [
+        ScheduledDecoder(
+            len(lens),
+            hkv * g,
+            hkv,
+            d,
+            ctas,
+            max_items,
+            k.shape[0],
+            page_size,
+            torch.float32,
+            DEVICE,
+            block_n=16,
+            prefetch=p,
+        )
+        for p in (False, True)
+    ]
     for plan in plans:
         (o0, l0), (o1, l1) = (_run(dec, plan, t(q), table, t(k), t(v)) for dec in decs)
         assert np.array_equal(o0, o1) and np.array_equal(l0, l1), plan.name
@@ -140,13 +166,13 @@ def test_functional_form_is_deterministic(kind):
     lens, ps, hkv, g, d = [40, 1, 16, 23], 3, 2, 4, 24
     (q, k, v), i32, ro, rl = _f32_case(lens, ps, hkv, g, d, seed=3)
     plan = _plan(kind, lens, hkv, g, 3)
-    ws = schedule.fixed_size_workspace(plan, 5, 40, 20)            # larger than needed: padding
+    ws = schedule.fixed_size_workspace(plan, 5, 40, 20)  # larger than needed: padding
     runs = [scheduled_decode(q, k, v, *i32, p, page_size=ps, return_lse=True) for p in (plan, plan, ws)]
     for o, lse in runs:
         assert np.abs(o.double().cpu().numpy() - ro).max() < 1e-5
         assert np.abs(lse.double().cpu().numpy() - rl).max() < 1e-5
-    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])   # bitwise
-    assert torch.equal(runs[0][0], runs[2][0])                       # the padding changes nothing
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])  # bitwise
+    assert torch.equal(runs[0][0], runs[2][0])  # the padding changes nothing
 
 
 def test_one_decoder_serves_batches_of_other_lengths():
@@ -194,13 +220,19 @@ def _small():
     t = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
     i32 = [torch.tensor(np.array(a), dtype=torch.int32) for a in table]
     plan = _plan("balanced", lens, 2, 2, 2)
-    return dict(q=t(rng.standard_normal((2, 4, 16))), k=t(np.nan_to_num(k)), v=t(np.nan_to_num(v)),
-                table=i32, plan=plan, lens=lens)
+    return dict(
+        q=t(rng.standard_normal((2, 4, 16))),
+        k=t(np.nan_to_num(k)),
+        v=t(np.nan_to_num(v)),
+        table=i32,
+        plan=plan,
+        lens=lens,
+    )
 
 
 def test_refusals_of_the_decoder():
     a = _small()
-    P = a["k"].shape[0]                                             # 6 pages
+    P = a["k"].shape[0]  # 6 pages
     dec = ScheduledDecoder(2, 4, 2, 16, 2, 8, P, 3, torch.float32, "cpu")
     with pytest.raises(RuntimeError, match="nothing loaded"):
         dec.run(a["k"], a["v"])
@@ -215,8 +247,18 @@ def test_refusals_of_the_decoder():
         (dict(max_outputs=0), ValueError, "max_outputs=0"),
         (dict(scale=-1.0), ValueError, "scale"),
     ]
-    base = dict(max_batch=2, q_heads=4, kv_heads=2, head_dim=16, max_ctas=2, max_items=8, max_pages=5,
-                page_size=3, dtype=torch.float32, device="cpu")
+    base = dict(
+        max_batch=2,
+        q_heads=4,
+        kv_heads=2,
+        head_dim=16,
+        max_ctas=2,
+        max_items=8,
+        max_pages=5,
+        page_size=3,
+        dtype=torch.float32,
+        device="cpu",
+    )
     for kw, err, match in cases:
         with pytest.raises(err, match=match):
             ScheduledDecoder(**{**base, **kw})
@@ -256,9 +298,11 @@ def test_refusals_of_the_decoder():
     with pytest.raises(ValueError, match="does not cover every query head"):
         dec.load(_plan("balanced", [4, 6], 2, 2, 2), q, *table)
     dec.load(plan, q, *table)
-    for k, err, match in ((a["k"][:4], ValueError, r"k_pool has shape \(4, 3, 2, 16\); valid: .*pages >= max_pages=6"),
-                          (a["k"].numpy(), TypeError, "k_pool must be a torch.Tensor"),
-                          (a["k"].double(), ValueError, "k_pool is torch.float64")):
+    for k, err, match in (
+        (a["k"][:4], ValueError, r"k_pool has shape \(4, 3, 2, 16\); valid: .*pages >= max_pages=6"),
+        (a["k"].numpy(), TypeError, "k_pool must be a torch.Tensor"),
+        (a["k"].double(), ValueError, "k_pool is torch.float64"),
+    ):
         with pytest.raises(err, match=match):
             dec.run(k, a["v"])
 
@@ -266,7 +310,9 @@ def test_refusals_of_the_decoder():
 def test_refusals_of_the_function():
     a = _small()
     q, (indptr, indices, last), plan = a["q"], a["table"], a["plan"]
-    with pytest.raises(TypeError, match="plan_or_workspace must be a schedule.Plan or schedule.Workspace, got dict"):
+    with pytest.raises(
+        TypeError, match="plan_or_workspace must be a schedule.Plan or schedule.Workspace, got dict"
+    ):
         scheduled_decode(q, a["k"], a["v"], indptr, indices, last, {}, page_size=3)
     with pytest.raises(ValueError, match=r"page_size=4 does not match the pool"):
         scheduled_decode(q, a["k"], a["v"], indptr, indices, last, plan, page_size=4)
@@ -283,16 +329,29 @@ def test_bench_dry_run(tmp_path, capsys):
     import json
 
     from attnlab.gpubench import scheduled as scheduled_bench
+
     if DEVICE == "cuda":
         pytest.skip("the dry run is for machines without a GPU")
-    scheduled_bench.main(["--dry", "--out", str(tmp_path / "r.json"), "--plans", ",".join(scheduled_bench.KINDS)])
+    scheduled_bench.main(
+        ["--dry", "--out", str(tmp_path / "r.json"), "--plans", ",".join(scheduled_bench.KINDS)]
+    )
     res = json.loads((tmp_path / "r.json").read_text())
     impls = {(r["batch"], r["impl"]) for r in res["rows"]}
-    assert impls == {(b, i) for b in (1, 3) for i in ("sched per-request", "sched fixed", "sched balanced",
-                                                      "sched balanced-128", "sched balanced+fused",
-                                                      "sched balanced-128+fused", "paged auto")}
+    assert impls == {
+        (b, i)
+        for b in (1, 3)
+        for i in (
+            "sched per-request",
+            "sched fixed",
+            "sched balanced",
+            "sched balanced-128",
+            "sched balanced+fused",
+            "sched balanced-128+fused",
+            "paged auto",
+        )
+    }
     assert all(r["max_err"] < 0.05 for r in res["rows"])
-    table = capsys.readouterr().out.split("pred_us")[-1]           # the table printed last
+    table = capsys.readouterr().out.split("pred_us")[-1]  # the table printed last
     assert table.count("sched balanced ") == 2 and table.count("sched balanced-128 ") == 2
     assert table.count("sched balanced+fused") == 2 and table.count("sched balanced-128+fused") == 2
     assert table.count("paged auto") == 2
@@ -302,18 +361,21 @@ def test_long_merges_direct_writes_and_more_outputs_than_merge_programs():
     """Outputs of 1 item (written by kernel 1 itself) beside outputs of up to 19 items (merged
     MERGE_S at a time), and more merged outputs than the persistent merge has programs."""
     from attnlab.kernels.scheduled_kernels import routes
+
     lens, ps, hkv, g, d, ctas = [300, 100, 1, 100, 57], 3, 2, 2, 16, 3
     (q, k, v), i32, ro, rl = _f32_case(lens, ps, hkv, g, d, seed=21)
     plan = schedule.plan_fixed_split([(1, n) for n in lens], chunk=16, kv_heads=hkv, num_ctas=ctas, group=g)
     ws = schedule.fixed_size_workspace(plan, ctas, int(np.bincount(plan.cta).max()), plan.num_outputs)
     direct, multi, owner = routes(ws)
     per = np.diff(ws.merge_indptr)
-    assert per.max() > 2 * 8 and multi.size > ctas           # the interpreter's merge takes 8 at a time
-    assert direct.sum() == hkv                               # the 1-token request
+    assert per.max() > 2 * 8 and multi.size > ctas  # the interpreter's merge takes 8 at a time
+    assert direct.sum() == hkv  # the 1-token request
     assert sorted(owner[owner >= 0]) == sorted(np.repeat(np.arange(per.size), per))
-    for fused in (False, True):                  # kernel 2, or the last item of each output merges it
-        runs = [scheduled_decode(q, k, v, *i32, ws, page_size=ps, return_lse=True, fused_merge=fused)
-                for _ in range(2)]
+    for fused in (False, True):  # kernel 2, or the last item of each output merges it
+        runs = [
+            scheduled_decode(q, k, v, *i32, ws, page_size=ps, return_lse=True, fused_merge=fused)
+            for _ in range(2)
+        ]
         o, lse = (x.double().cpu().numpy() for x in runs[0])
         assert np.abs(o - ro).max() < 1e-5 and np.abs(lse - rl).max() < 1e-5
-        assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])   # bitwise
+        assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])  # bitwise

@@ -1,5 +1,6 @@
 """Your own model: configs read into Model, the shipped configs against a hand reading of their
 JSON and against data/models.json, KV bytes by hand, malformed configs refused by field name."""
+
 from __future__ import annotations
 
 import copy
@@ -11,8 +12,15 @@ from pathlib import Path
 import pytest
 
 import attnlab.machine.models as models_mod
-from attnlab.machine.configs import (CONFIG_DIR, config_path, configs, from_config, kv_bytes_per_token,
-                                     kv_cache_bytes, prefill_shape)
+from attnlab.machine.configs import (
+    CONFIG_DIR,
+    config_path,
+    configs,
+    from_config,
+    kv_bytes_per_token,
+    kv_cache_bytes,
+    prefill_shape,
+)
 from attnlab.machine.your_model import YourModel, your_model
 from attnlab.machine.your_model import your_model_summary as _summary
 from attnlab.machine.hardware import get_gpu, ridge_point
@@ -26,18 +34,28 @@ BY_HAND = {
     "Llama-3-8B": (32, 4096, 32, 8, 128, 14336, 128256, None, None, 8192),
     "Llama-3.1-70B": (80, 8192, 64, 8, 128, 28672, 128256, None, None, 131072),
     "Mistral-7B-v0.1": (32, 4096, 32, 8, 128, 14336, 32000, 4096, None, 32768),
-    "Qwen2.5-7B": (28, 3584, 28, 4, 128, 18944, 152064, None, None, 131072),   # use_sliding_window false
+    "Qwen2.5-7B": (28, 3584, 28, 4, 128, 18944, 152064, None, None, 131072),  # use_sliding_window false
     "Gemma-2-9B": (42, 3584, 16, 8, 256, 14336, 256000, 4096, 21, 8192),
     "DeepSeek-V3": (61, 7168, 128, 1, 576, 18432, 129280, None, None, 163840),
 }
 # the same model in data/models.json
-IN_MODELS_JSON = {"Llama-3-8B": "Llama-3-8B", "Llama-3.1-70B": "Llama-3-70B",
-                  "Mistral-7B-v0.1": "Mistral-7B", "Gemma-2-9B": "Gemma-2-9B",
-                  "DeepSeek-V3": "DeepSeek-V3"}
+IN_MODELS_JSON = {
+    "Llama-3-8B": "Llama-3-8B",
+    "Llama-3.1-70B": "Llama-3-70B",
+    "Mistral-7B-v0.1": "Mistral-7B",
+    "Gemma-2-9B": "Gemma-2-9B",
+    "DeepSeek-V3": "DeepSeek-V3",
+}
 SHAPE = ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "vocab")
 
-LLAMA = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-         "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+LLAMA = {
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+}
 
 
 def your_model_summary(*a, **kw):
@@ -77,11 +95,16 @@ def test_from_config_every_shipped_field_by_hand(name):
 def test_hand_reading_of_the_special_fields():
     ds = from_config("DeepSeek-V3")
     assert ds.mla and ds.group == 128
-    assert (ds.extra["kv_lora_rank"], ds.extra["qk_rope_head_dim"], ds.extra["qk_nope_head_dim"],
-            ds.extra["v_head_dim"], ds.extra["config_kv_heads"]) == (512, 64, 128, 128, 128)
+    assert (
+        ds.extra["kv_lora_rank"],
+        ds.extra["qk_rope_head_dim"],
+        ds.extra["qk_nope_head_dim"],
+        ds.extra["v_head_dim"],
+        ds.extra["config_kv_heads"],
+    ) == (512, 64, 128, 128, 128)
     assert not any(from_config(n).mla for n in SHIPPED if n != "DeepSeek-V3")
     g2 = from_config("Gemma-2-9B")
-    assert g2.head_dim == 256 != g2.hidden // g2.q_heads           # given, not derived
+    assert g2.head_dim == 256 != g2.hidden // g2.q_heads  # given, not derived
     assert from_config("Qwen2.5-7B").group == 7
 
 
@@ -90,13 +113,19 @@ def test_shipped_config_agrees_with_models_json(name):
     m, ref = from_config(name), get_model(IN_MODELS_JSON[name])
     assert tuple(getattr(m, f) for f in SHAPE) == tuple(getattr(ref, f) for f in SHAPE)
     if ref.mla:
-        for f in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "config_kv_heads",
-                  "mla_equivalent_group"):
+        for f in (
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "qk_nope_head_dim",
+            "v_head_dim",
+            "config_kv_heads",
+            "mla_equivalent_group",
+        ):
             assert m.extra[f] == ref.extra[f], f
-        assert m.params == pytest.approx(ref.params, rel=1e-3)            # 671.03e9 vs the paper's 671e9
-        assert m.active_params == pytest.approx(ref.active_params, rel=0.02)   # 37.6e9 vs 37e9
+        assert m.params == pytest.approx(ref.params, rel=1e-3)  # 671.03e9 vs the paper's 671e9
+        assert m.active_params == pytest.approx(ref.active_params, rel=0.02)  # 37.6e9 vs 37e9
     else:
-        assert m.params == ref.params and m.active_params == m.params   # counted from the shapes
+        assert m.params == ref.params and m.active_params == m.params  # counted from the shapes
 
 
 def test_qwen_params_count_qkv_biases():
@@ -160,8 +189,9 @@ def test_file_errors(tmp_path):
         from_config(str(tmp_path))
 
 
-@pytest.mark.parametrize("bad", [None, 32, 3.5, [LLAMA], (1, 2), b"config.json", True, object()],
-                         ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize(
+    "bad", [None, 32, 3.5, [LLAMA], (1, 2), b"config.json", True, object()], ids=lambda v: type(v).__name__
+)
 def test_non_dict_non_path_refused(bad):
     with pytest.raises(TypeError, match="config must be a dict"):
         from_config(bad)
@@ -171,8 +201,14 @@ def _without(field):
     return {k: v for k, v in LLAMA.items() if k != field}
 
 
-MLA = {**LLAMA, "num_key_value_heads": 32, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-       "qk_nope_head_dim": 128, "v_head_dim": 128}
+MLA = {
+    **LLAMA,
+    "num_key_value_heads": 32,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+}
 MALFORMED = [
     # (config, exception, field named, a text the message must hold)
     (_without("num_hidden_layers"), ValueError, "num_hidden_layers", "lacks"),
@@ -187,7 +223,7 @@ MALFORMED = [
     ({**LLAMA, "num_hidden_layers": True}, TypeError, "num_hidden_layers", "True"),
     ({**LLAMA, "num_hidden_layers": 0}, ValueError, "num_hidden_layers", "1 <= num_hidden_layers <= 1024"),
     ({**LLAMA, "num_hidden_layers": -4}, ValueError, "num_hidden_layers", "-4"),
-    ({**LLAMA, "num_hidden_layers": 10 ** 6}, ValueError, "num_hidden_layers", "1000000"),
+    ({**LLAMA, "num_hidden_layers": 10**6}, ValueError, "num_hidden_layers", "1000000"),
     ({**LLAMA, "num_attention_heads": 0}, ValueError, "num_attention_heads", "valid"),
     ({**LLAMA, "num_attention_heads": [32]}, TypeError, "num_attention_heads", "list"),
     ({**LLAMA, "num_key_value_heads": 0}, ValueError, "num_key_value_heads", "valid"),
@@ -220,11 +256,18 @@ MALFORMED = [
     ({**LLAMA, "n_routed_experts": 0}, ValueError, "n_routed_experts", "valid"),
     ({**LLAMA, "num_local_experts": 8, "num_experts_per_tok": 9}, ValueError, "num_experts_per_tok", "<= 8"),
     ({**LLAMA, "num_local_experts": 8, "num_experts_per_tok": 2.0}, TypeError, "num_experts_per_tok", "2.0"),
-    ({**LLAMA, "n_routed_experts": 8, "first_k_dense_replace": 40}, ValueError, "first_k_dense_replace", "<= 32"),
+    (
+        {**LLAMA, "n_routed_experts": 8, "first_k_dense_replace": 40},
+        ValueError,
+        "first_k_dense_replace",
+        "<= 32",
+    ),
 ]
 
 
-@pytest.mark.parametrize("cfg,exc,field,text", MALFORMED, ids=[f"{i}-{m[2]}" for i, m in enumerate(MALFORMED)])
+@pytest.mark.parametrize(
+    "cfg,exc,field,text", MALFORMED, ids=[f"{i}-{m[2]}" for i, m in enumerate(MALFORMED)]
+)
 def test_malformed_refused_by_field(cfg, exc, field, text):
     with pytest.raises(exc) as info:
         from_config(copy.deepcopy(cfg))
@@ -233,9 +276,15 @@ def test_malformed_refused_by_field(cfg, exc, field, text):
     assert "valid" in msg or "must" in msg, msg
 
 
-@pytest.mark.parametrize("kw,exc,name", [({"name": 3}, TypeError, "name"), ({"name": " "}, ValueError, "name"),
-                                         ({"params": 0}, ValueError, "params"),
-                                         ({"params": True}, TypeError, "params")])
+@pytest.mark.parametrize(
+    "kw,exc,name",
+    [
+        ({"name": 3}, TypeError, "name"),
+        ({"name": " "}, ValueError, "name"),
+        ({"params": 0}, ValueError, "params"),
+        ({"params": True}, TypeError, "params"),
+    ],
+)
 def test_bad_arguments(kw, exc, name):
     with pytest.raises(exc, match=name):
         from_config(LLAMA, **kw)
@@ -250,6 +299,7 @@ def test_malformed_file_names_the_field(tmp_path):
 
 # --- the numbers ----------------------------------------------------------------------------------------
 
+
 def test_kv_bytes_per_token_by_hand():
     assert kv_bytes_per_token("Llama-3-8B") == 2 * 8 * 128 * 2 * 32 == 131072
     assert kv_bytes_per_token("Llama-3-8B", "fp8") == 65536
@@ -257,7 +307,7 @@ def test_kv_bytes_per_token_by_hand():
     assert kv_bytes_per_token("Qwen2.5-7B") == 2 * 4 * 128 * 2 * 28
     assert kv_bytes_per_token("Gemma-2-9B") == 2 * 8 * 256 * 2 * 42
     assert kv_bytes_per_token("DeepSeek-V3") == (512 + 64) * 2 * 61 == 70272
-    assert kv_bytes_per_token(get_model("DeepSeek-V3")) == 70272          # models.json's entry too
+    assert kv_bytes_per_token(get_model("DeepSeek-V3")) == 70272  # models.json's entry too
     assert kv_bytes_per_token(MLA) == (512 + 64) * 2 * 32
 
 
@@ -279,9 +329,9 @@ def test_your_model_uses_the_course_models():
     r = your_model("Llama-3-8B", "H100", batch=1, context=32768)
     assert isinstance(r, YourModel) and r.gpu == "H100-SXM"
     assert r.kv_cache_bytes == 32768 * 131072
-    assert r.intensity == pytest.approx(2 * 4 * 32768 / (2 * (4 + 32768)))     # ~ group 4
+    assert r.intensity == pytest.approx(2 * 4 * 32768 / (2 * (4 + 32768)))  # ~ group 4
     assert r.ridge == ridge_point("H100") and r.memory_bound
-    assert r.splits == 16                                                     # hardware.best_split's doctest
+    assert r.splits == 16  # hardware.best_split's doctest
     c = prefill_cost("Llama-3-8B", "H100-SXM", 32768)
     assert r.prefill_flash_s == c.flash_s and r.prefill_standard_s == c.standard_s
     assert r.prefill_standard_s / r.prefill_flash_s == pytest.approx(c.total_ratio)
@@ -290,24 +340,27 @@ def test_your_model_uses_the_course_models():
 
 
 def test_your_model_mla_beside_gqa():
-    ds, ll = your_model("DeepSeek-V3", "H200", batch=64, context=8192), your_model("Llama-3.1-70B", "H200", batch=64,
-                                                                                   context=8192)
-    assert ds.intensity > 15 * ll.intensity                  # group 128 against 8
+    ds, ll = (
+        your_model("DeepSeek-V3", "H200", batch=64, context=8192),
+        your_model("Llama-3.1-70B", "H200", batch=64, context=8192),
+    )
+    assert ds.intensity > 15 * ll.intensity  # group 128 against 8
     assert ds.kv_bytes_per_token < ll.kv_bytes_per_token / 4
     assert math.isclose(ds.ridge, ll.ridge)
 
 
 def test_your_model_mla_uses_the_absorbed_form():
     from attnlab.core.mla import mla_intensity
+
     ds = your_model("DeepSeek-V3", "H200", batch=64, context=8192)
     # absorbed: 128 heads x (2 x 576 + 2 x 512) FLOPs per token over 576 latent values read once
     flops = 128 * 8192 * (2 * 576 + 2 * 512)
     nbytes = 2 * (8192 * 576 + 128 * 576 + 128 * 512)
     assert ds.intensity_form == "absorbed" and ds.intensity == pytest.approx(flops / nbytes)
     assert ds.intensity == mla_intensity("absorbed", 8192)
-    assert ds.gqa_view_intensity == pytest.approx(128 * 8192 / (128 + 8192))       # the lecture's view
-    assert not ds.memory_bound                                  # above the H200's ridge (206) ...
-    assert your_model("DeepSeek-V3", "H100", batch=64, context=8192).memory_bound   # ... below the H100's
+    assert ds.gqa_view_intensity == pytest.approx(128 * 8192 / (128 + 8192))  # the lecture's view
+    assert not ds.memory_bound  # above the H200's ridge (206) ...
+    assert your_model("DeepSeek-V3", "H100", batch=64, context=8192).memory_bound  # ... below the H100's
     text = your_model_summary("DeepSeek-V3", "H200", batch=64, context=8192)
     assert "234.8 FLOP/B vs H200-SXM ridge 206: compute-bound (MLA absorbed form" in text
     assert "g = 128 view: 126.0" in text
@@ -316,25 +369,47 @@ def test_your_model_mla_uses_the_absorbed_form():
 
 def test_your_model_split_is_the_notebook_04_rule():
     from attnlab.machine.hardware import recommended_split
-    gemma = {"model_type": "gemma2", "num_hidden_layers": 46, "hidden_size": 4608, "num_attention_heads": 32,
-             "num_key_value_heads": 16, "head_dim": 128, "intermediate_size": 36864, "vocab_size": 256000,
-             "max_position_embeddings": 8192, "sliding_window": 4096}
+
+    gemma = {
+        "model_type": "gemma2",
+        "num_hidden_layers": 46,
+        "hidden_size": 4608,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "intermediate_size": 36864,
+        "vocab_size": 256000,
+        "max_position_embeddings": 8192,
+        "sliding_window": 4096,
+    }
     r = your_model(gemma, "H100", batch=16, context=8192)
     rec, fastest, runs = recommended_split(16, 8192, 16, "H100", head_dim=128, group=2)
-    assert (r.splits, r.fastest_splits) == (rec, fastest) == (1, 32)     # 32 splits gain < 1 %
+    assert (r.splits, r.fastest_splits) == (rec, fastest) == (1, 32)  # 32 splits gain < 1 %
     times = {x.splits: x.time for x in runs}
     assert times[1] <= times[32] * 1.01 and r.split_time_s == times[1]
-    assert "1 split: 331 µs (unsplit 331 µs; the fewest within 1% of the fastest, 32 splits)" in \
-        your_model_summary(gemma, "H100", batch=16, context=8192)
+    assert (
+        "1 split: 331 µs (unsplit 331 µs; the fewest within 1% of the fastest, 32 splits)"
+        in your_model_summary(gemma, "H100", batch=16, context=8192)
+    )
 
 
 def test_prefill_row_calls_fa1_traffic_an_upper_bound():
-    qwen = {"model_type": "qwen2", "num_hidden_layers": 64, "hidden_size": 5120, "num_attention_heads": 40,
-            "num_key_value_heads": 8, "intermediate_size": 27648, "vocab_size": 152064}
+    qwen = {
+        "model_type": "qwen2",
+        "num_hidden_layers": 64,
+        "hidden_size": 5120,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "intermediate_size": 27648,
+        "vocab_size": 152064,
+    }
     r = your_model(qwen, "H100", context=32768)
     assert not r.flash_io_hidden and r.flash_io_s < r.prefill_flash_s
-    row = next(ln for ln in your_model_summary(qwen, "H100", context=32768).splitlines()
-               if ln.startswith("prefill, flash"))
+    row = next(
+        ln
+        for ln in your_model_summary(qwen, "H100", context=32768).splitlines()
+        if ln.startswith("prefill, flash")
+    )
     assert "does not hide" not in row and "upper bound" in row and "M = 100,000" in row
 
 
@@ -349,7 +424,13 @@ def test_window_reads_at_most_the_window():
 def test_summary_for_every_shipped_config_and_gpu(name, gpu):
     text = your_model_summary(name, gpu, batch=8, context=4096)
     assert name in text and get_gpu(gpu).name in text
-    for row in ("KV bytes per token", "decode intensity", "split (1 layer)", "prefill, flash", "prefill, standard"):
+    for row in (
+        "KV bytes per token",
+        "decode intensity",
+        "split (1 layer)",
+        "prefill, flash",
+        "prefill, standard",
+    ):
         assert row in text
 
 
@@ -360,9 +441,16 @@ def test_summary_notes():
     assert "MLA: latent 576 = 512 + 64" in your_model_summary("DeepSeek-V3")
 
 
-@pytest.mark.parametrize("kw,exc,name", [({"batch": 0}, ValueError, "batch"), ({"context": 1.5}, TypeError, "context"),
-                                         ({"dtype": "int4"}, ValueError, "dtype"), ({"gpu": "V100"}, ValueError, "gpu"),
-                                         ({"dtype": "fp8", "gpu": "A100"}, ValueError, "dtype")])
+@pytest.mark.parametrize(
+    "kw,exc,name",
+    [
+        ({"batch": 0}, ValueError, "batch"),
+        ({"context": 1.5}, TypeError, "context"),
+        ({"dtype": "int4"}, ValueError, "dtype"),
+        ({"gpu": "V100"}, ValueError, "gpu"),
+        ({"dtype": "fp8", "gpu": "A100"}, ValueError, "dtype"),
+    ],
+)
 def test_your_model_bad_arguments(kw, exc, name):
     with pytest.raises(exc, match=name):
         your_model("Llama-3-8B", **kw)

@@ -1,5 +1,6 @@
 """GPU specs and the roofline: the JSON is complete and sourced, the numbers the lecture uses come
 out, the roofline terms are recomputed here by hand, and bad input names the offending value."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,11 +11,28 @@ import pytest
 
 from attnlab.machine import hardware as hw
 from attnlab.catalog import data_path
-from attnlab.machine.hardware import (DTYPE_BYTES, GPU, attainable, get_gpu, gpus, peak,
-                              ridge_point, roofline_time)
+from attnlab.machine.hardware import (
+    DTYPE_BYTES,
+    GPU,
+    attainable,
+    get_gpu,
+    gpus,
+    peak,
+    ridge_point,
+    roofline_time,
+)
 
-REQUIRED = ("name", "sms", "hbm_bytes", "hbm_bandwidth", "sram_per_sm", "l2_bytes", "peak_flops",
-            "sources", "notes")
+REQUIRED = (
+    "name",
+    "sms",
+    "hbm_bytes",
+    "hbm_bandwidth",
+    "sram_per_sm",
+    "l2_bytes",
+    "peak_flops",
+    "sources",
+    "notes",
+)
 NUMERIC = ("sms", "hbm_bytes", "hbm_bandwidth", "sram_per_sm", "l2_bytes")
 
 
@@ -30,8 +48,9 @@ def _numeric_paths(obj, prefix=""):
         path = f"{prefix}{k}"
         if isinstance(v, bool):
             continue
-        if isinstance(v, (int, float)) or (isinstance(v, list) and v and
-                                           all(isinstance(x, (int, float)) for x in v)):
+        if isinstance(v, (int, float)) or (
+            isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v)
+        ):
             out.append(path)
         elif isinstance(v, dict) and k != "sources":
             out.extend(_numeric_paths(v, path + "."))
@@ -39,6 +58,7 @@ def _numeric_paths(obj, prefix=""):
 
 
 # --- the data file --------------------------------------------------------------------------------
+
 
 def test_data_path_points_at_repository_data():
     p = data_path("gpus.json")
@@ -109,7 +129,7 @@ def test_hbm_capacity_is_what_nvidia_smi_reports():
         assert get_gpu(name).hbm_bytes == m * 2**20, name
     assert get_gpu("H100").hbm_bytes / 2**30 == pytest.approx(79.65, abs=0.01)
     assert get_gpu("H200").hbm_bytes / 2**30 == pytest.approx(140.40, abs=0.01)
-    assert 180e9 < get_gpu("B200").hbm_bytes < 180 * 2**30       # between decimal and binary "180 GB"
+    assert 180e9 < get_gpu("B200").hbm_bytes < 180 * 2**30  # between decimal and binary "180 GB"
     for name in ("H100-SXM", "H200-SXM", "B200"):
         notes = get_gpu(name).notes
         assert "nvidia-smi" in notes and f"{mib[name]:,} MiB" in notes, name
@@ -127,6 +147,7 @@ def test_flashattention_paper_a100_figures():
 
 
 # --- lookup ----------------------------------------------------------------------------------------
+
 
 def test_get_gpu_case_insensitive_aliases_and_objects():
     g = get_gpu("H100-SXM")
@@ -149,11 +170,14 @@ def test_gpu_is_frozen_and_hashable():
 
 def test_json_loaded_once():
     hw._load.cache_clear()
-    gpus(); get_gpu("H100"); peak("A100", "bf16")
+    gpus()
+    get_gpu("H100")
+    peak("A100", "bf16")
     assert hw._load.cache_info().misses == 1
 
 
 # --- peak, ridge point, roofline ------------------------------------------------------------------
+
 
 def test_h100_bf16_peak_and_ridge_point():
     assert peak("H100-SXM", "bf16") == pytest.approx(989.4e12)
@@ -195,11 +219,9 @@ def test_roofline_time_is_max_of_the_two_terms():
     rng = np.random.default_rng(0)
     flops = rng.uniform(1e9, 1e15, size=50)
     nbytes = rng.uniform(1e6, 1e12, size=50)
-    for name, dt in (("H100-SXM", "bf16"), ("A100-80GB-SXM", "fp16"), ("B200", "fp4"),
-                     ("H200-SXM", "fp8")):
+    for name, dt in (("H100-SXM", "bf16"), ("A100-80GB-SXM", "fp16"), ("B200", "fp4"), ("H200-SXM", "fp8")):
         g = get_gpu(name)
-        expected = np.array([max(f / g.peak_flops[dt], b / g.hbm_bandwidth)
-                             for f, b in zip(flops, nbytes)])
+        expected = np.array([max(f / g.peak_flops[dt], b / g.hbm_bandwidth) for f, b in zip(flops, nbytes)])
         np.testing.assert_allclose(roofline_time(flops, nbytes, name, dt), expected, rtol=1e-12)
     # a 4096^3 bf16 matmul on the H100 is compute-bound: 2*4096^3 / 989.4e12 s
     t = roofline_time(2 * 4096**3, 3 * 4096**2 * 2, "H100")
@@ -212,6 +234,7 @@ def test_roofline_time_is_max_of_the_two_terms():
 
 
 # --- bad input --------------------------------------------------------------------------------------
+
 
 def test_unknown_gpu_names_value_and_lists_valid():
     with pytest.raises(ValueError, match="X100") as e:

@@ -4,6 +4,7 @@ two classes (packed rows > 16: 128-row tiles), the chunk length from all the til
 (at least 128, else a multiple of 256; halved for the 128-row class when there are two or more
 KV heads), the causal end of each tile, the items in FlashInfer's order each to the least-loaded
 CTA with a heap, the cost 2 x tile rows + chunk tokens."""
+
 from __future__ import annotations
 
 import heapq
@@ -19,6 +20,7 @@ from attnlab.machine.workload import lengths
 def _simulate(lens, kv_heads, num_ctas, group, causal):
     """(items, loads, (L_128, L_16)) by the rules, one loop per level as the source has them;
     an item is (request, kv_head, q_start, q_end, kv_start, kv_end, cost, cta)."""
+
     def tile_of(lq):
         return 128 if lq * group > 16 else 16
 
@@ -56,7 +58,9 @@ def _simulate(lens, kv_heads, num_ctas, group, causal):
                     for h in range(kv_heads):
                         load, c = heapq.heappop(heap)
                         cost = 2 * cls + take
-                        items.append((r, h, t * cls, min((t + 1) * cls, packed), start, start + take, cost, c))
+                        items.append(
+                            (r, h, t * cls, min((t + 1) * cls, packed), start, start + take, cost, c)
+                        )
                         heapq.heappush(heap, (load + cost, c))
                         loads[c] += cost
                     left, start = left - take, start + take
@@ -66,8 +70,18 @@ def _simulate(lens, kv_heads, num_ctas, group, causal):
 
 
 def _columns(p):
-    return list(zip(p.request.tolist(), p.kv_head.tolist(), p.q_start.tolist(), p.q_end.tolist(),
-                    p.kv_start.tolist(), p.kv_end.tolist(), p.cost.tolist(), p.cta.tolist()))
+    return list(
+        zip(
+            p.request.tolist(),
+            p.kv_head.tolist(),
+            p.q_start.tolist(),
+            p.q_end.tolist(),
+            p.kv_start.tolist(),
+            p.kv_end.tolist(),
+            p.cost.tolist(),
+            p.cta.tolist(),
+        )
+    )
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -75,7 +89,9 @@ def test_holistic_plan_is_the_simulated_rules_item_by_item(seed):
     rng = np.random.default_rng(3100 + seed)
     for _ in range(8):
         b = int(rng.integers(1, 7))
-        lens = [(int(rng.choice([1, 1, 1, 2, 3, 5, 17, 40, 130])), int(rng.integers(1, 1500))) for _ in range(b)]
+        lens = [
+            (int(rng.choice([1, 1, 1, 2, 3, 5, 17, 40, 130])), int(rng.integers(1, 1500))) for _ in range(b)
+        ]
         kv_heads, group = int(rng.integers(1, 5)), int(rng.choice([1, 2, 4, 8]))
         num_ctas, causal = int(rng.choice([1, 2, 3, 7, 16, 64, 264])), bool(rng.random() < 0.5)
         p = plan_holistic(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group, causal=causal)
@@ -94,7 +110,7 @@ def test_chunk_rule_by_hand():
     assert p.chunks == (512, 1024)
     assert len(p.work) == (2 * 4 + 3) * 2
     small = plan_holistic([(1, 10)], kv_heads=8, num_ctas=132)
-    assert small.chunks == (64, 128)                     # at least 128, halved for the 128-row class
+    assert small.chunks == (64, 128)  # at least 128, halved for the 128-row class
 
 
 def test_cost_counts_the_tiles_rows_not_the_packed_rows():
@@ -113,10 +129,12 @@ def test_every_key_of_every_row_once_and_the_causal_tiles_stop_at_their_diagonal
             seen = np.zeros((2, lq * 2, lk), int)
             for w in p.work:
                 if w.request == r:
-                    seen[w.kv_head, w.q_rows.start:w.q_rows.stop, w.kv_start:w.kv_end] += 1
+                    seen[w.kv_head, w.q_rows.start : w.q_rows.stop, w.kv_start : w.kv_end] += 1
             assert seen.max() == 1
-            rows = np.arange(lq * 2) // 2                  # packed row -> query index
-            need = np.arange(lk)[None, :] <= rows[:, None] + lk - lq if causal else np.ones((lq * 2, lk), bool)
+            rows = np.arange(lq * 2) // 2  # packed row -> query index
+            need = (
+                np.arange(lk)[None, :] <= rows[:, None] + lk - lq if causal else np.ones((lq * 2, lk), bool)
+            )
             assert not (need & (seen[0] == 0)).any(), "a visible key left out"
             if not causal:
                 assert seen.min() == 1
@@ -146,16 +164,21 @@ def test_longtail_batch_with_a_prefill_chunk_tiles_by_class():
     lens = [(512, 1024)] + lengths("longtail", 63, seed=0)
     p = plan_holistic(lens, kv_heads=8, num_ctas=132, group=4)
     q = plan_balanced(lens, kv_heads=8, num_ctas=132, group=4)
-    assert q.tile_q == 64                                  # (512 x 4 + 63 x 4) // 64 = 36 rows
+    assert q.tile_q == 64  # (512 x 4 + 63 x 4) // 64 = 36 rows
     assert set(p.tile_rows[p.request == 0].tolist()) == {128}
     assert set(p.tile_rows[p.request != 0].tolist()) == {16}
 
 
-@pytest.mark.parametrize("kw, exc, word", [
-    (dict(kv_heads=0), ValueError, "kv_heads"), (dict(num_ctas=0), ValueError, "num_ctas"),
-    (dict(group=0), ValueError, "group"), (dict(causal="yes"), TypeError, "causal"),
-    (dict(kv_heads=2.5), TypeError, "kv_heads"),
-])
+@pytest.mark.parametrize(
+    "kw, exc, word",
+    [
+        (dict(kv_heads=0), ValueError, "kv_heads"),
+        (dict(num_ctas=0), ValueError, "num_ctas"),
+        (dict(group=0), ValueError, "group"),
+        (dict(causal="yes"), TypeError, "causal"),
+        (dict(kv_heads=2.5), TypeError, "kv_heads"),
+    ],
+)
 def test_bad_input_is_refused_by_name(kw, exc, word):
     args = dict(kv_heads=2, num_ctas=4) | kw
     with pytest.raises(exc, match=re.escape(word)):

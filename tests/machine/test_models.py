@@ -1,6 +1,7 @@
 """LLM shapes and the prefill cost model. The cost model is recomputed here from the formula with
 hand-written standard/FA1 access counts (not through attnlab.core.iomodel), and checked against the
 lecture's Llama-3-8B-on-H100 numbers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,17 +14,35 @@ import pytest
 
 from attnlab.catalog import data_path
 from attnlab.machine.hardware import get_gpu
-from attnlab.machine.models import (Model, PrefillCost, attention_linear_crossover, get_model,
-                            linear_flops_per_token, models, prefill_cost, prefill_cost_curve)
+from attnlab.machine.models import (
+    Model,
+    PrefillCost,
+    attention_linear_crossover,
+    get_model,
+    linear_flops_per_token,
+    models,
+    prefill_cost,
+    prefill_cost_curve,
+)
 
-REQUIRED = ("name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "vocab",
-            "params", "source")
+REQUIRED = (
+    "name",
+    "layers",
+    "hidden",
+    "q_heads",
+    "kv_heads",
+    "head_dim",
+    "intermediate",
+    "vocab",
+    "params",
+    "source",
+)
 INTS = REQUIRED[1:-1]
 
 # H100 SXM, written out so a wrong JSON value makes these tests fail
 H100_BF16 = 989.4e12
 H100_BW = 3.35e12
-H100_HBM = 81_559 * 2**20          # nvidia-smi memory.total of an H100 80GB
+H100_HBM = 81_559 * 2**20  # nvidia-smi memory.total of an H100 80GB
 
 
 def _raw():
@@ -43,14 +62,16 @@ def _fa1(N, d, M=100_000):
     return 2 * N * d + sum(N - br * (j * bc // br) for j in range(math.ceil(N / bc))) * (3 * d + 4)
 
 
-def _by_hand(N, *, params=8.03e9, layers=32, q_heads=32, d=128, bpe=2, peak=H100_BF16, bw=H100_BW,
-             M=100_000):
+def _by_hand(N, *, params=8.03e9, layers=32, q_heads=32, d=128, bpe=2, peak=H100_BF16, bw=H100_BW, M=100_000):
     """(compute, flash, standard) seconds, every kernel at its roofline, kernels in sequence."""
     lh = layers * q_heads
     linear, attn = 2 * params * N / peak, 2 * lh * N**2 * d / peak
-    gemm = attn                                          # one full GEMM of Algorithm 0
-    k1, k2, k3 = (lh * (2 * N * d + N * N) * bpe / bw, lh * 2 * N * N * bpe / bw,
-                  lh * (N * N + 2 * N * d) * bpe / bw)
+    gemm = attn  # one full GEMM of Algorithm 0
+    k1, k2, k3 = (
+        lh * (2 * N * d + N * N) * bpe / bw,
+        lh * 2 * N * N * bpe / bw,
+        lh * (N * N + 2 * N * d) * bpe / bw,
+    )
     flash = linear + max(attn, lh * _fa1(N, d, M) * bpe / bw)
     return linear + attn, flash, linear + max(gemm, k1) + k2 + max(gemm, k3)
 
@@ -74,6 +95,7 @@ def _check_fields(c, times, *, layers, q_heads, d, bpe=2, bw=H100_BW, M=100_000)
 
 # --- the data file --------------------------------------------------------------------------------
 
+
 def test_json_has_the_required_models():
     names = {e["name"] for e in _raw()}
     assert {"Llama-3-8B", "Llama-3-70B", "Mistral-7B", "Gemma-2-9B"} <= names
@@ -91,9 +113,10 @@ def test_every_entry_complete_positive_and_sourced(entry):
 
 
 # The dense models' parameter counts, recomputed from their shapes (untied LM head unless noted).
-@pytest.mark.parametrize("name,tied,norms_per_layer", [
-    ("Llama-3-8B", False, 2), ("Llama-3-70B", False, 2), ("Mistral-7B", False, 2),
-    ("Gemma-2-9B", True, 4)])
+@pytest.mark.parametrize(
+    "name,tied,norms_per_layer",
+    [("Llama-3-8B", False, 2), ("Llama-3-70B", False, 2), ("Mistral-7B", False, 2), ("Gemma-2-9B", True, 4)],
+)
 def test_params_match_shapes(name, tied, norms_per_layer):
     m = get_model(name)
     h, d = m.hidden, m.head_dim
@@ -132,6 +155,7 @@ def test_get_model_lookup_and_frozen():
 
 # --- prefill cost: the lecture's numbers -----------------------------------------------------------
 
+
 def test_llama3_8b_h100_32k_matches_formula_and_lecture():
     N = 32768
     c = prefill_cost("Llama-3-8B", "H100-SXM", N)
@@ -149,7 +173,7 @@ def test_linear_flops_per_token_is_two_per_parameter():
     """One convention for notebooks 01 and 02: 2 x params, the input embedding included."""
     assert linear_flops_per_token("Llama-3-8B") == 2 * 8_030_261_248 == 16_060_522_496
     m = get_model("Llama-3-8B")
-    assert m.vocab * m.hidden / m.params == pytest.approx(0.065, abs=0.001)   # the embedding share
+    assert m.vocab * m.hidden / m.params == pytest.approx(0.065, abs=0.001)  # the embedding share
     ds = get_model("DeepSeek-V3")
     assert linear_flops_per_token(ds) == 2 * ds.active_params < 2 * ds.params
     for name in models():
@@ -190,7 +214,7 @@ def test_crossover_between_8k_and_32k():
     at8 = prefill_cost("Llama-3-8B", "H100-SXM", 8192)
     at16 = prefill_cost("Llama-3-8B", "H100-SXM", 16384)
     at32 = prefill_cost("Llama-3-8B", "H100-SXM", 32768)
-    assert at8.extra_io_s < at8.compute_s                   # the crossing is near 10,300 tokens
+    assert at8.extra_io_s < at8.compute_s  # the crossing is near 10,300 tokens
     assert at16.extra_io_s > at16.compute_s and at32.extra_io_s > at32.compute_s
 
 
@@ -205,7 +229,7 @@ def test_extra_io_grows_as_n_squared(N):
 def test_formula_at_many_sizes(N):
     c = prefill_cost("Llama-3-8B", "H100-SXM", N)
     _check_fields(c, _by_hand(N, params=get_model("Llama-3-8B").params), layers=32, q_heads=32, d=128)
-    if N <= 7:                    # FA1's 3d + 4 per visit outweighs 4 N^2 at tiny N
+    if N <= 7:  # FA1's 3d + 4 per visit outweighs 4 N^2 at tiny N
         assert c.flash_moves_more and c.extra_io_s == 0.0 and c.total_ratio < 1
 
 
@@ -216,8 +240,13 @@ def test_gemma_2_9b_32k_about_even():
     N = 32768
     c = prefill_cost(m, "H100-SXM", N)
     assert (m.layers, m.q_heads, m.head_dim) == (42, 16, 256)
-    _check_fields(c, _by_hand(N, params=m.params, layers=m.layers, q_heads=m.q_heads, d=m.head_dim),
-                  layers=42, q_heads=16, d=256)
+    _check_fields(
+        c,
+        _by_hand(N, params=m.params, layers=m.layers, q_heads=m.q_heads, d=m.head_dim),
+        layers=42,
+        q_heads=16,
+        d=256,
+    )
     assert abs(c.total_ratio - 1) < 0.05 and c.flash_io_hidden is False
     curve = prefill_cost_curve(m, "H100-SXM", [N])
     assert curve["standard_minus_flash_io_s"][0] == c.standard_minus_flash_io_s
@@ -243,8 +272,7 @@ def test_16m_tokens_is_quick():
     c = prefill_cost("Llama-3-8B", "H100-SXM", 1 << 24)
     r = prefill_cost_curve("Llama-3-8B", "H100-SXM", [1 << 24, 1 << 23])
     assert time.perf_counter() - t < 1.0
-    _check_fields(c, _by_hand(1 << 24, params=get_model("Llama-3-8B").params), layers=32, q_heads=32,
-                  d=128)
+    _check_fields(c, _by_hand(1 << 24, params=get_model("Llama-3-8B").params), layers=32, q_heads=32, d=128)
     assert r["compute_s"][0] == c.compute_s
 
 
@@ -252,18 +280,28 @@ def test_other_models_gpus_dtypes_and_sram():
     m, g = get_model("Gemma-2-9B"), get_gpu("B200")
     N, M = 8192, 50_000
     c = prefill_cost(m, g, N, sram=M, dtype="fp8")
-    times = _by_hand(N, params=m.params, layers=m.layers, q_heads=m.q_heads, d=m.head_dim,
-                     bpe=1, peak=g.peak_flops["fp8"], bw=g.hbm_bandwidth, M=M)
-    _check_fields(c, times, layers=m.layers, q_heads=m.q_heads, d=m.head_dim, bpe=1,
-                  bw=g.hbm_bandwidth, M=M)
+    times = _by_hand(
+        N,
+        params=m.params,
+        layers=m.layers,
+        q_heads=m.q_heads,
+        d=m.head_dim,
+        bpe=1,
+        peak=g.peak_flops["fp8"],
+        bw=g.hbm_bandwidth,
+        M=M,
+    )
+    _check_fields(c, times, layers=m.layers, q_heads=m.q_heads, d=m.head_dim, bpe=1, bw=g.hbm_bandwidth, M=M)
     assert c.s_bytes_per_layer == m.q_heads * N * N * 1
     # a bigger SRAM means fewer FA1 passes, so more "extra" for standard attention
     more_sram = prefill_cost(m, g, N, sram=4 * M, dtype="fp8")
     assert more_sram.standard_minus_flash_io_s > c.standard_minus_flash_io_s
     assert more_sram.extra_io_s >= c.extra_io_s
     # the faster chip has less extra time at the same N
-    assert (prefill_cost("Llama-3-8B", "H200", 32768).extra_io_s
-            < prefill_cost("Llama-3-8B", "H100", 32768).extra_io_s)
+    assert (
+        prefill_cost("Llama-3-8B", "H200", 32768).extra_io_s
+        < prefill_cost("Llama-3-8B", "H100", 32768).extra_io_s
+    )
 
 
 def test_moe_uses_active_params():
@@ -281,8 +319,10 @@ def test_result_is_frozen():
 
 # --- bad input --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad,exc", [(0, ValueError), (-3, ValueError), (1.5, TypeError),
-                                     ("1024", TypeError)])
+
+@pytest.mark.parametrize(
+    "bad,exc", [(0, ValueError), (-3, ValueError), (1.5, TypeError), ("1024", TypeError)]
+)
 def test_bad_n(bad, exc):
     with pytest.raises(exc, match=str(bad)):
         prefill_cost("Llama-3-8B", "H100", bad)

@@ -1,14 +1,18 @@
 """The FA3 pipeline model (machine.pipeline): the properties that pin a discrete-event schedule,
 checked on random stage times, and its refusals."""
+
 import itertools
 
 import numpy as np
 import pytest
 
-from attnlab.machine.pipeline import (CONSUMERS, RESOURCES, StageTimes, schedule, stage_times)
+from attnlab.machine.pipeline import CONSUMERS, RESOURCES, StageTimes, schedule, stage_times
 
-SWITCHES = [(ws, c, ov, s) for ws, c, ov, s in itertools.product((False, True), CONSUMERS, (False, True), (1, 2, 3, 4))
-            if not (ov and s < 2) and not (c == "pingpong" and (s < 2 or not ws))]
+SWITCHES = [
+    (ws, c, ov, s)
+    for ws, c, ov, s in itertools.product((False, True), CONSUMERS, (False, True), (1, 2, 3, 4))
+    if not (ov and s < 2) and not (c == "pingpong" and (s < 2 or not ws))
+]
 
 
 def random_times(rng) -> StageTimes:
@@ -43,7 +47,7 @@ def test_everything_off_is_the_sum_of_the_steps():
         t = random_times(rng)
         tiles = int(rng.integers(1, 9))
         tl = schedule(t, tiles=tiles, warp_specialize=False, consumers="lockstep", overlap=False, stages=1)
-        one_tile = t.load + 2 * (t.qk + t.exp + t.fma + t.pv)          # both warpgroups' work
+        one_tile = t.load + 2 * (t.qk + t.exp + t.fma + t.pv)  # both warpgroups' work
         assert tl.makespan == pytest.approx(tiles * one_tile, rel=1e-12)
         assert tl.makespan == pytest.approx(tl.total, rel=1e-12)
 
@@ -55,7 +59,7 @@ def test_never_below_the_busiest_resource_and_valid():
         tl = schedule(t, tiles=7, warp_specialize=ws, consumers=c, overlap=ov, stages=s)
         assert tl.bound - 1e-12 <= tl.makespan <= tl.total + 1e-12
         assert len([x for x in tl.steps if x.kind == "load"]) == 7
-        assert len(tl.steps) == 7 * 7                                  # 7 loads + 2 x 3 x 7
+        assert len(tl.steps) == 7 * 7  # 7 loads + 2 x 3 x 7
         check_no_overlap_in_resource(tl)
         check_dependencies(tl)
 
@@ -80,9 +84,9 @@ def test_pingpong_hides_a_softmax_no_longer_than_a_gemm():
         soft = rng.uniform(0.0, 1.0) * min(qk, pv)
         t = StageTimes("H200-SXM", 128, 128, 1, 0.1 * qk, qk, soft / 2, soft / 2, pv)
         a, b = (schedule(t, tiles=n, consumers="pingpong", overlap=False, stages=2) for n in (10, 30))
-        assert (b.makespan - a.makespan) / 20 == pytest.approx(2 * (qk + pv), rel=1e-9)   # tensor never idle
+        assert (b.makespan - a.makespan) / 20 == pytest.approx(2 * (qk + pv), rel=1e-9)  # tensor never idle
         lock = schedule(t, tiles=30, consumers="lockstep", overlap=False, stages=2)
-        assert lock.makespan > b.makespan                              # in lockstep the softmax shows
+        assert lock.makespan > b.makespan  # in lockstep the softmax shows
 
 
 @pytest.mark.parametrize("consumers", ["lockstep", "pingpong"])
@@ -94,8 +98,10 @@ def test_more_stages_never_slower(consumers):
             if consumers == "pingpong" and not ws:
                 continue
             lo = 2 if (ov or consumers == "pingpong") else 1
-            spans = [schedule(t, tiles=9, warp_specialize=ws, consumers=consumers, overlap=ov, stages=s).makespan
-                     for s in range(lo, 6)]
+            spans = [
+                schedule(t, tiles=9, warp_specialize=ws, consumers=consumers, overlap=ov, stages=s).makespan
+                for s in range(lo, 6)
+            ]
             assert all(b <= a + 1e-12 for a, b in zip(spans, spans[1:])), (ws, ov, spans)
 
 
@@ -112,22 +118,34 @@ def test_stage_times_from_the_specs():
     assert tl.tflops == pytest.approx(tl.tensor_share * 989.4, rel=1e-12)
 
 
-@pytest.mark.parametrize("kw, err, words", [
-    (dict(tiles=0), ValueError, "tiles=0"), (dict(tiles=2.5), TypeError, "tiles"),
-    (dict(stages=9), ValueError, "stages=9"), (dict(stages=True), TypeError, "stages"),
-    (dict(warp_specialize="False"), TypeError, "warp_specialize"),
-    (dict(consumers="both"), ValueError, "consumers"),
-    (dict(overlap=True, stages=1), ValueError, "stages >= 2"),
-    (dict(consumers="pingpong", warp_specialize=False), ValueError, "warp_specialize=True"),
-    (dict(consumers="pingpong", overlap=False, stages=1), ValueError, "pingpong' with stages=1"),
-])
+@pytest.mark.parametrize(
+    "kw, err, words",
+    [
+        (dict(tiles=0), ValueError, "tiles=0"),
+        (dict(tiles=2.5), TypeError, "tiles"),
+        (dict(stages=9), ValueError, "stages=9"),
+        (dict(stages=True), TypeError, "stages"),
+        (dict(warp_specialize="False"), TypeError, "warp_specialize"),
+        (dict(consumers="both"), ValueError, "consumers"),
+        (dict(overlap=True, stages=1), ValueError, "stages >= 2"),
+        (dict(consumers="pingpong", warp_specialize=False), ValueError, "warp_specialize=True"),
+        (dict(consumers="pingpong", overlap=False, stages=1), ValueError, "pingpong' with stages=1"),
+    ],
+)
 def test_refusals(kw, err, words):
     with pytest.raises(err, match=words):
         schedule(stage_times("H200", 128), **kw)
 
 
-@pytest.mark.parametrize("kw, err", [(dict(d=96), ValueError), (dict(reuse=0), ValueError),
-                                     (dict(gpu="H300"), ValueError), (dict(reuse=1.5), TypeError)])
+@pytest.mark.parametrize(
+    "kw, err",
+    [
+        (dict(d=96), ValueError),
+        (dict(reuse=0), ValueError),
+        (dict(gpu="H300"), ValueError),
+        (dict(reuse=1.5), TypeError),
+    ],
+)
 def test_stage_time_refusals(kw, err):
     with pytest.raises(err):
         stage_times(**{"gpu": "H200", "d": 128, **kw})

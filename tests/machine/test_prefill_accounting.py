@@ -1,6 +1,7 @@
 """The prefill cost model's one accounting (models.prefill_cost): every kernel at its roofline,
 kernels one after another, the same rule for standard attention and FlashAttention. Expected
 values are recomputed here from the formula with hand-written access counts (no iomodel)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,7 @@ def _times(N, *, params, layers, q_heads, d, bpe=2, peak=H100_BF16, bw=H100_BW, 
     linear, attn, gemm = 2 * params * N / peak, 2 * lh * N * N * d / peak, 2 * lh * N * N * d / peak
     fio = lh * (_fa1_causal(N, d) if fa is None else fa) * bpe / bw
     k = [lh * (2 * N * d + N * N) * bpe / bw, lh * 2 * N * N * bpe / bw, lh * (N * N + 2 * N * d) * bpe / bw]
-    return (linear + attn, linear + max(attn, fio),
-            linear + max(gemm, k[0]) + k[1] + max(gemm, k[2]))
+    return (linear + attn, linear + max(attn, fio), linear + max(gemm, k[0]) + k[1] + max(gemm, k[2]))
 
 
 LLAMA = dict(params=8_030_261_248, layers=32, q_heads=32, d=128)
@@ -56,7 +56,7 @@ def test_llama3_8b_h100_32k_numbers():
     c = prefill_cost("Llama-3-8B", "H100-SXM", 32768)
     assert (round(c.compute_s, 3), round(c.flash_s, 3), round(c.standard_s, 3)) == (0.816, 1.193, 3.168)
     assert round(c.total_ratio, 2) == 2.66 and not c.flash_io_hidden
-    assert c.extra_io_s > c.compute_s                          # the lecture: passes compute by 32K
+    assert c.extra_io_s > c.compute_s  # the lecture: passes compute by 32K
     assert c.fits is False and c.sp_bytes_per_layer == 128 * 2**30
 
 
@@ -73,8 +73,11 @@ def test_options_choose_flashattentions_count():
     assert no_skip.flash_s == pytest.approx(_times(N, **LLAMA, fa=fa1)[1], rel=1e-12)
     own = prefill_cost("Llama-3-8B", "H100-SXM", N, order="fa2", rule="fa2")
     assert own.flash_io_s < prefill_cost("Llama-3-8B", "H100-SXM", N).flash_io_s
-    for bad, exc in (({"order": "fa3"}, ValueError), ({"rule": "x"}, ValueError),
-                     ({"causal_skip": "no"}, TypeError)):
+    for bad, exc in (
+        ({"order": "fa3"}, ValueError),
+        ({"rule": "x"}, ValueError),
+        ({"causal_skip": "no"}, TypeError),
+    ):
         with pytest.raises(exc, match=next(iter(bad))):
             prefill_cost("Llama-3-8B", "H100-SXM", N, **bad)
 

@@ -12,6 +12,7 @@ against references written here from the specification, not from the planners:
 - the fixed merge order: float32 partial states computed and merged here, in the plan's order
   and in random orders.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,17 +25,27 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from attnlab.machine.schedule import (Plan, WorkItem, fixed_size_workspace, heap_schedule, list_schedule,
-                                      plan_balanced, plan_fixed_split, plan_per_request, query_tile,
-                                      run_plan)
+from attnlab.machine.schedule import (
+    Plan,
+    WorkItem,
+    fixed_size_workspace,
+    heap_schedule,
+    list_schedule,
+    plan_balanced,
+    plan_fixed_split,
+    plan_per_request,
+    query_tile,
+    run_plan,
+)
 from attnlab.machine.workload import lengths
 
 F64_TOL = 1e-12
 DISTS = ("constant", "uniform", "zipf", "longtail")
-ALPHA, BETA = 2, 1          # the cost formula of every plan unless plan_balanced is told otherwise
+ALPHA, BETA = 2, 1  # the cost formula of every plan unless plan_balanced is told otherwise
 
 
 # --- references written from the specification ----------------------------------------------------
+
 
 def _tile_rule(avg, head_dim=128):
     if avg > 64 and head_dim < 256:
@@ -45,7 +56,7 @@ def _tile_rule(avg, head_dim=128):
 
 
 def _tile_of(lens, group):
-    return _tile_rule(sum(lq * group for lq, _ in lens) // len(lens))    # integer, as FlashInfer
+    return _tile_rule(sum(lq * group for lq, _ in lens) // len(lens))  # integer, as FlashInfer
 
 
 def _n_tiles(lq, group, tq):
@@ -143,6 +154,7 @@ def _merge32(states):
 
 # --- reading a plan ---------------------------------------------------------------------------
 
+
 def _key(it):
     return (it.request, it.kv_head, it.q_rows.start, it.q_rows.stop, it.kv_start, it.kv_end)
 
@@ -192,7 +204,7 @@ def _check_plan(plan, lens, kv_heads, num_ctas, group, tq, alpha=ALPHA, beta=BET
         assert 0 <= it.kv_start < it.kv_end <= lk, it
         assert 0 <= it.cta < num_ctas, it
         assert it.cost == alpha * len(it.q_rows) + beta * (it.kv_end - it.kv_start), it
-        counts[it.request][it.kv_head, it.q_rows.start:it.q_rows.stop, it.kv_start:it.kv_end] += 1
+        counts[it.request][it.kv_head, it.q_rows.start : it.q_rows.stop, it.kv_start : it.kv_end] += 1
         loads[it.cta] += it.cost
     for r, c in enumerate(counts):
         assert c.min() == 1 and c.max() == 1, f"request {r}: covered {c.min()}..{c.max()} times"
@@ -203,8 +215,12 @@ def _check_plan(plan, lens, kv_heads, num_ctas, group, tq, alpha=ALPHA, beta=BET
     assert plan.utilization == pytest.approx(loads.sum() / (num_ctas * loads.max()), rel=1e-12)
     # merge: one group per (request, kv_head, query tile), every item once, ascending contiguous chunks
     groups = _groups(plan)
-    outputs = {(r, h, t) for r, (lq, _) in enumerate(lens) for h in range(kv_heads)
-               for t in range(_n_tiles(lq, group, tq))}
+    outputs = {
+        (r, h, t)
+        for r, (lq, _) in enumerate(lens)
+        for h in range(kv_heads)
+        for t in range(_n_tiles(lq, group, tq))
+    }
     assert len(groups) == len(outputs)
     assert sorted(i for g in groups for i in g) == list(range(len(plan.work)))
     seen = set()
@@ -232,11 +248,28 @@ def _random_batch(rng, decode=False):
 
 # --- query_tile ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("avg, head_dim, want", [
-    (1, 128, 16), (16, 128, 16), (16.0, 128, 16), (16.5, 128, 16), (17, 128, 64), (64, 128, 64),
-    (64.5, 128, 64), (65, 128, 128), (4096, 128, 128), (65, 255, 128),
-    (16, 256, 16), (17, 256, 64), (64, 256, 64), (65, 256, 64), (4096, 256, 64), (65, 512, 64),
-])
+
+@pytest.mark.parametrize(
+    "avg, head_dim, want",
+    [
+        (1, 128, 16),
+        (16, 128, 16),
+        (16.0, 128, 16),
+        (16.5, 128, 16),
+        (17, 128, 64),
+        (64, 128, 64),
+        (64.5, 128, 64),
+        (65, 128, 128),
+        (4096, 128, 128),
+        (65, 255, 128),
+        (16, 256, 16),
+        (17, 256, 64),
+        (64, 256, 64),
+        (65, 256, 64),
+        (4096, 256, 64),
+        (65, 512, 64),
+    ],
+)
 def test_query_tile_rule_boundaries(avg, head_dim, want):
     """An average is read in integer arithmetic, as FlashInfer's avg_packed_qo_len: 16.5 is 16."""
     got = query_tile(avg, head_dim)
@@ -272,14 +305,15 @@ def test_query_tile_modes_against_brute_force(seed):
         group = int(rng.choice([1, 2, 4, 8]))
         head_dim = int(rng.choice([64, 128, 256]))
         packed = [q * group for q in l_qo]
-        assert query_tile(l_qo, head_dim, group=group) == \
-            _tile_rule(_floor_div(sum(packed), n), head_dim)
+        assert query_tile(l_qo, head_dim, group=group) == _tile_rule(_floor_div(sum(packed), n), head_dim)
         cap = sum(l_qo) + int(rng.integers(0, 6))
-        worst = max(_tile_rule(max(b) * group, head_dim)
-                    for rows in range(n, cap + 1) for b in _compositions(rows, n))
+        worst = max(
+            _tile_rule(max(b) * group, head_dim) for rows in range(n, cap + 1) for b in _compositions(rows, n)
+        )
         assert query_tile(l_qo, head_dim, group=group, mode="cuda_graph", captured_rows=cap) == worst
-        assert query_tile([l_qo[0]] * n, head_dim, group=group, mode="cuda_graph",
-                          uniform_q_len=l_qo[0]) == _tile_rule(l_qo[0] * group, head_dim)
+        assert query_tile(
+            [l_qo[0]] * n, head_dim, group=group, mode="cuda_graph", uniform_q_len=l_qo[0]
+        ) == _tile_rule(l_qo[0] * group, head_dim)
 
 
 def test_query_tile_cuda_graph_costs_a_decode_batch_with_one_prefill():
@@ -288,29 +322,33 @@ def test_query_tile_cuda_graph_costs_a_decode_batch_with_one_prefill():
     lens = [1] * 7 + [12]
     assert query_tile(lens, group=4) == 16
     assert query_tile(lens, group=4, mode="cuda_graph") == 64
-    assert query_tile([1] * 8, group=4, mode="cuda_graph") == 16        # pure decode: 1 x 4 rows
+    assert query_tile([1] * 8, group=4, mode="cuda_graph") == 16  # pure decode: 1 x 4 rows
 
 
-@pytest.mark.parametrize("args, kw, exc, word", [
-    ([1, 2], {"mode": "graph"}, ValueError, "mode"),
-    ([1, 2], {"mode": "cuda_graph", "captured_rows": 2}, ValueError, "captured_rows"),
-    ([1, 2], {"mode": "cuda_graph", "uniform_q_len": 1}, ValueError, "l_qo[1]"),
-    ([1, 2], {"captured_rows": 5}, ValueError, "captured_rows"),
-    ([], {}, ValueError, "l_qo"),
-    ([1, 0], {}, ValueError, "l_qo[1]"),
-    ([1, 2.5], {}, TypeError, "l_qo[1]"),
-    ("12", {}, TypeError, "l_qo"),
-    (True, {}, TypeError, "avg_packed_qo_len"),
-    (16.5, {"mode": "cuda_graph"}, ValueError, "l_qo"),
-    (16.5, {"group": 4}, ValueError, "group"),
-    ([1, 2], {"group": 0}, ValueError, "group"),
-])
+@pytest.mark.parametrize(
+    "args, kw, exc, word",
+    [
+        ([1, 2], {"mode": "graph"}, ValueError, "mode"),
+        ([1, 2], {"mode": "cuda_graph", "captured_rows": 2}, ValueError, "captured_rows"),
+        ([1, 2], {"mode": "cuda_graph", "uniform_q_len": 1}, ValueError, "l_qo[1]"),
+        ([1, 2], {"captured_rows": 5}, ValueError, "captured_rows"),
+        ([], {}, ValueError, "l_qo"),
+        ([1, 0], {}, ValueError, "l_qo[1]"),
+        ([1, 2.5], {}, TypeError, "l_qo[1]"),
+        ("12", {}, TypeError, "l_qo"),
+        (True, {}, TypeError, "avg_packed_qo_len"),
+        (16.5, {"mode": "cuda_graph"}, ValueError, "l_qo"),
+        (16.5, {"group": 4}, ValueError, "group"),
+        ([1, 2], {"group": 0}, ValueError, "group"),
+    ],
+)
 def test_query_tile_refuses_bad_input_by_name(args, kw, exc, word):
     with pytest.raises(exc, match=re.escape(word)):
         query_tile(args, **kw)
 
 
 # --- coverage, costs, loads ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", range(12))
 def test_every_plan_covers_exactly_once(seed):
@@ -320,12 +358,30 @@ def test_every_plan_covers_exactly_once(seed):
     num_ctas = int(rng.integers(1, 21))
     chunk = int(rng.integers(1, 120))
     tq = _tile_of(lens, group)
-    _check_plan(plan_per_request(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
-                lens, kv_heads, num_ctas, group, tq)
-    _check_plan(plan_fixed_split(lens, chunk=chunk, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
-                lens, kv_heads, num_ctas, group, tq)
-    _check_plan(plan_balanced(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
-                lens, kv_heads, num_ctas, group, tq)
+    _check_plan(
+        plan_per_request(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
+        lens,
+        kv_heads,
+        num_ctas,
+        group,
+        tq,
+    )
+    _check_plan(
+        plan_fixed_split(lens, chunk=chunk, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
+        lens,
+        kv_heads,
+        num_ctas,
+        group,
+        tq,
+    )
+    _check_plan(
+        plan_balanced(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
+        lens,
+        kv_heads,
+        num_ctas,
+        group,
+        tq,
+    )
 
 
 def test_per_request_items_span_the_whole_kv():
@@ -377,6 +433,7 @@ def test_plan_is_frozen():
 
 # --- plan_balanced: L_kv by hand, assignment --------------------------------------------------
 
+
 def test_balanced_by_hand_decode():
     # packed 1, 1 -> T_q 16; L_kv = ceil(1 * (100 + 50) / 4) = 38
     p = plan_balanced([(1, 100), (1, 50)], kv_heads=1, num_ctas=4)
@@ -394,8 +451,13 @@ def test_balanced_by_hand_gqa_two_heads():
     p = plan_balanced([(1, 1000), (1, 10)], kv_heads=2, num_ctas=8, group=4)
     for h in (0, 1):
         mine = sorted((it.request, it.kv_start, it.kv_end, it.cost) for it in p.work if it.kv_head == h)
-        assert mine == [(0, 0, 253, 261), (0, 253, 506, 261), (0, 506, 759, 261), (0, 759, 1000, 249),
-                        (1, 0, 10, 18)]
+        assert mine == [
+            (0, 0, 253, 261),
+            (0, 253, 506, 261),
+            (0, 506, 759, 261),
+            (0, 759, 1000, 249),
+            (1, 0, 10, 18),
+        ]
     # 6 x 261 on CTAs 0-5, 2 x 249 on CTAs 6, 7, then 18 -> CTA 6, 18 -> CTA 7
     assert list(np.asarray(p.loads)) == [261] * 6 + [267, 267] and p.makespan == 267
 
@@ -403,12 +465,18 @@ def test_balanced_by_hand_gqa_two_heads():
 def test_balanced_by_hand_prefill():
     # group 2: packed 200, 6, mean 103 -> T_q 128; tiles 2 and 1; L_kv = ceil((2*200 + 1*50) / 3) = 150
     p = plan_balanced([(100, 200), (3, 50)], kv_heads=1, num_ctas=3, group=2)
-    got = sorted((it.request, it.q_rows.start, it.q_rows.stop, it.kv_start, it.kv_end, it.cost, it.cta)
-                 for it in p.work)
+    got = sorted(
+        (it.request, it.q_rows.start, it.q_rows.stop, it.kv_start, it.kv_end, it.cost, it.cta)
+        for it in p.work
+    )
     # costs 406, 306, 294, 194, 62: 406 -> 0, 306 -> 1, 294 -> 2, 194 -> 2 (294 least), 62 -> 1 (306 least)
-    assert got == [(0, 0, 128, 0, 150, 406, 0), (0, 0, 128, 150, 200, 306, 1),
-                   (0, 128, 200, 0, 150, 294, 2), (0, 128, 200, 150, 200, 194, 2),
-                   (1, 0, 6, 0, 50, 62, 1)]
+    assert got == [
+        (0, 0, 128, 0, 150, 406, 0),
+        (0, 0, 128, 150, 200, 306, 1),
+        (0, 128, 200, 0, 150, 294, 2),
+        (0, 128, 200, 150, 200, 194, 2),
+        (1, 0, 6, 0, 50, 62, 1),
+    ]
     assert list(np.asarray(p.loads)) == [406, 368, 488] and p.makespan == 488
     assert p.utilization == pytest.approx(1262 / (3 * 488), rel=1e-12)
 
@@ -418,14 +486,20 @@ def test_balanced_by_hand_tile_boundary_and_tiny_chunk():
     # integer arithmetic, as FlashInfer computes it (16.5 exactly) -> T_q 16 too; (33 + 1) // 2 = 17
     # -> T_q 64. L_kv = ceil((2 * 10 + 10) / 2) = 15 or ceil((1 * 10 + 10) / 2) = 10: one chunk per tile
     p16 = plan_balanced([(31, 10), (1, 10)], kv_heads=1, num_ctas=2)
-    assert sorted((it.request, it.q_rows.start, it.q_rows.stop, it.kv_end) for it in p16.work) == \
-        [(0, 0, 16, 10), (0, 16, 31, 10), (1, 0, 1, 10)]
+    assert sorted((it.request, it.q_rows.start, it.q_rows.stop, it.kv_end) for it in p16.work) == [
+        (0, 0, 16, 10),
+        (0, 16, 31, 10),
+        (1, 0, 1, 10),
+    ]
     p16 = plan_balanced([(32, 10), (1, 10)], kv_heads=1, num_ctas=2)
-    assert p16.tile_q == 16 and sorted((it.request, it.q_rows.start, it.q_rows.stop, it.kv_end)
-                                       for it in p16.work) == [(0, 0, 16, 10), (0, 16, 32, 10), (1, 0, 1, 10)]
+    assert p16.tile_q == 16 and sorted(
+        (it.request, it.q_rows.start, it.q_rows.stop, it.kv_end) for it in p16.work
+    ) == [(0, 0, 16, 10), (0, 16, 32, 10), (1, 0, 1, 10)]
     p64 = plan_balanced([(33, 10), (1, 10)], kv_heads=1, num_ctas=2)
-    assert sorted((it.request, it.q_rows.start, it.q_rows.stop, it.kv_end) for it in p64.work) == \
-        [(0, 0, 33, 10), (1, 0, 1, 10)]
+    assert sorted((it.request, it.q_rows.start, it.q_rows.stop, it.kv_end) for it in p64.work) == [
+        (0, 0, 33, 10),
+        (1, 0, 1, 10),
+    ]
     # L_kv = ceil(1 * 1 * 3 / 1000) = 1: three one-key chunks
     p = plan_balanced([(1, 3)], kv_heads=1, num_ctas=1000)
     assert sorted((it.kv_start, it.kv_end, it.cost) for it in p.work) == [(0, 1, 3), (1, 2, 3), (2, 3, 3)]
@@ -440,13 +514,18 @@ def test_balanced_min_chunk_is_a_floor_on_l_kv():
     lens = [(1, 1000), (1, 300)]
     p = plan_balanced(lens, kv_heads=2, num_ctas=64, min_chunk=128)
     spans = sorted((it.request, it.kv_head, it.kv_start, it.kv_end) for it in p.work)
-    want = sorted((r, h, s, min(s + 128, n)) for r, n in enumerate((1000, 300)) for h in range(2)
-                  for s in range(0, n, 128))
+    want = sorted(
+        (r, h, s, min(s + 128, n))
+        for r, n in enumerate((1000, 300))
+        for h in range(2)
+        for s in range(0, n, 128)
+    )
     assert spans == want and len(p.work) == 2 * (8 + 3)
     # below the computed L_kv the floor changes nothing, item by item
     same = plan_balanced(lens, kv_heads=2, num_ctas=64, min_chunk=41)
-    assert [(_key(a), a.cta) for a in same.work] == [(_key(b), b.cta) for b in plan_balanced(
-        lens, kv_heads=2, num_ctas=64).work]
+    assert [(_key(a), a.cta) for a in same.work] == [
+        (_key(b), b.cta) for b in plan_balanced(lens, kv_heads=2, num_ctas=64).work
+    ]
     assert len(plan_balanced(lens, kv_heads=2, num_ctas=64, min_chunk=42).work) < len(same.work)
 
 
@@ -497,7 +576,10 @@ def test_balanced_makespan_within_four_thirds_of_optimum():
     rng = np.random.default_rng(31)
     cases = 0
     while cases < 40:
-        lens = [(int(rng.choice([1, 1, 5, 30])), int(rng.integers(1, 200))) for _ in range(int(rng.integers(1, 5)))]
+        lens = [
+            (int(rng.choice([1, 1, 5, 30])), int(rng.integers(1, 200)))
+            for _ in range(int(rng.integers(1, 5)))
+        ]
         kv_heads, num_ctas, group = int(rng.integers(1, 3)), int(rng.integers(2, 4)), int(rng.choice([1, 2]))
         items = _balanced_items(lens, kv_heads, num_ctas, group)
         if not 2 <= len(items) <= 7:
@@ -514,6 +596,7 @@ def test_balanced_makespan_within_four_thirds_of_optimum():
 # The planner hands items out a round at a time (attnlab.machine.schedule.lpt); here every item of the plan, in
 # the order the CTAs take it, is checked against a heap loop over the items built from the
 # specification: same piece, same CTA, same start on that CTA, same loads, same merge plan.
+
 
 def _items_natural(lens, kv_heads, group, tq, cap_of, alpha, beta):
     """Items in arrival order (request, kv_head, tile, chunk): (request, kv_head, q_start, q_stop,
@@ -559,21 +642,25 @@ def _check_against_heap(plan, lens, kv_heads, num_ctas, group, alpha, beta, kind
     tq = _tile_of(lens, group) if tq is None else tq
     if kind == "balanced":
         cap = _l_kv_max(lens, kv_heads, num_ctas, group, tq)
-        cap_of = lambda lk: cap                     # noqa: E731
+        cap_of = lambda lk: cap  # noqa: E731
     elif kind == "fixed":
-        cap_of = lambda lk: chunk                   # noqa: E731
+        cap_of = lambda lk: chunk  # noqa: E731
     else:
-        cap_of = lambda lk: lk                      # noqa: E731
+        cap_of = lambda lk: lk  # noqa: E731
     items = _items_natural(lens, kv_heads, group, tq, cap_of, alpha, beta)
     want, loads = _heap_assign(items, num_ctas, kind == "balanced")
     got = _columns(plan)
     first_bad = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
-    assert len(got) == len(want) and first_bad is None, (first_bad, got[first_bad:first_bad + 3],
-                                                         want[first_bad:first_bad + 3])
+    assert len(got) == len(want) and first_bad is None, (
+        first_bad,
+        got[first_bad : first_bad + 3],
+        want[first_bad : first_bad + 3],
+    )
     assert np.asarray(plan.loads).tolist() == loads
     assert _merge_entries(plan) == _merge_of(want, tq)
-    assert plan.work == tuple(WorkItem(r, h, range(q0, q1), s, e, c, x)
-                              for r, h, q0, q1, s, e, x, c, _ in want)
+    assert plan.work == tuple(
+        WorkItem(r, h, range(q0, q1), s, e, c, x) for r, h, q0, q1, s, e, x, c, _ in want
+    )
 
 
 def _random_lens(rng):
@@ -594,13 +681,24 @@ def test_every_plan_is_the_heap_loop_item_by_item(seed):
         num_ctas = int(rng.choice([1, 2, 3, 5, 8, 9, 12, 16, 33, 132, 400]))
         alpha, beta = [(2, 1), (2, 1), (0, 1), (1, 0), (3, 5), (1, 1), (7, 2)][int(rng.integers(0, 7))]
         kw = dict(kv_heads=kv_heads, num_ctas=num_ctas, group=group, alpha=alpha, beta=beta)
-        _check_against_heap(plan_balanced(lens, **kw), lens, kv_heads, num_ctas, group, alpha, beta,
-                            "balanced")
-        _check_against_heap(plan_per_request(lens, **kw), lens, kv_heads, num_ctas, group, alpha, beta,
-                            "per-request")
+        _check_against_heap(
+            plan_balanced(lens, **kw), lens, kv_heads, num_ctas, group, alpha, beta, "balanced"
+        )
+        _check_against_heap(
+            plan_per_request(lens, **kw), lens, kv_heads, num_ctas, group, alpha, beta, "per-request"
+        )
         chunk = int(rng.choice([1, 3, 64, 1024]))
-        _check_against_heap(plan_fixed_split(lens, chunk=chunk, **kw), lens, kv_heads, num_ctas, group,
-                            alpha, beta, "fixed", chunk=chunk)
+        _check_against_heap(
+            plan_fixed_split(lens, chunk=chunk, **kw),
+            lens,
+            kv_heads,
+            num_ctas,
+            group,
+            alpha,
+            beta,
+            "fixed",
+            chunk=chunk,
+        )
 
 
 def test_zero_costs_all_go_to_cta_zero():
@@ -624,15 +722,20 @@ def test_prefill_tiles_and_chunks_item_by_item():
     # several query tiles and KV chunks per request, and equal costs within one request (its
     # tiles of T_q rows, its chunks of L_kv tokens): their KV heads keep the arrival order
     lens = [(100, 4096), (100, 4096), (37, 1000), (1, 8192), (64, 2048)]
-    for kw in (dict(kv_heads=4, num_ctas=132, group=2), dict(kv_heads=2, num_ctas=10, group=1),
-               dict(kv_heads=8, num_ctas=132, group=8, tile_q=16), dict(kv_heads=1, num_ctas=3)):
+    for kw in (
+        dict(kv_heads=4, num_ctas=132, group=2),
+        dict(kv_heads=2, num_ctas=10, group=1),
+        dict(kv_heads=8, num_ctas=132, group=8, tile_q=16),
+        dict(kv_heads=1, num_ctas=3),
+    ):
         p = plan_balanced(lens, **kw)
         kv_heads, num_ctas, group = kw["kv_heads"], kw["num_ctas"], kw.get("group", 1)
         _check_against_heap(p, lens, kv_heads, num_ctas, group, ALPHA, BETA, "balanced", tq=kw.get("tile_q"))
         for chunk in (256, 1024):
             q = plan_fixed_split(lens, chunk=chunk, **kw)
-            _check_against_heap(q, lens, kv_heads, num_ctas, group, ALPHA, BETA, "fixed", chunk=chunk,
-                                tq=kw.get("tile_q"))
+            _check_against_heap(
+                q, lens, kv_heads, num_ctas, group, ALPHA, BETA, "fixed", chunk=chunk, tq=kw.get("tile_q")
+            )
 
 
 def test_start_is_the_load_of_the_cta_before_the_item():
@@ -672,28 +775,35 @@ def test_list_schedule_rounds_equal_the_heap_loop(seed):
         copies = int(rng.choice([1, 2, 3, 4, 8]))
         kind = int(rng.integers(0, 4))
         if kind == 0:
-            costs = rng.integers(0, 4, n)                       # zeros and ties
+            costs = rng.integers(0, 4, n)  # zeros and ties
         elif kind == 1:
-            costs = rng.integers(1, 10**6, n)                   # arrival order, unsorted
+            costs = rng.integers(1, 10**6, n)  # arrival order, unsorted
         else:
-            costs = np.sort(np.round(rng.lognormal(5, 1.5 if kind == 2 else 0.3, n)).astype(np.int64) + 1)[::-1]
+            costs = np.sort(np.round(rng.lognormal(5, 1.5 if kind == 2 else 0.3, n)).astype(np.int64) + 1)[
+                ::-1
+            ]
         desc = bool(np.all(np.diff(costs) <= 0))
         got = list_schedule(np.ascontiguousarray(costs), m, copies, descending=desc)
         want = heap_schedule(np.repeat(costs, copies).tolist(), m)
-        assert [got.cta.tolist(), got.start.tolist(), got.loads.tolist()] == list(want), \
-            (n, m, copies, kind)
+        assert [got.cta.tolist(), got.start.tolist(), got.loads.tolist()] == list(want), (n, m, copies, kind)
 
 
 # --- determinism and the fixed merge order ----------------------------------------------------
+
 
 def test_three_calls_give_identical_plans():
     rng = np.random.default_rng(41)
     for _ in range(5):
         lens = _random_batch(rng)
-        kw = dict(kv_heads=int(rng.integers(1, 4)), num_ctas=int(rng.integers(1, 40)), group=int(rng.choice([1, 4])))
-        for make in (lambda: plan_balanced(lens, **kw), lambda: plan_per_request(lens, **kw),
-                     lambda: plan_fixed_split(lens, chunk=32, **kw),
-                     lambda: plan_balanced(tuple(lens), **kw)):
+        kw = dict(
+            kv_heads=int(rng.integers(1, 4)), num_ctas=int(rng.integers(1, 40)), group=int(rng.choice([1, 4]))
+        )
+        for make in (
+            lambda: plan_balanced(lens, **kw),
+            lambda: plan_per_request(lens, **kw),
+            lambda: plan_fixed_split(lens, chunk=32, **kw),
+            lambda: plan_balanced(tuple(lens), **kw),
+        ):
             a, b, c = make(), make(), make()
             _same_plan(a, b)
             _same_plan(a, c)
@@ -718,8 +828,13 @@ def _merge_by_plan(plan, q, k, v, group, order_rng=None):
         for i in g:
             it = plan.work[i]
             heads = [it.kv_head * group + r for r in it.q_rows]
-            states.append(_state32(q[it.request, heads], k[it.request][it.kv_head, it.kv_start:it.kv_end],
-                                   v[it.request][it.kv_head, it.kv_start:it.kv_end]))
+            states.append(
+                _state32(
+                    q[it.request, heads],
+                    k[it.request][it.kv_head, it.kv_start : it.kv_end],
+                    v[it.request][it.kv_head, it.kv_start : it.kv_end],
+                )
+            )
         it = plan.work[g[0]]
         o[it.request, [it.kv_head * group + r for r in it.q_rows]] = _merge32(states)[0]
     return o
@@ -730,10 +845,13 @@ def test_fixed_merge_order_is_bitwise_reproducible_and_random_order_is_not():
     differs, worst = 0, 0.0
     for case in range(6):
         kv_heads, group = (1, 4) if case % 2 else (2, 1)
-        lens, q, k, v = _decode_case(rng, int(rng.integers(1, 4)), kv_heads, group, 64, max_kv=600,
-                                     dtype=np.float32)
-        for make in (lambda: plan_balanced(lens, kv_heads=kv_heads, num_ctas=16, group=group),
-                     lambda: plan_fixed_split(lens, chunk=24, kv_heads=kv_heads, num_ctas=16, group=group)):
+        lens, q, k, v = _decode_case(
+            rng, int(rng.integers(1, 4)), kv_heads, group, 64, max_kv=600, dtype=np.float32
+        )
+        for make in (
+            lambda: plan_balanced(lens, kv_heads=kv_heads, num_ctas=16, group=group),
+            lambda: plan_fixed_split(lens, chunk=24, kv_heads=kv_heads, num_ctas=16, group=group),
+        ):
             outs = [_merge_by_plan(make(), q, k, v, group) for _ in range(3)]
             assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
             want = _full_attention(q, k, v, group)
@@ -748,6 +866,7 @@ def test_fixed_merge_order_is_bitwise_reproducible_and_random_order_is_not():
 
 # --- run_plan against full attention -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kv_heads", [1, 2])
 @pytest.mark.parametrize("group", [1, 4])
 @pytest.mark.parametrize("seed", range(3))
@@ -758,9 +877,13 @@ def test_run_plan_equals_full_attention(kv_heads, group, seed):
     lens, q, k, v = _decode_case(rng, b, kv_heads, group, d)
     want = _full_attention(q, k, v, group)
     num_ctas = int(rng.integers(1, 13))
-    plans = [plan_per_request(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
-             plan_fixed_split(lens, chunk=int(rng.integers(1, 50)), kv_heads=kv_heads, num_ctas=num_ctas, group=group),
-             plan_balanced(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group)]
+    plans = [
+        plan_per_request(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
+        plan_fixed_split(
+            lens, chunk=int(rng.integers(1, 50)), kv_heads=kv_heads, num_ctas=num_ctas, group=group
+        ),
+        plan_balanced(lens, kv_heads=kv_heads, num_ctas=num_ctas, group=group),
+    ]
     for p in plans:
         got = run_plan(p, q, k, v)
         assert np.shape(got) == (b, kv_heads * group, d)
@@ -770,6 +893,7 @@ def test_run_plan_equals_full_attention(kv_heads, group, seed):
 
 
 # --- long-tailed batches ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("batch", [1, 16, 256])
 def test_balanced_utilization_on_longtail(batch):
@@ -788,6 +912,7 @@ def test_balanced_utilization_on_longtail(batch):
 
 # --- lengths ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dist", DISTS)
 def test_lengths_are_seeded_pairs(dist):
     for batch in (1, 7, 64):
@@ -800,10 +925,11 @@ def test_lengths_are_seeded_pairs(dist):
                 assert isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and x >= 1
         if dist == "constant":
             assert len(set(map(tuple, a))) == 1
-        plan_balanced(a, kv_heads=2, num_ctas=8)       # a plan takes them as they are
+        plan_balanced(a, kv_heads=2, num_ctas=8)  # a plan takes them as they are
 
 
 # --- the fixed-size workspace ------------------------------------------------------------------
+
 
 def _workspace_arrays(ws):
     """(int arrays by name, validity mask) from whatever container fixed_size_workspace returns."""
@@ -839,7 +965,7 @@ def test_fixed_size_workspace_shapes_do_not_depend_on_the_batch():
         got = Counter((c, *map(int, table[c, j])) for c, j in zip(*np.nonzero(mask)))
         want = Counter((it.cta, *_key(it)) for it in p.work)
         assert got == want
-        if hasattr(ws, "count"):                        # the implementation's items-per-CTA field
+        if hasattr(ws, "count"):  # the implementation's items-per-CTA field
             assert np.array_equal(np.asarray(ws.count), mask.sum(axis=1))
     assert shapes[0] == shapes[1]
 
@@ -860,8 +986,9 @@ def test_fixed_size_workspace_merge_plan_is_plan_merge_in_fixed_shapes():
     items, by kv_start, each at slot cta * max_items + (its index among its CTA's items)."""
     shapes = set()
     for batch in (3, 40):
-        p = plan_fixed_split(lengths("longtail", batch, seed=2, mean=300), chunk=64, kv_heads=2,
-                             num_ctas=5, group=4, tile_q=2)
+        p = plan_fixed_split(
+            lengths("longtail", batch, seed=2, mean=300), chunk=64, kv_heads=2, num_ctas=5, group=4, tile_q=2
+        )
         ws = fixed_size_workspace(p, 8, 200, 400)
         shapes.add((ws.merge_indptr.shape, ws.merge_slots.shape, ws.merge_out.shape))
         slot_of = {}
@@ -869,14 +996,14 @@ def test_fixed_size_workspace_merge_plan_is_plan_merge_in_fixed_shapes():
             for j in range(int(ws.count[c])):
                 slot_of[tuple(int(x) for x in ws.items[c, j])] = c * 200 + j
         for g, ((r, h, t), js) in enumerate(p.merge):
-            got = ws.merge_slots[ws.merge_indptr[g]:ws.merge_indptr[g + 1]].tolist()
+            got = ws.merge_slots[ws.merge_indptr[g] : ws.merge_indptr[g + 1]].tolist()
             assert got == [slot_of[_key(p.work[j])] for j in js]
             q = p.work[js[0]].q_rows
             assert ws.merge_out[g].tolist() == [r, h, q.start, q.stop] and q.start // 2 == t
         g = len(p.merge)
         assert ws.num_outputs == g == p.num_outputs
         assert (ws.merge_indptr[g:] == len(p.work)).all() and not ws.merge_out[g:].any()
-        assert (ws.merge_slots[len(p.work):] == -1).all()
+        assert (ws.merge_slots[len(p.work) :] == -1).all()
     assert shapes == {((401,), (1600,), (400, 4))}
     with pytest.raises(ValueError, match=r"outputs .* max_outputs=10 holds fewer"):
         fixed_size_workspace(p, 8, 200, 10)
@@ -891,10 +1018,14 @@ PLANS = {"per_request": plan_per_request, "fixed_split": plan_fixed_split, "bala
 BAD = []
 for _pname, _fn in PLANS.items():
     for _kw, _exc, _name, _val in [
-        (dict(num_ctas=0), ValueError, "num_ctas", "0"), (dict(num_ctas=-3), ValueError, "num_ctas", "-3"),
-        (dict(kv_heads=0), ValueError, "kv_heads", "0"), (dict(kv_heads=-1), ValueError, "kv_heads", "-1"),
-        (dict(num_ctas=True), TypeError, "num_ctas", "True"), (dict(kv_heads=True), TypeError, "kv_heads", "True"),
-        (dict(group=True), TypeError, "group", "True"), (dict(group=0), ValueError, "group", "0"),
+        (dict(num_ctas=0), ValueError, "num_ctas", "0"),
+        (dict(num_ctas=-3), ValueError, "num_ctas", "-3"),
+        (dict(kv_heads=0), ValueError, "kv_heads", "0"),
+        (dict(kv_heads=-1), ValueError, "kv_heads", "-1"),
+        (dict(num_ctas=True), TypeError, "num_ctas", "True"),
+        (dict(kv_heads=True), TypeError, "kv_heads", "True"),
+        (dict(group=True), TypeError, "group", "True"),
+        (dict(group=0), ValueError, "group", "0"),
         (dict(num_ctas=2.5), TypeError, "num_ctas", "2.5"),
         (dict(lengths=[]), ValueError, "lengths", None),
         (dict(lengths=[(1, 10), (0, 5)]), ValueError, "lengths|l_qo", "0"),
@@ -913,18 +1044,26 @@ for _pname, _fn in PLANS.items():
         (dict(lengths=[(1, 10)] * 300 + [(True, 4)]), TypeError, "lengths|l_qo", "True"),
         (dict(lengths=[(2, 10)] * 3 + [(2, True)]), TypeError, "lengths|l_kv", "True"),
         (dict(group=2**30), ValueError, "group", "1073741824"),
-        (dict(alpha=True), TypeError, "alpha", "True"), (dict(alpha=2.5), TypeError, "alpha", "2.5"),
-        (dict(alpha=-1), ValueError, "alpha", "-1"), (dict(beta=-2), ValueError, "beta", "-2"),
-        (dict(beta="1"), TypeError, "beta", "'1'"), (dict(beta=2**21), ValueError, "beta", "2097152"),
+        (dict(alpha=True), TypeError, "alpha", "True"),
+        (dict(alpha=2.5), TypeError, "alpha", "2.5"),
+        (dict(alpha=-1), ValueError, "alpha", "-1"),
+        (dict(beta=-2), ValueError, "beta", "-2"),
+        (dict(beta="1"), TypeError, "beta", "'1'"),
+        (dict(beta=2**21), ValueError, "beta", "2097152"),
     ]:
         BAD.append(pytest.param(_fn, _kw, _exc, _name, _val, id=f"{_pname}-{_name}-{_val}"))
-for _kw, _exc, _name, _val in [(dict(chunk=0), ValueError, "chunk", "0"), (dict(chunk=True), TypeError, "chunk", "True")]:
+for _kw, _exc, _name, _val in [
+    (dict(chunk=0), ValueError, "chunk", "0"),
+    (dict(chunk=True), TypeError, "chunk", "True"),
+]:
     BAD.append(pytest.param(plan_fixed_split, _kw, _exc, _name, _val, id=f"fixed_split-{_name}-{_val}"))
-for _kw, _exc, _name, _val in [(dict(tile_q=0), ValueError, "tile_q", "0"),
-                               (dict(tile_q=True), TypeError, "tile_q", "True"),
-                               (dict(min_chunk=0), ValueError, "min_chunk", "0"),
-                               (dict(min_chunk=True), TypeError, "min_chunk", "True"),
-                               (dict(min_chunk="128"), TypeError, "min_chunk", "'128'")]:
+for _kw, _exc, _name, _val in [
+    (dict(tile_q=0), ValueError, "tile_q", "0"),
+    (dict(tile_q=True), TypeError, "tile_q", "True"),
+    (dict(min_chunk=0), ValueError, "min_chunk", "0"),
+    (dict(min_chunk=True), TypeError, "min_chunk", "True"),
+    (dict(min_chunk="128"), TypeError, "min_chunk", "'128'"),
+]:
     BAD.append(pytest.param(plan_balanced, _kw, _exc, _name, _val, id=f"balanced-{_name}-{_val}"))
 
 
@@ -947,22 +1086,37 @@ def test_lengths_in_other_forms_give_the_same_plan():
     kw = dict(kv_heads=2, num_ctas=5, group=2)
     for make in (plan_balanced, plan_per_request, plan_fixed_split):
         want = make(lens, **kw)
-        for other in ([list(p) for p in lens], tuple(lens), [(1.0, 10.0), (3, 200.0), (2, 77)],
-                      [(np.int64(1), np.int32(10)), (3, 200), (2, np.uint16(77))], iter(lens),
-                      ((q, k) for q, k in lens), np.array(lens), np.array(lens, np.int32),
-                      np.array(lens, np.uint16)):
+        for other in (
+            [list(p) for p in lens],
+            tuple(lens),
+            [(1.0, 10.0), (3, 200.0), (2, 77)],
+            [(np.int64(1), np.int32(10)), (3, 200), (2, np.uint16(77))],
+            iter(lens),
+            ((q, k) for q, k in lens),
+            np.array(lens),
+            np.array(lens, np.int32),
+            np.array(lens, np.uint16),
+        ):
             _same_plan(make(other, **kw), want)
     big = lengths("longtail", 256, seed=0)
-    _same_plan(plan_balanced(np.array(big), kv_heads=8, num_ctas=132, group=4),
-               plan_balanced(big, kv_heads=8, num_ctas=132, group=4))
+    _same_plan(
+        plan_balanced(np.array(big), kv_heads=8, num_ctas=132, group=4),
+        plan_balanced(big, kv_heads=8, num_ctas=132, group=4),
+    )
 
 
-@pytest.mark.parametrize("bad, exc, value", [
-    (np.array([[1, 10], [0, 5]]), ValueError, "0"), (np.array([[1, 2**31]]), ValueError, "2147483648"),
-    (np.array([[1.0, 10.0]]), TypeError, "float64"), (np.array([[True, False]]), TypeError, "bool"),
-    (np.array([1, 10]), TypeError, "(2,)"), (np.zeros((1, 3), int), TypeError, "(1, 3)"),
-    (np.zeros((0, 2), int), ValueError, "empty"),
-])
+@pytest.mark.parametrize(
+    "bad, exc, value",
+    [
+        (np.array([[1, 10], [0, 5]]), ValueError, "0"),
+        (np.array([[1, 2**31]]), ValueError, "2147483648"),
+        (np.array([[1.0, 10.0]]), TypeError, "float64"),
+        (np.array([[True, False]]), TypeError, "bool"),
+        (np.array([1, 10]), TypeError, "(2,)"),
+        (np.zeros((1, 3), int), TypeError, "(1, 3)"),
+        (np.zeros((0, 2), int), ValueError, "empty"),
+    ],
+)
 def test_bad_length_arrays_are_refused_by_name(bad, exc, value):
     for make in (plan_balanced, plan_per_request, plan_fixed_split):
         with pytest.raises(exc) as info:
@@ -970,12 +1124,15 @@ def test_bad_length_arrays_are_refused_by_name(bad, exc, value):
         assert type(info.value) is exc and "lengths" in str(info.value) and value in str(info.value)
 
 
-@pytest.mark.parametrize("args, exc, name, value", [
-    (("gauss", 4), ValueError, "dist", "gauss"),
-    (("uniform", True), TypeError, "batch", "True"),
-    (("uniform", 0), ValueError, "batch", "0"),
-    (("uniform", 2.5), TypeError, "batch", "2.5"),
-])
+@pytest.mark.parametrize(
+    "args, exc, name, value",
+    [
+        (("gauss", 4), ValueError, "dist", "gauss"),
+        (("uniform", True), TypeError, "batch", "True"),
+        (("uniform", 0), ValueError, "batch", "0"),
+        (("uniform", 2.5), TypeError, "batch", "2.5"),
+    ],
+)
 def test_bad_lengths_input_is_refused_by_name(args, exc, name, value):
     with pytest.raises(exc) as info:
         lengths(*args, seed=0)
@@ -989,6 +1146,7 @@ def test_plan_time_is_the_busiest_cta_at_its_share_of_the_bandwidth():
     """Plan.time by hand: the busiest CTA's K, V (and query rows in, partial outputs out) at
     bandwidth / SMs of an H100 SXM (3.35 TB/s, 132 SMs), bf16, head dim 128."""
     from attnlab.machine.schedule import plan_per_request
+
     batch = [(1, 1000), (1, 300), (1, 4096)]
     plan = plan_per_request(batch, kv_heads=1, num_ctas=132, group=4)
     per_cta = {}
@@ -996,4 +1154,4 @@ def test_plan_time_is_the_busiest_cta_at_its_share_of_the_bandwidth():
         per_cta[w.cta] = per_cta.get(w.cta, 0) + (2 * (w.kv_end - w.kv_start) + 2 * len(w.q_rows)) * 128 * 2
     want = max(per_cta.values()) / (3.35e12 / 132)
     assert plan.time("H100-SXM") == pytest.approx(want, rel=1e-12)
-    assert max(per_cta.values()) == (2 * 4096 + 2 * 4) * 256          # the 4096-token request
+    assert max(per_cta.values()) == (2 * 4096 + 2 * 4) * 256  # the 4096-token request

@@ -29,13 +29,13 @@ and Tensor.new_empty return NaN-filled float tensors, and tests that pass `out=`
 one (`nan_like`), so an element the kernel must write but does not shows up as NaN, which
 `assert_within_rule` (and the fp32 tests) reject.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-__all__ = ["FLOOR", "visible_mask", "sdpa_output", "sdpa_error", "assert_within_rule", "nan_like",
-           "to_np"]
+__all__ = ["FLOOR", "visible_mask", "sdpa_output", "sdpa_error", "assert_within_rule", "nan_like", "to_np"]
 
 #: The absolute floor of the rule, relative to max|ref|; see the module docstring for why.
 FLOOR = 1e-6
@@ -90,7 +90,7 @@ def sdpa_output(q, k, v, *, mask=None, causal=False, window=None, scale=None):
     n_q, n_k = q.shape[2], k.shape[2]
     vis = visible_mask(n_q, n_k, causal=causal, window=window) if mask is None else np.asarray(mask, bool)
     seen = vis.any(1)
-    vis = np.where(seen[:, None], vis, True)        # blind rows: any finite answer, left out below
+    vis = np.where(seen[:, None], vis, True)  # blind rows: any finite answer, left out below
     m = torch.as_tensor(vis, device=q.device)
     return to_np(sdpa(q, k, v, attn_mask=m, scale=scale, enable_gqa=True)), seen
 
@@ -106,8 +106,21 @@ def sdpa_error(q, k, v, ref, *, mask=None, causal=False, window=None, scale=None
     return float(np.abs(_row_select(o, seen, dec) - _row_select(to_np(ref), seen, dec)).max(initial=0.0))
 
 
-def assert_within_rule(out, ref, q, k, v, *, mask=None, causal=False, window=None, scale=None,
-                       lse=None, sdpa_ref=None, label: str = "") -> tuple[float, float]:
+def assert_within_rule(
+    out,
+    ref,
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    causal=False,
+    window=None,
+    scale=None,
+    lse=None,
+    sdpa_ref=None,
+    label: str = "",
+) -> tuple[float, float]:
     """Assert the rule (module docstring) for the kernel output `out` against the float64 `ref`.
 
     q, k, v are the low-precision inputs the kernel got, in `sdpa_output`'s layouts (prefill or
@@ -121,11 +134,15 @@ def assert_within_rule(out, ref, q, k, v, *, mask=None, causal=False, window=Non
     dec = _is_decode(k)
     assert o.shape == r.shape, f"{label}: output {o.shape} vs reference {r.shape}"
     nan = np.isnan(o)
-    assert not nan.any(), (f"{label}: {int(nan.sum())} of {o.size} output elements are NaN (unwritten, "
-                           f"poisoned), first at {tuple(int(i) for i in np.argwhere(nan)[0])}")
+    assert not nan.any(), (
+        f"{label}: {int(nan.sum())} of {o.size} output elements are NaN (unwritten, "
+        f"poisoned), first at {tuple(int(i) for i in np.argwhere(nan)[0])}"
+    )
     s_out, seen = sdpa_output(q, k, v, mask=mask, causal=causal, window=window, scale=scale)
     blind = _row_select(o, ~seen, dec)
-    assert np.all(blind == 0), f"{label}: rows that see no key must be exactly 0, max |o| = {np.abs(blind).max()}"
+    assert np.all(blind == 0), (
+        f"{label}: rows that see no key must be exactly 0, max |o| = {np.abs(blind).max()}"
+    )
     if lse is not None:
         lse = to_np(lse)
         assert not np.isnan(lse).any(), f"{label}: {int(np.isnan(lse).sum())} lse entries are NaN"
@@ -138,7 +155,9 @@ def assert_within_rule(out, ref, q, k, v, *, mask=None, causal=False, window=Non
     s_err = float(np.abs(_row_select(s_out, seen, dec) - _row_select(yard, seen, dec)).max(initial=0.0))
     floor = FLOOR * float(np.abs(r).max(initial=0.0))
     bound = 2 * s_err + floor
-    assert err <= bound, (f"{label}: kernel max-abs error {err:.3e} > 2 x SDPA's {s_err:.3e} + floor "
-                          f"{floor:.1e} (ratio kernel / SDPA = {err / max(s_err, floor, 1e-300):.2f}); "
-                          f"{q.dtype}, output {o.shape}")
+    assert err <= bound, (
+        f"{label}: kernel max-abs error {err:.3e} > 2 x SDPA's {s_err:.3e} + floor "
+        f"{floor:.1e} (ratio kernel / SDPA = {err / max(s_err, floor, 1e-300):.2f}); "
+        f"{q.dtype}, output {o.shape}"
+    )
     return err, s_err

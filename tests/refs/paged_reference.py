@@ -2,6 +2,7 @@
 page table, NHD pools whose unowned slots are NaN (a read of a page the request does not own shows
 up), and the float64 reference attention from the definition, gathering each request's K/V through
 the table. Independent of the code under test."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,7 @@ NAN = float("nan")
 def table(lens, page_size, num_pages, rng):
     """FlashInfer's three int32 arrays for requests of `lens` tokens, pages from a shuffled pool."""
     pages = [-(-n // page_size) for n in lens]
-    indices = rng.permutation(num_pages)[:sum(pages)]
+    indices = rng.permutation(num_pages)[: sum(pages)]
     indptr = np.concatenate([[0], np.cumsum(pages)])
     last = np.array([n - page_size * (p - 1) for n, p in zip(lens, pages)])
     return indptr, indices, last
@@ -38,7 +39,7 @@ def attention(q, k_pool, v_pool, indptr, indices, last, page_size):
     cut to last[i] (`refs.reference.decode_attention` over them)."""
     keys, values = [], []
     for i in range(q.shape[0]):
-        pages = indices[indptr[i]:indptr[i + 1]]
+        pages = indices[indptr[i] : indptr[i + 1]]
         n = page_size * (len(pages) - 1) + last[i]
         slots = [(p, s) for p in pages for s in range(page_size)][:n]
         keys.append(np.stack([k_pool[p, s] for p, s in slots]))

@@ -10,6 +10,7 @@ Conventions (the docstring of attnlab.core.attention, "Conventions (tests rely o
 - a query that sees no key outputs 0 and has lse = -inf;
 - lse is the natural-log log-sum-exp of the scaled logits.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,14 +19,21 @@ import math
 import numpy as np
 
 __all__ = [
-    "visible", "ref_mask", "attention_head", "attention", "decode_attention",
-    "standard_io_ref", "flash_io_ref", "paper_blocks",
+    "visible",
+    "ref_mask",
+    "attention_head",
+    "attention",
+    "decode_attention",
+    "standard_io_ref",
+    "flash_io_ref",
+    "paper_blocks",
 ]
 
 
 # --------------------------------------------------------------------------------------------
 # attention by definition
 # --------------------------------------------------------------------------------------------
+
 
 def visible(i: int, j: int, n_q: int, n_k: int, causal: bool) -> bool:
     """True when query i may attend to key j (bottom-right aligned causal convention)."""
@@ -57,9 +65,9 @@ def attention_head(q, k, v, *, causal=False, scale=None):
     lse = np.full(n_q, -np.inf, dtype=np.float64)
     for i in range(n_q):
         cols = np.flatnonzero(mask[i])
-        if cols.size == 0:                  # fully masked row: output 0, lse -inf
+        if cols.size == 0:  # fully masked row: output 0, lse -inf
             continue
-        s = scale * (k[cols] @ q[i])        # logits of the visible keys only
+        s = scale * (k[cols] @ q[i])  # logits of the visible keys only
         mx = s.max()
         e = np.exp(s - mx)
         tot = e.sum()
@@ -98,14 +106,14 @@ def attention(q, k, v, *, causal=False, scale=None):
     for bi in range(b):
         for h in range(hq):
             g = h // group
-            o[bi, h], lse[bi, h] = attention_head(q[bi, h], k[bi, g], v[bi, g],
-                                                  causal=causal, scale=scale)
+            o[bi, h], lse[bi, h] = attention_head(q[bi, h], k[bi, g], v[bi, g], causal=causal, scale=scale)
     return o, lse
 
 
 # --------------------------------------------------------------------------------------------
 # HBM counts, per head, in elements
 # --------------------------------------------------------------------------------------------
+
 
 def standard_io_ref(n_q: int, d: int, n_k: int | None = None, d_v: int | None = None) -> int:
     """Algorithm 0, kernel by kernel.
@@ -132,9 +140,18 @@ def _block_has_visible(mask, r0, r1, c0, c1) -> bool:
     return bool(mask[r0:r1, c0:c1].any())
 
 
-def flash_io_ref(n_q: int, d: int, *, n_k: int | None = None, d_v: int | None = None,
-                 block_r: int, block_c: int, order: str = "fa1", causal: bool = False,
-                 return_lse: bool = False) -> dict[str, tuple[int, int]]:
+def flash_io_ref(
+    n_q: int,
+    d: int,
+    *,
+    n_k: int | None = None,
+    d_v: int | None = None,
+    block_r: int,
+    block_c: int,
+    order: str = "fa1",
+    causal: bool = False,
+    return_lse: bool = False,
+) -> dict[str, tuple[int, int]]:
     """Enumerate the HBM traffic of tiled FlashAttention by visiting every (Q block, K/V block).
 
     fa1 (K/V outer): per K/V block read K_j, V_j; per visited (i, j) read Q_i, O_i, l_i, m_i and
@@ -202,6 +219,7 @@ def total(io: dict[str, tuple[int, int]]) -> int:
 # attention states (o, lse) and the decode time model
 # --------------------------------------------------------------------------------------------
 
+
 def state_ref(q, k, v, *, mask=None, scale=None):
     """Attention state by definition, float64, one query row at a time.
 
@@ -218,8 +236,11 @@ def state_ref(q, k, v, *, mask=None, scale=None):
     n_k = k.shape[0]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    vis = np.ones((n, n_k), dtype=bool) if mask is None else \
-        np.broadcast_to(np.asarray(mask, dtype=bool), (n, n_k))
+    vis = (
+        np.ones((n, n_k), dtype=bool)
+        if mask is None
+        else np.broadcast_to(np.asarray(mask, dtype=bool), (n, n_k))
+    )
     o = np.zeros((n, v.shape[1]), dtype=np.float64)
     lse = np.full(n, -np.inf, dtype=np.float64)
     for i in range(n):
@@ -235,9 +256,18 @@ def state_ref(q, k, v, *, mask=None, scale=None):
     return (o[0], lse[0]) if single else (o, lse)
 
 
-def decode_time_ref(batch: int, context: int, kv_heads: int, splits: int, *, sms: int,
-                    bandwidth: float, head_dim: int = 128, group: int = 4,
-                    dtype_bytes: float = 2) -> dict:
+def decode_time_ref(
+    batch: int,
+    context: int,
+    kv_heads: int,
+    splits: int,
+    *,
+    sms: int,
+    bandwidth: float,
+    head_dim: int = 128,
+    group: int = 4,
+    dtype_bytes: float = 2,
+) -> dict:
     """The lecture's "SMs share the bandwidth" GPU, written out from decode_time's docstring.
 
     blocks = batch * kv_heads * splits, each reading K and V of ceil(context / splits) tokens;
@@ -246,13 +276,19 @@ def decode_time_ref(batch: int, context: int, kv_heads: int, splits: int, *, sms
     full bandwidth.
     """
     blocks = batch * kv_heads * splits
-    chunk = (context + splits - 1) // splits          # ceil without floats
+    chunk = (context + splits - 1) // splits  # ceil without floats
     block_bytes = 2 * chunk * head_dim * dtype_bytes
     block_time = block_bytes / (bandwidth / sms)
     waves = math.ceil(blocks / sms)
     attn = waves * block_time
     merge_bytes = 0 if splits == 1 else 2 * batch * kv_heads * group * splits * (head_dim + 1) * 4
     merge_time = merge_bytes / bandwidth
-    return {"blocks": blocks, "waves": waves, "block_time": block_time, "attn_time": attn,
-            "merge_time": merge_time, "time": attn + merge_time,
-            "utilization": blocks / (waves * sms)}
+    return {
+        "blocks": blocks,
+        "waves": waves,
+        "block_time": block_time,
+        "attn_time": attn,
+        "merge_time": merge_time,
+        "time": attn + merge_time,
+        "utilization": blocks / (waves * sms),
+    }

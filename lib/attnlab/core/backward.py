@@ -4,6 +4,7 @@ P stored by the forward pass and read back, or recomputed from Q, K and the save
 `iomodel.recompute_flops` are its counts in closed form; tests prove them equal to the HBM counter
 and the gradients equal to the dense formulas in float64.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,9 +19,20 @@ __all__ = ["attention_backward", "BACKWARD_MODES"]
 BACKWARD_MODES = ("recompute", "stored")
 
 
-def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None = None,
-                       sram: int = 100_000, block_r: int | None = None, block_c: int | None = None,
-                       mode: str = "recompute", hbm: HBM | None = None):
+def attention_backward(
+    q,
+    k,
+    v,
+    do,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    sram: int = 100_000,
+    block_r: int | None = None,
+    block_c: int | None = None,
+    mode: str = "recompute",
+    hbm: HBM | None = None,
+):
     """dQ, dK, dV of one head's O = softmax(scale Q K^T) V for the upstream gradient dO, tiled as
     FlashAttention-2's backward, every tile moved reported to `hbm`. q (N_q, d), k (N_k, d),
     v (N_k, d_v), do (N_q, d_v); returns (dq, dk, dv).
@@ -55,32 +67,37 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None
         block_r = br if block_r is None else block_r
         block_c = bc if block_c is None else block_c
     q, k, v, block_r, block_c, tiles, hbm, _ = _head_args(
-        q, k, v, scale, block_r, block_c, causal, hbm, False, None)
+        q, k, v, scale, block_r, block_c, causal, hbm, False, None
+    )
     n_q, n_k, dv = q.shape[0], k.shape[0], v.shape[1]
     if do.shape != (n_q, dv):
-        raise ValueError(f"do of shape {do.shape} must match the output's shape (N_q, d_v) = "
-                         f"{(n_q, dv)}")
+        raise ValueError(f"do of shape {do.shape} must match the output's shape (N_q, d_v) = {(n_q, dv)}")
     if mode == "stored" and n_q * n_k > MAX_SCORES:
-        raise ValueError(f"mode='stored' keeps P dense: N_q x N_k = {n_q * n_k:,} entries; valid: "
-                         f"at most {MAX_SCORES:,} (mode='recompute' has no such limit)")
+        raise ValueError(
+            f"mode='stored' keeps P dense: N_q x N_k = {n_q * n_k:,} entries; valid: "
+            f"at most {MAX_SCORES:,} (mode='recompute' has no such limit)"
+        )
     do = do.astype(q.dtype, copy=False)
     if not np.isfinite(do).all():
         raise ValueError("do must hold finite real numbers; valid: no NaN or inf")
-    o, lse = fa2_head(q, k, v, block_r=block_r, block_c=block_c, tiles=tiles,
-                      return_lse=True)                    # the forward pass: O, lse in HBM
-    if mode == "stored":                                  # the forward also stored P
+    o, lse = fa2_head(
+        q, k, v, block_r=block_r, block_c=block_c, tiles=tiles, return_lse=True
+    )  # the forward pass: O, lse in HBM
+    if mode == "stored":  # the forward also stored P
         with np.errstate(over="ignore", invalid="ignore"):
             p_hbm = np.exp(tiles.scores(q, k, 0, 0) - _safe(lse)[:, None])
     dq, dk, dvv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
-    if hbm is not None:                                   # 0. D = rowsum(dO * O)
-        hbm.read("O", o); hbm.read("dO", do); hbm.write("D", n_q)
+    if hbm is not None:  # 0. D = rowsum(dO * O)
+        hbm.read("O", o)
+        hbm.read("dO", do)
+        hbm.write("D", n_q)
     D = (do * o).sum(axis=1)
     scale = tiles.scale
-    for c0 in range(0, n_k, block_c):                     # 1. outer loop: K_j, V_j on chip
+    for c0 in range(0, n_k, block_c):  # 1. outer loop: K_j, V_j on chip
         c1 = min(c0 + block_c, n_k)
         kj, vj = _load(hbm, "K", k, c0, c1), _load(hbm, "V", v, c0, c1)
         dkj, dvj = np.zeros_like(kj), np.zeros_like(vj)
-        for r0 in range(0, n_q, block_r):                 # 2. inner loop: the Q blocks left
+        for r0 in range(0, n_q, block_r):  # 2. inner loop: the Q blocks left
             r1 = min(r0 + block_r, n_q)
             if not tiles.active(r0, r1, c0, c1):
                 continue
@@ -92,8 +109,8 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None
                 li = lse[r0:r1]
                 if hbm is not None:
                     hbm.read("lse", r1 - r0, rows=(r0, r1))
-                s = tiles.scores(qi, kj, r0, c0, hbm)     # S_ij again, from Q_i and K_j
-                p = np.exp(s - _safe(li)[:, None])        # P_ij from the saved lse
+                s = tiles.scores(qi, kj, r0, c0, hbm)  # S_ij again, from Q_i and K_j
+                p = np.exp(s - _safe(li)[:, None])  # P_ij from the saved lse
             else:
                 if hbm is not None:
                     hbm.read("P", (r1 - r0) * (c1 - c0), rows=(r0, r1))
@@ -102,11 +119,12 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None
             dvj += p.T @ doi
             ds = p * (doi @ vj.T - di[:, None])
             dkj += scale * (ds.T @ qi)
-            _load(hbm, "dQ", dq, r0, r1)                  # dQ_i += scale dS_ij K_j in HBM
+            _load(hbm, "dQ", dq, r0, r1)  # dQ_i += scale dS_ij K_j in HBM
             dq[r0:r1] += scale * (ds @ kj)
             _store(hbm, "dQ", dq, r0, r1)
         dk[c0:c1], dvv[c0:c1] = dkj, dvj
-        _store(hbm, "dK", dk, c0, c1); _store(hbm, "dV", dvv, c0, c1)
+        _store(hbm, "dK", dk, c0, c1)
+        _store(hbm, "dV", dvv, c0, c1)
     for name, g in (("dq", dq), ("dk", dk), ("dv", dvv)):
         if not np.isfinite(g).all():
             raise _overflow("do", f"the gradient {name}", g.dtype)

@@ -13,6 +13,7 @@ Example:
     >>> hbm.total, hbm.by_tensor()["Q"]
     (16384, (8192, 0))
 """
+
 from __future__ import annotations
 
 import operator
@@ -75,18 +76,19 @@ class HBM:
     def __init__(self, trace: bool = False):
         self._reads: Counter[str] = Counter()
         self._writes: Counter[str] = Counter()
-        self._order: dict[str, None] = {}    # tensors in first-touched order
+        self._order: dict[str, None] = {}  # tensors in first-touched order
         self.trace = as_bool("trace", trace)
         self.events: list[Event] = []
 
     @staticmethod
     def _n(n) -> int:
-        if isinstance(n, np.ndarray):                       # the hot path: a tile, counted by size
+        if isinstance(n, np.ndarray):  # the hot path: a tile, counted by size
             return n.size
-        def bad():                                          # built only when needed: repr is slow
-            return TypeError(f"n must be an element count (int) or an array, got {n!r} "
-                             f"({type(n).__name__})")
-        if isinstance(n, (bool, np.bool_)):                 # a numpy scalar is a count, not an array
+
+        def bad():  # built only when needed: repr is slow
+            return TypeError(f"n must be an element count (int) or an array, got {n!r} ({type(n).__name__})")
+
+        if isinstance(n, (bool, np.bool_)):  # a numpy scalar is a count, not an array
             raise bad()
         try:
             size = operator.index(n)

@@ -2,6 +2,7 @@
 from the SRAM size M (`block_sizes`), the bottom-right causal mask (`causal_mask`), q, k, v as
 4-D float arrays with their scale (`prepare_qkv`), the GQA map of query heads to KV heads
 (`query_heads`), and the HBM counter (`as_hbm`). `sram` (M) is in elements, as in the paper."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +29,8 @@ def block_sizes(d: int, sram: int = 100_000) -> tuple[int, int]:
     if sram < 4 * d:
         raise ValueError(
             f"sram={sram} elements cannot hold one row each of Q, K, V and O at head dim d={d}; "
-            f"valid: sram >= 4*d = {4 * d}")
+            f"valid: sram >= 4*d = {4 * d}"
+        )
     bc = -(-sram // (4 * d))
     return min(bc, d), bc
 
@@ -44,8 +46,9 @@ def causal_mask(n_q: int, n_k: int) -> np.ndarray:
     """
     n_q = as_int("n_q", n_q, 0, 1 << 62)
     n_k = as_int("n_k", n_k, 0, 1 << 62)
-    check_bytes(f"causal_mask: n_q={n_q} x n_k={n_k} (bool, and int64 positions)",
-                n_q * n_k + 8 * (2 * n_q + n_k))
+    check_bytes(
+        f"causal_mask: n_q={n_q} x n_k={n_k} (bool, and int64 positions)", n_q * n_k + 8 * (2 * n_q + n_k)
+    )
     i = np.arange(n_q)[:, None]
     j = np.arange(n_k)[None, :]
     return j <= i + (n_k - n_q)
@@ -78,8 +81,14 @@ def prepare_qkv(q, k, v, scale):
     hq, hkv = q.shape[1], k.shape[1]
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv} (GQA; {shapes})")
-    for name, n in (("batch", q.shape[0]), ("heads", hq), ("N_q", q.shape[2]), ("N_k", k.shape[2]),
-                    ("d", q.shape[3]), ("d_v", v.shape[3])):
+    for name, n in (
+        ("batch", q.shape[0]),
+        ("heads", hq),
+        ("N_q", q.shape[2]),
+        ("N_k", k.shape[2]),
+        ("d", q.shape[3]),
+        ("d_v", v.shape[3]),
+    ):
         if n < 1:
             raise ValueError(f"{name}={n} is out of range; valid: >= 1 ({shapes})")
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)

@@ -43,6 +43,7 @@ array([ 733184, 9355264])
 >>> flash_io(32768, 64, 100_000, "fa2"), flash_io(32768, 64, 100_000, "fa2", rule="fa2")
 (2151677952, 356515840)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,8 +51,16 @@ import numpy as np
 from attnlab.validate import as_bool, as_counts, as_int, choice
 from attnlab.core.attention import ORDERS, RULES, block_sizes
 
-__all__ = ["standard_io", "flash_io", "lower_bound", "io_ratio", "io_table", "backward_io",
-           "recompute_flops", "BACKWARD_MODES"]
+__all__ = [
+    "standard_io",
+    "flash_io",
+    "lower_bound",
+    "io_ratio",
+    "io_table",
+    "backward_io",
+    "recompute_flops",
+    "BACKWARD_MODES",
+]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -65,8 +74,10 @@ def _to_int64(what: str, N: np.ndarray, counts) -> np.ndarray:
     N if one does not fit."""
     for n, c in zip(N.ravel().tolist(), counts):
         if c > _INT64_MAX:
-            raise ValueError(f"N={n} gives {what} = {c} elements, beyond int64 (max {_INT64_MAX}); "
-                             f"valid: counts that fit in int64, or pass N as a Python int for an exact count")
+            raise ValueError(
+                f"N={n} gives {what} = {c} elements, beyond int64 (max {_INT64_MAX}); "
+                f"valid: counts that fit in int64, or pass N as a Python int for an exact count"
+            )
     return np.array(counts, dtype=np.int64).reshape(N.shape)
 
 
@@ -141,10 +152,10 @@ def _flash_count(N: int, nk: int, d: int, br: int, bc: int, order: str, causal: 
         # floor(L_i / bc) + 1 K/V blocks (bc keys each, but only nk - (t_c - 1) bc in the last);
         # the last Q block sees every key.
         base = br - 1 + offset
-        i_a = min(t_r - 1, max(0, -(base // br)))              # first i with L_i >= 0
+        i_a = min(t_r - 1, max(0, -(base // br)))  # first i with L_i >= 0
         n = t_r - 1 - i_a
         blocks = n + _floor_sum(n, bc, br, br * i_a + base)
-        i_full = -((base - (t_c - 1) * bc) // br)               # first i that reaches block t_c - 1
+        i_full = -((base - (t_c - 1) * bc) // br)  # first i that reaches block t_c - 1
         full = t_r - 1 - min(t_r - 1, max(i_a, i_full))
         keys = bc * blocks - full * (t_c * bc - nk) + nk
     return q_rows * d + 2 * keys * d + N * d + (N if lse else 0)
@@ -168,9 +179,19 @@ def _tile_args(N, d, sram, causal, n_k, block_r, block_c, rule):
     return N, scalar, d, causal, nk, br, bc
 
 
-def flash_io(N, d: int, sram: int = 100_000, order: str = "fa1", causal: bool = False, *,
-             n_k: int | None = None, block_r: int | None = None, block_c: int | None = None,
-             return_lse: bool = False, rule: str = "fa1"):
+def flash_io(
+    N,
+    d: int,
+    sram: int = 100_000,
+    order: str = "fa1",
+    causal: bool = False,
+    *,
+    n_k: int | None = None,
+    block_r: int | None = None,
+    block_c: int | None = None,
+    return_lse: bool = False,
+    rule: str = "fa1",
+):
     """HBM elements moved by `flash_attention` for one head (see the module docstring).
 
     N is the number of queries (an int >= 1, or an array of them: int64 out), `n_k` the number of
@@ -191,17 +212,28 @@ def flash_io(N, d: int, sram: int = 100_000, order: str = "fa1", causal: bool = 
     N, scalar, d, causal, nk, br, bc = _tile_args(N, d, sram, causal, n_k, block_r, block_c, rule)
     if scalar:
         return _flash_count(N, N if nk is None else nk, d, br, bc, order, causal, return_lse)
-    counts = [_flash_count(n, n if nk is None else nk, d, br, bc, order, causal, return_lse)
-              for n in N.ravel().tolist()]
+    counts = [
+        _flash_count(n, n if nk is None else nk, d, br, bc, order, causal, return_lse)
+        for n in N.ravel().tolist()
+    ]
     return _to_int64("flash_io", N, counts)
 
 
 BACKWARD_MODES = ("recompute", "stored")
 
 
-def backward_io(N, d: int, sram: int = 100_000, mode: str = "recompute", causal: bool = False, *,
-                n_k: int | None = None, block_r: int | None = None, block_c: int | None = None,
-                rule: str = "fa1"):
+def backward_io(
+    N,
+    d: int,
+    sram: int = 100_000,
+    mode: str = "recompute",
+    causal: bool = False,
+    *,
+    n_k: int | None = None,
+    block_r: int | None = None,
+    block_c: int | None = None,
+    rule: str = "fa1",
+):
     """HBM elements moved by the backward pass of one head (`backward.attention_backward`,
     FlashAttention-2's backward: K/V blocks outside, Q blocks inside), d_v = d. With V the row
     visits of the K/V-outer loop (T_c N without masking) and E the elements of the visited tiles
@@ -228,14 +260,23 @@ def backward_io(N, d: int, sram: int = 100_000, mode: str = "recompute", causal:
         visits, tiles = _kv_outer(n, k, br, bc, causal)
         rows = visits * (4 * d + 2) if mode == "recompute" else visits * (4 * d + 1) + tiles
         return 2 * n * d + n + 4 * k * d + rows
+
     if scalar:
         return count(N)
     return _to_int64("backward_io", N, [count(n) for n in N.ravel().tolist()])
 
 
-def recompute_flops(N, d: int, sram: int = 100_000, causal: bool = False, *,
-                    n_k: int | None = None, block_r: int | None = None,
-                    block_c: int | None = None, rule: str = "fa1") -> dict:
+def recompute_flops(
+    N,
+    d: int,
+    sram: int = 100_000,
+    causal: bool = False,
+    *,
+    n_k: int | None = None,
+    block_r: int | None = None,
+    block_c: int | None = None,
+    rule: str = "fa1",
+) -> dict:
     """What recomputation adds to the backward of one head, against the gradient work both modes
     do (d_v = d; E the elements of the tiles visited, N N_k without masking):
 
@@ -272,8 +313,7 @@ def lower_bound(N, d: int, sram: int):
     return float(out) if scalar else out
 
 
-def io_ratio(N, d: int, sram: int = 100_000, order: str = "fa1", causal: bool = False, *,
-             rule: str = "fa1"):
+def io_ratio(N, d: int, sram: int = 100_000, order: str = "fa1", causal: bool = False, *, rule: str = "fa1"):
     """standard_io / flash_io: how many times fewer HBM accesses FlashAttention makes
     (a float; a float64 array for an array of N); `rule` as in `flash_io`.
 
@@ -297,6 +337,5 @@ def io_table(Ns, d: int, sram: int = 100_000, causal: bool = False) -> list[dict
         fa1 = flash_io(N, d, sram, "fa1", causal)
         fa2 = flash_io(N, d, sram, "fa2", causal)
         own = flash_io(N, d, sram, "fa2", causal, rule="fa2")
-        rows.append({"N": N, "standard": std, "fa1": fa1, "fa2": fa2, "fa2_own": own,
-                     "ratio": std / fa1})
+        rows.append({"N": N, "standard": std, "fa1": fa1, "fa2": fa2, "fa2_own": own, "ratio": std / fa1})
     return rows

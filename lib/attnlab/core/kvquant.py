@@ -21,6 +21,7 @@ most delta = max_j sum_c |q_c| e_jc / sqrt(d) (e the elementwise bound on K), ev
 weight by a factor within e^(+-2 delta), so sum_j |p'_j - p_j| <= e^(2 delta) - 1, and each
 output channel by at most (e^(2 delta) - 1) max_j |v'_jc| + max_j |v'_jc - v_jc|.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,9 +32,20 @@ from attnlab.core.decode import DecodeCost, decode_cost
 from attnlab.core.lowprec import FORMATS, attention64, format_max, outlier_inputs, quantise
 from attnlab.validate import as_array, as_float, as_int, check_bytes, choice
 
-__all__ = ["PER", "KV_FORMATS", "SCALE_BYTES", "quantise_kv", "kv_attention", "kv_error_bound",
-           "element_bound", "scale_bytes_per_token", "kv_decode_cost", "kv_inputs", "KVError",
-           "kv_cache_error"]
+__all__ = [
+    "PER",
+    "KV_FORMATS",
+    "SCALE_BYTES",
+    "quantise_kv",
+    "kv_attention",
+    "kv_error_bound",
+    "element_bound",
+    "scale_bytes_per_token",
+    "kv_decode_cost",
+    "kv_inputs",
+    "KVError",
+    "kv_cache_error",
+]
 
 #: Where the scales sit: one per KV head, or one per (token, KV head).
 PER = ("head", "token")
@@ -43,7 +55,7 @@ KV_FORMATS = ("fp8_e4m3", "bf16")
 SCALE_BYTES = 4
 #: Half the relative spacing of e4m3's normal numbers (3 mantissa bits), half its subnormal
 #: spacing, and float32's unit roundoff (the division and multiplication by the scale).
-U_E4M3, T_E4M3, U_F32 = 2.0 ** -4, 2.0 ** -10, 2.0 ** -24
+U_E4M3, T_E4M3, U_F32 = 2.0**-4, 2.0**-10, 2.0**-24
 #: The largest cache `kv_cache_error` builds: N_kv x H_kv x d elements.
 MAX_ELEMENTS = 1 << 22
 
@@ -51,8 +63,9 @@ MAX_ELEMENTS = 1 << 22
 def _kv_array(name, x):
     x = as_array(name, x, ndim=3, shape="(N, H_kv, d)", kinds="f")
     if x.shape[1] < 1 or x.shape[2] < 1:
-        raise ValueError(f"{name} of shape {x.shape} has no heads or channels; valid: (N, H_kv, d) "
-                         f"with H_kv, d >= 1")
+        raise ValueError(
+            f"{name} of shape {x.shape} has no heads or channels; valid: (N, H_kv, d) with H_kv, d >= 1"
+        )
     return x
 
 
@@ -87,8 +100,10 @@ def _qkv(q, k, v):
         raise ValueError(f"k of shape {k.shape} holds no token; valid: N >= 1")
     hq, hk = q.shape[1], k.shape[1]
     if q.shape[2] != k.shape[2] or hq < 1 or hq % hk:
-        raise ValueError(f"q {q.shape} and k {k.shape}: the head dims must agree and H_q a multiple "
-                         f"of H_kv (GQA); valid: q (N_q, g x H_kv, d)")
+        raise ValueError(
+            f"q {q.shape} and k {k.shape}: the head dims must agree and H_q a multiple "
+            f"of H_kv (GQA); valid: q (N_q, g x H_kv, d)"
+        )
     return q, k, v
 
 
@@ -113,7 +128,7 @@ def element_bound(x, fmt: str = "fp8_e4m3", per: str = "head") -> np.ndarray:
     x = _kv_array("x", x).astype(np.float64)
     s = quantise_kv(x, fmt, per)[1].astype(np.float64)
     s = s[None, :, None] if per == "head" else s[:, :, None]
-    u, t = (U_E4M3, T_E4M3) if fmt == "fp8_e4m3" else (2.0 ** -9, 0.0)
+    u, t = (U_E4M3, T_E4M3) if fmt == "fp8_e4m3" else (2.0**-9, 0.0)
     return (u + 4 * U_F32) * np.abs(x) + t * s
 
 
@@ -140,16 +155,18 @@ def scale_bytes_per_token(kv_heads: int, per: str) -> int:
     return 2 * kv_heads * SCALE_BYTES if choice("per", per, PER) == "token" else 0
 
 
-def kv_decode_cost(g, l_kv: int, d: int, *, batch: int = 1, fmt: str = "bf16",
-                   per: str = "head") -> DecodeCost:
+def kv_decode_cost(
+    g, l_kv: int, d: int, *, batch: int = 1, fmt: str = "bf16", per: str = "head"
+) -> DecodeCost:
     """`decode.decode_cost(g, 1, l_kv, d, batch=batch)` (one KV head, bf16) with K and V read at
     the cache's bytes instead: 1 byte per element for fp8_e4m3 plus its scales (per "token": 2 x 4
     bytes per token; per "head": 2 x 4 bytes per request). Q and O stay bf16; FLOPs unchanged
     (attention computes in bf16 after dequantising)."""
     choice("fmt", fmt, KV_FORMATS)
     choice("per", per, PER)
-    g, l_kv, d, batch = (as_int(n, x, 1, None) for n, x in (("g", g), ("l_kv", l_kv), ("d", d),
-                                                              ("batch", batch)))
+    g, l_kv, d, batch = (
+        as_int(n, x, 1, None) for n, x in (("g", g), ("l_kv", l_kv), ("d", d), ("batch", batch))
+    )
     full = decode_cost(g, 1, l_kv, d, batch=batch, dtype_bytes=2)
     if fmt == "bf16":
         return full
@@ -158,8 +175,15 @@ def kv_decode_cost(g, l_kv: int, d: int, *, batch: int = 1, fmt: str = "bf16",
     return DecodeCost(full.flops, full.bytes - kv_bf16 + batch * 2 * l_kv * d + scales)
 
 
-def kv_inputs(n: int = 1024, d: int = 64, kv_heads: int = 2, group: int = 4, n_q: int = 16,
-              strength: float = 30.0, seed: int = 0):
+def kv_inputs(
+    n: int = 1024,
+    d: int = 64,
+    kv_heads: int = 2,
+    group: int = 4,
+    n_q: int = 16,
+    strength: float = 30.0,
+    seed: int = 0,
+):
     """(q (n_q, kv_heads x group, d), k, v (n, kv_heads, d)), float64: KV head h holds
     `lowprec.outlier_inputs(n, d, strength, seed=seed + h)`'s keys and values (key channels with
     outliers of the given strength), its query heads that draw's first n_q x group query rows."""
@@ -168,10 +192,12 @@ def kv_inputs(n: int = 1024, d: int = 64, kv_heads: int = 2, group: int = 4, n_q
     n_q = as_int("n_q", n_q, 1, None)
     if n_q * group > n:
         raise ValueError(f"n_q={n_q} x group={group} query rows exceed n={n}; valid: n_q x group <= n")
-    check_bytes(f"kv_inputs: n={n} x kv_heads={kv_heads} x d={d}, K and V (float64)", 2 * n * kv_heads * d * 8)
+    check_bytes(
+        f"kv_inputs: n={n} x kv_heads={kv_heads} x d={d}, K and V (float64)", 2 * n * kv_heads * d * 8
+    )
     seed = as_int("seed", seed, 0, None)
     draws = [outlier_inputs(n, d, strength, seed=seed + h) for h in range(kv_heads)]
-    q = np.stack([dr[0][:n_q * group].reshape(n_q, group, d) for dr in draws], axis=1)
+    q = np.stack([dr[0][: n_q * group].reshape(n_q, group, d) for dr in draws], axis=1)
     k = np.stack([dr[1] for dr in draws], axis=1)
     v = np.stack([dr[2] for dr in draws], axis=1)
     return q.reshape(n_q, kv_heads * group, d), k, v
@@ -180,29 +206,49 @@ def kv_inputs(n: int = 1024, d: int = 64, kv_heads: int = 2, group: int = 4, n_q
 @dataclass(frozen=True)
 class KVError:
     """Attention over a quantised KV cache against float64 attention over the exact one."""
+
     fmt: str
     per: str
     strength: float
-    relative: float         # ||o' - o||_F / ||o||_F
-    max_abs: float          # max |o' - o|
-    bound_ratio: float      # max over entries of |o' - o| / kv_error_bound: <= 1 always
-    bound_max: float        # the bound's largest entry
+    relative: float  # ||o' - o||_F / ||o||_F
+    max_abs: float  # max |o' - o|
+    bound_ratio: float  # max over entries of |o' - o| / kv_error_bound: <= 1 always
+    bound_max: float  # the bound's largest entry
 
 
-def kv_cache_error(fmt: str = "fp8_e4m3", per: str = "head", strength: float = 30.0, n: int = 1024,
-                   d: int = 64, kv_heads: int = 2, group: int = 4, n_q: int = 16, seed: int = 0) -> KVError:
+def kv_cache_error(
+    fmt: str = "fp8_e4m3",
+    per: str = "head",
+    strength: float = 30.0,
+    n: int = 1024,
+    d: int = 64,
+    kv_heads: int = 2,
+    group: int = 4,
+    n_q: int = 16,
+    seed: int = 0,
+) -> KVError:
     """`kv_attention` on `kv_inputs(...)` against the exact cache, with the bound's verdict."""
     choice("fmt", fmt, KV_FORMATS)
     choice("per", per, PER)
     strength = as_float("strength", strength, 0.0, 1e4)
-    if as_int("n", n, 1, 1 << 16) * as_int("kv_heads", kv_heads, 1, 256) * as_int("d", d, 1, 4096) > MAX_ELEMENTS:
+    if (
+        as_int("n", n, 1, 1 << 16) * as_int("kv_heads", kv_heads, 1, 256) * as_int("d", d, 1, 4096)
+        > MAX_ELEMENTS
+    ):
         raise ValueError(f"n={n} x kv_heads={kv_heads} x d={d} elements; valid: at most {MAX_ELEMENTS:,}")
     q, k, v = kv_inputs(n, d, kv_heads, group, n_q, strength, seed)
     ref = kv_attention(q, k, v, None)
     err = np.abs(kv_attention(q, k, v, fmt, per) - ref)
     bound = kv_error_bound(q, k, v, fmt, per)
-    return KVError(fmt, per, strength, float(np.sqrt(np.sum(err ** 2) / np.sum(ref ** 2))),
-                   float(err.max()), float((err / bound).max()), float(bound.max()))
+    return KVError(
+        fmt,
+        per,
+        strength,
+        float(np.sqrt(np.sum(err**2) / np.sum(ref**2))),
+        float(err.max()),
+        float((err / bound).max()),
+        float(bound.max()),
+    )
 
 
 assert set(KV_FORMATS) <= set(FORMATS)

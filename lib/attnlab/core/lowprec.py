@@ -22,6 +22,7 @@ quantiser has to cover the range. Everything is seeded.
 What this leaves out on purpose: P is not quantised before PV (FA3's FP8 kernel rounds it to
 FP8 too), accumulation is exact (float64), and nothing is fused or tiled.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,15 +33,32 @@ import numpy as np
 
 from attnlab.validate import as_array, as_bool, as_float, as_int, as_rng, check_bytes, choice
 
-__all__ = ["FORMATS", "format_max", "quantise", "random_orthogonal", "outlier_inputs", "attention64",
-           "lowprec_attention", "attention_error", "AttentionError", "METHODS", "compare_methods"]
+__all__ = [
+    "FORMATS",
+    "format_max",
+    "quantise",
+    "random_orthogonal",
+    "outlier_inputs",
+    "attention64",
+    "lowprec_attention",
+    "attention_error",
+    "AttentionError",
+    "METHODS",
+    "compare_methods",
+]
 
 #: name -> ml_dtypes scalar type
-FORMATS = {"fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp4_e2m1": ml_dtypes.float4_e2m1fn,
-           "bf16": ml_dtypes.bfloat16}
+FORMATS = {
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp4_e2m1": ml_dtypes.float4_e2m1fn,
+    "bf16": ml_dtypes.bfloat16,
+}
 #: (label, block, transform) of the three methods compared; block None = per tensor
-METHODS = (("per-tensor", None, False), ("per-block", "block", False),
-           ("per-block + transform", "block", True))
+METHODS = (
+    ("per-tensor", None, False),
+    ("per-block", "block", False),
+    ("per-block + transform", "block", True),
+)
 
 
 def format_max(fmt: str) -> float:
@@ -53,21 +71,21 @@ def format_max(fmt: str) -> float:
 
 
 _F32_MAX = float(np.finfo(np.float32).max)
-_X_MAX = _F32_MAX / 2           # |x| quantise takes: float32's range, with room for a scale's rounding
+_X_MAX = _F32_MAX / 2  # |x| quantise takes: float32's range, with room for a scale's rounding
 _TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
-_CACHE_BYTES = 1 << 26          # inputs and references cached only up to this size each
-_ROWS_BYTES = 1 << 26           # attention64 works in row blocks of at most 64 MiB of scores
+_CACHE_BYTES = 1 << 26  # inputs and references cached only up to this size each
+_ROWS_BYTES = 1 << 26  # attention64 works in row blocks of at most 64 MiB of scores
 #: The largest n `attention_error` takes: its two n x n float64 attentions take a few seconds there.
 MAX_ERROR_N = 8192
 
 
 def _round(x32: np.ndarray, fmt: str) -> np.ndarray:
     top = np.float32(format_max(fmt))
-    return np.clip(x32, -top, top).astype(FORMATS[fmt]).astype(np.float32)     # saturate
+    return np.clip(x32, -top, top).astype(FORMATS[fmt]).astype(np.float32)  # saturate
 
 
 def _divide(x32, s):
-    with np.errstate(over="ignore"):        # beyond float32 is beyond the format: it saturates
+    with np.errstate(over="ignore"):  # beyond float32 is beyond the format: it saturates
         return x32 / s
 
 
@@ -88,12 +106,16 @@ def quantise(x, fmt: str = "fp8_e4m3", block: int | None = None, *, scale: float
     """
     choice("fmt", fmt, tuple(FORMATS))
     x = as_array("x", x, kinds="f", finite=False)
-    check_bytes(f"quantise: x of shape {x.shape} ({x.size:,} values: |x|, a float32 copy, the scaled, "
-                f"clipped and rounded values)", x.size * (x.dtype.itemsize + 21))
-    x = as_array("x", x, kinds="f")                 # NaN and inf refused, now that the size is known
+    check_bytes(
+        f"quantise: x of shape {x.shape} ({x.size:,} values: |x|, a float32 copy, the scaled, "
+        f"clipped and rounded values)",
+        x.size * (x.dtype.itemsize + 21),
+    )
+    x = as_array("x", x, kinds="f")  # NaN and inf refused, now that the size is known
     if x.size and float(np.abs(x).max()) > _X_MAX:
-        raise ValueError(f"x holds {float(np.abs(x).max()):.4g}; valid: |x| <= {_X_MAX:.3g} "
-                         f"(quantise works in float32)")
+        raise ValueError(
+            f"x holds {float(np.abs(x).max()):.4g}; valid: |x| <= {_X_MAX:.3g} (quantise works in float32)"
+        )
     x = x.astype(np.float32)
     top = np.float32(format_max(fmt))
     if scale is not None:
@@ -109,7 +131,7 @@ def quantise(x, fmt: str = "fp8_e4m3", block: int | None = None, *, scale: float
     n = x.shape[0]
     if n == 0:
         return x.copy()
-    block = min(block, n)                   # one block past the rows is the same single group
+    block = min(block, n)  # one block past the rows is the same single group
     pad = -n % block
     xp = np.concatenate([x, np.zeros((pad, *x.shape[1:]), np.float32)]) if pad else x
     groups = xp.reshape(-1, block, *x.shape[1:])
@@ -141,7 +163,7 @@ def _hadamard(d):
 @functools.lru_cache(maxsize=32)
 def _inputs(n, d, strength, n_outliers, seed):
     rng = np.random.default_rng(seed)
-    norms = lambda: np.exp(0.5 * rng.standard_normal((n, 1)))       # noqa: E731  log-normal rows
+    norms = lambda: np.exp(0.5 * rng.standard_normal((n, 1)))  # noqa: E731  log-normal rows
     q = rng.standard_normal((n, d)) * norms()
     k = rng.standard_normal((n, d)) * norms()
     v = rng.standard_normal((n, d)) * norms()
@@ -178,17 +200,20 @@ def attention64(q, k, v) -> np.ndarray:
     k = as_array("k", k, ndim=2, shape="(N_k, d)").astype(np.float64, copy=False)
     v = as_array("v", v, ndim=2, shape="(N_k, d_v)").astype(np.float64, copy=False)
     if q.shape[1] < 1 or k.shape[1] != q.shape[1] or k.shape[0] < 1 or v.shape[0] != k.shape[0]:
-        raise ValueError(f"q (N_q, d), k (N_k, d), v (N_k, d_v) with d, N_k >= 1; got q {q.shape}, "
-                         f"k {k.shape}, v {v.shape}")
-    check_bytes(f"attention64: output N_q={q.shape[0]} x d_v={v.shape[1]} (float64)",
-                q.shape[0] * v.shape[1] * 8)
+        raise ValueError(
+            f"q (N_q, d), k (N_k, d), v (N_k, d_v) with d, N_k >= 1; got q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        )
+    check_bytes(
+        f"attention64: output N_q={q.shape[0]} x d_v={v.shape[1]} (float64)", q.shape[0] * v.shape[1] * 8
+    )
     rows = max(1, _ROWS_BYTES // (8 * k.shape[0]))
     c = np.sqrt(q.shape[-1])
     if rows >= q.shape[0]:
         return _softmax_v(_scores(q, k, c), v)
     out = np.empty((q.shape[0], v.shape[1]))
     for a in range(0, q.shape[0], rows):
-        out[a:a + rows] = _softmax_v(_scores(q[a:a + rows], k, c), v)
+        out[a : a + rows] = _softmax_v(_scores(q[a : a + rows], k, c), v)
     return out
 
 
@@ -196,9 +221,11 @@ def _scores(q, k, c):
     with np.errstate(over="ignore", invalid="ignore"):
         s = q @ k.T / c
     if not np.isfinite(s).all():
-        raise ValueError(f"q k^T / sqrt(d) overflows float64 (beyond 1.8e308) although q and k are "
-                         f"finite; q and k hold values too large for a float64 reference "
-                         f"(max |q| {np.abs(q).max():.3g}, max |k| {np.abs(k).max():.3g}): scale them down")
+        raise ValueError(
+            f"q k^T / sqrt(d) overflows float64 (beyond 1.8e308) although q and k are "
+            f"finite; q and k hold values too large for a float64 reference "
+            f"(max |q| {np.abs(q).max():.3g}, max |k| {np.abs(k).max():.3g}): scale them down"
+        )
     return s
 
 
@@ -207,8 +234,9 @@ def _softmax_v(s, v):
     return (p / p.sum(axis=-1, keepdims=True)) @ v
 
 
-def lowprec_attention(q, k, v, fmt: str = "fp8_e4m3", block: int | None = None, transform: bool = False,
-                      seed: int = 0) -> np.ndarray:
+def lowprec_attention(
+    q, k, v, fmt: str = "fp8_e4m3", block: int | None = None, transform: bool = False, seed: int = 0
+) -> np.ndarray:
     """Attention of q, k, v each rounded by `quantise(., fmt, block)`; with `transform`, q and k
     are first multiplied by `random_orthogonal(d, seed)`. Attends in float64."""
     transform = as_bool("transform", transform)
@@ -227,18 +255,26 @@ def lowprec_attention(q, k, v, fmt: str = "fp8_e4m3", block: int | None = None, 
 @dataclass(frozen=True)
 class AttentionError:
     """Error of low-precision attention against the float64 reference."""
+
     fmt: str
     block: int | None
     transform: bool
     strength: float
-    rmse: float             # sqrt(mean((o - o_ref)^2)), FA3's metric
-    relative: float         # ||o - o_ref||_F / ||o_ref||_F
-    amax_qk: float          # largest |value| the quantiser sees in q and k (after the transform)
+    rmse: float  # sqrt(mean((o - o_ref)^2)), FA3's metric
+    relative: float  # ||o - o_ref||_F / ||o_ref||_F
+    amax_qk: float  # largest |value| the quantiser sees in q and k (after the transform)
 
 
-def attention_error(fmt: str = "fp8_e4m3", block: int | None = None, transform: bool = False,
-                    strength: float = 30.0, n: int = 512, d: int = 64, n_outliers: int = 4,
-                    seed: int = 0) -> AttentionError:
+def attention_error(
+    fmt: str = "fp8_e4m3",
+    block: int | None = None,
+    transform: bool = False,
+    strength: float = 30.0,
+    n: int = 512,
+    d: int = 64,
+    n_outliers: int = 4,
+    seed: int = 0,
+) -> AttentionError:
     """Error of `lowprec_attention` on `outlier_inputs(n, d, strength, n_outliers, seed)`
     (cached: a repeated call costs nothing). n in [1, 8192]: the two float64 attentions cost
     n^2 exps each, a few seconds at n = 8192 (use `lowprec_attention` on your own arrays for
@@ -247,7 +283,7 @@ def attention_error(fmt: str = "fp8_e4m3", block: int | None = None, transform: 
     block = None if block is None else as_int("block", block, 1, None)
     transform = as_bool("transform", transform)
     as_int("n", n, 1, MAX_ERROR_N)
-    outlier_inputs(n, d, strength, n_outliers, seed)                 # checks the rest by name
+    outlier_inputs(n, d, strength, n_outliers, seed)  # checks the rest by name
     return _error(fmt, block, transform, float(strength), int(n), int(d), int(n_outliers), int(seed))
 
 
@@ -260,8 +296,15 @@ def _error(fmt, block, transform, strength, n, d, n_outliers, seed):
     err = o - ref
     amax = float(np.abs(k).max()) if not transform else float(np.abs(k @ random_orthogonal(d, seed)).max())
     amax = max(amax, float(np.abs(q).max()))
-    return AttentionError(fmt, block, bool(transform), float(strength), float(np.sqrt(np.mean(err ** 2))),
-                          float(np.sqrt(np.sum(err * err) / np.sum(ref * ref))), amax)
+    return AttentionError(
+        fmt,
+        block,
+        bool(transform),
+        float(strength),
+        float(np.sqrt(np.mean(err**2))),
+        float(np.sqrt(np.sum(err * err) / np.sum(ref * ref))),
+        amax,
+    )
 
 
 @functools.lru_cache(maxsize=32)

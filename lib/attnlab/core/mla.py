@@ -31,6 +31,7 @@ element:
 (queries in, outputs out; the up- and down-projections of the query and output are per query,
 not per cached token, and are left to the linear layers as the lecture does.)
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -51,19 +52,21 @@ FORM_LABELS = {
 
 class MLAShape(NamedTuple):
     """Head count and widths of one MLA layer."""
+
     heads: int = 128
-    latent: int = 512           # compressed KV dimensions (kv_lora_rank)
-    rope: int = 64              # shared rotary key part (qk_rope_head_dim)
-    nope: int = 128             # per-head key part without rotary (qk_nope_head_dim)
-    v_dim: int = 128            # per-head value width (v_head_dim)
+    latent: int = 512  # compressed KV dimensions (kv_lora_rank)
+    rope: int = 64  # shared rotary key part (qk_rope_head_dim)
+    nope: int = 128  # per-head key part without rotary (qk_nope_head_dim)
+    v_dim: int = 128  # per-head value width (v_head_dim)
 
 
 #: DeepSeek-V3's attention (and V2's): 128 heads, latent 512 + rope 64, heads of 128 + 64 / 128.
 DEEPSEEK_V3 = MLAShape()
 
 
-def mla_decode_cost(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, shape: MLAShape = DEEPSEEK_V3,
-                    *, dtype_bytes=2) -> tuple[int, float]:
+def mla_decode_cost(
+    form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, shape: MLAShape = DEEPSEEK_V3, *, dtype_bytes=2
+) -> tuple[int, float]:
     """(FLOPs, bytes) of one MLA layer's decode attention for one request, in `form`
     ("gqa_view", "absorbed" or "materialised"); formulas in the module docstring. Exact for
     Python ints.
@@ -94,15 +97,18 @@ def mla_decode_cost(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, sha
         flops = 2 * q * l_kv * (nope + rope) + 2 * q * l_kv * v
         elements = H * l_kv * (nope + rope + v) + q * (nope + rope) + q * v
     try:
-        return flops, elements * b               # a float for sub-byte dtypes
+        return flops, elements * b  # a float for sub-byte dtypes
     except OverflowError:
-        raise ValueError(f"l_kv={short(l_kv)}, l_qo={short(l_qo)} give {short(elements)} elements, whose "
-                         f"bytes at dtype_bytes={b} are beyond float64 (1.8e308); valid: smaller "
-                         f"l_kv and l_qo, or a whole-byte dtype for exact integer bytes") from None
+        raise ValueError(
+            f"l_kv={short(l_kv)}, l_qo={short(l_qo)} give {short(elements)} elements, whose "
+            f"bytes at dtype_bytes={b} are beyond float64 (1.8e308); valid: smaller "
+            f"l_kv and l_qo, or a whole-byte dtype for exact integer bytes"
+        ) from None
 
 
-def mla_intensity(form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, shape: MLAShape = DEEPSEEK_V3,
-                  *, dtype_bytes=2) -> float:
+def mla_intensity(
+    form: str = "absorbed", l_kv: int = 8192, l_qo: int = 1, shape: MLAShape = DEEPSEEK_V3, *, dtype_bytes=2
+) -> float:
     """FLOP per byte of `mla_decode_cost`. Absorbed, bf16, long context: H (2 (latent + rope) +
     2 latent) / (2 (latent + rope)) = 128 x 2176 / 1152 = 241.8; the g = 128 view: about g;
     materialised: about 1.

@@ -2,6 +2,7 @@
 it names (a number, a count, a list of n, a dict of given keys, a set of option letters) or raises
 `NotYet` with a hint about the form, never about the number; `near` and `rounded_off` name a
 known mistake's number."""
+
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ import numpy as np
 
 __all__ = ["NotYet", "number", "integer", "sequence", "parts", "letters", "near", "rounded_off", "NEAR"]
 
-NEAR = 0.01                     # how close an answer must be to a known mistake's number
+NEAR = 0.01  # how close an answer must be to a known mistake's number
 
 
 class NotYet(Exception):
@@ -40,8 +41,11 @@ def integer(x, what: str) -> int:
 
 
 def sequence(x, length: int, what: str) -> list:
-    if isinstance(x, (str, bytes, dict, set, frozenset)) or not hasattr(x, "__getitem__") \
-            or (isinstance(x, np.ndarray) and x.ndim == 0):
+    if (
+        isinstance(x, (str, bytes, dict, set, frozenset))
+        or not hasattr(x, "__getitem__")
+        or (isinstance(x, np.ndarray) and x.ndim == 0)
+    ):
         raise NotYet(f"{what} should be a list of {length}, got {type(x).__name__}")
     if len(x) != length:
         raise NotYet(f"{what} should have {length} entries, got {len(x)}")
@@ -55,9 +59,11 @@ def parts(x, keys: tuple[str, ...]) -> dict:
     missing = [k for k in keys if k not in x]
     extra = [k for k in x if k not in keys]
     if missing or extra:
-        raise NotYet(f"the answer needs exactly the keys {', '.join(map(repr, keys))}"
-                      + (f"; missing {', '.join(map(repr, missing))}" if missing else "")
-                      + (f"; unknown {', '.join(map(repr, extra))}" if extra else ""))
+        raise NotYet(
+            f"the answer needs exactly the keys {', '.join(map(repr, keys))}"
+            + (f"; missing {', '.join(map(repr, missing))}" if missing else "")
+            + (f"; unknown {', '.join(map(repr, extra))}" if extra else "")
+        )
     return x
 
 

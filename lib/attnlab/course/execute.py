@@ -5,6 +5,7 @@
 Outputs must then reproduce under strict nbval: cells with timings or widgets carry
 `# NBVAL_IGNORE_OUTPUT`. The kernel is the current interpreter, so run it from the project venv.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,13 @@ def execute(path: str | Path, timeout: int = 600) -> None:
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        store_widget_state=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     client.execute()
     nbformat.write(nb, path)
 

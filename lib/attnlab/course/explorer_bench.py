@@ -12,6 +12,7 @@ last lines time `schedule.plan_balanced` (target under 100 us) from a list of pa
 (n, 2) array and with every column built, against the straightforward heapq planner
 (`schedule.lpt.balanced_heapq`), and check that both make the same plan.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -40,7 +41,7 @@ def bench_explorer(cls, repeats: int = 2) -> tuple[float, float, float, int]:
             for value in candidate_values(w):
                 if value == ex.widgets[name].value:
                     continue
-                if rep == repeats:                  # the last pass: forget every background
+                if rep == repeats:  # the last pass: forget every background
                     ex._backgrounds.clear()
                 t0 = time.perf_counter()
                 ex.set(**{name: value})
@@ -66,6 +67,7 @@ def planner_line(batch: int = 256, repeats: int = 300) -> str:
     from attnlab.machine.schedule import PLAN_COLUMNS, plan_balanced
     from attnlab.machine.schedule.lpt import balanced_heapq
     from attnlab.machine.workload import lengths
+
     lens = lengths("longtail", batch, seed=0)
     array = np.array(lens)
     kw = dict(kv_heads=8, num_ctas=132, group=4)
@@ -80,13 +82,17 @@ def planner_line(batch: int = 256, repeats: int = 300) -> str:
     slow = median_time(lambda: balanced_heapq(lens, **kw), 5)
     plan = plan_balanced(lens, **kw)
     work, loads, merge = balanced_heapq(lens, **kw)
-    same = ([astuple(w) for w in plan.work] == list(work) and plan.loads.tolist() == loads
-            and plan.merge == merge)
-    return (f"plan_balanced, batch {batch}, 8 KV heads, 132 CTAs, {len(plan.work):,} items: "
-            f"{fast * 1e6:.0f} us from a list of pairs (target {PLANNER_TARGET_US:.0f} us), "
-            f"{from_array * 1e6:.0f} us from an (n, 2) array, {columns * 1e6:.0f} us with every "
-            f"column built;\n  the plain heapq planner: {slow * 1e3:.1f} ms; plans "
-            + ("identical" if same else "DIFFER") + f" (utilization {plan.utilization:.1%})")
+    same = (
+        [astuple(w) for w in plan.work] == list(work) and plan.loads.tolist() == loads and plan.merge == merge
+    )
+    return (
+        f"plan_balanced, batch {batch}, 8 KV heads, 132 CTAs, {len(plan.work):,} items: "
+        f"{fast * 1e6:.0f} us from a list of pairs (target {PLANNER_TARGET_US:.0f} us), "
+        f"{from_array * 1e6:.0f} us from an (n, 2) array, {columns * 1e6:.0f} us with every "
+        f"column built;\n  the plain heapq planner: {slow * 1e3:.1f} ms; plans "
+        + ("identical" if same else "DIFFER")
+        + f" (utilization {plan.utilization:.1%})"
+    )
 
 
 def main(argv=None) -> int:

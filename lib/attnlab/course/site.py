@@ -19,6 +19,7 @@ cdnjs). Offline the formulas show as their TeX source, e.g. `$\\Theta(N^2 d^2 / 
 formulas offline, point --mathjax-url at a local MathJax 2 (Debian: `apt-get install
 libjs-mathjax`, then `--mathjax-url "file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS_CHTML"`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,10 @@ REPO = Path(__file__).resolve().parents[3]
 COURSE = "Efficient Attention: FlashAttention and FlashInfer"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-EXPLORER_NOTE = ("Interactive explorer: run this notebook live (<code>make lab</code>) to move the "
-                 "sliders. Below is the figure it was committed with.")
+EXPLORER_NOTE = (
+    "Interactive explorer: run this notebook live (<code>make lab</code>) to move the "
+    "sliders. Below is the figure it was committed with."
+)
 NOTE_CLASS = "attnlab-explorer-note"
 
 # nbconvert's JupyterLab template, less the two CDN scripts a page of static outputs has no use
@@ -67,11 +70,12 @@ nav.attnlab-nav.bottom { border-top: 1px solid #ddd; border-bottom: none; margin
 @dataclass(frozen=True)
 class Page:
     """One notebook's entry in the index."""
+
     source: Path
-    href: str        # the page's file name in the site folder
-    title: str       # the notebook's first heading
-    meta: str        # its first italic line (lecture section, reading time), markdown; may be ""
-    summary: str     # its first paragraph after those, markdown
+    href: str  # the page's file name in the site folder
+    title: str  # the notebook's first heading
+    meta: str  # its first italic line (lecture section, reading time), markdown; may be ""
+    summary: str  # its first paragraph after those, markdown
     explorers: int
 
 
@@ -111,12 +115,17 @@ def describe(nb, source: Path) -> Page:
                 summary = block
         if summary:
             break
-    n = sum(WIDGET_VIEW in out.get("data", {}) for c in nb.cells if c.cell_type == "code"
-            for out in c.get("outputs", []))
+    n = sum(
+        WIDGET_VIEW in out.get("data", {})
+        for c in nb.cells
+        if c.cell_type == "code"
+        for out in c.get("outputs", [])
+    )
     return Page(source, source.with_suffix(".html").name, title or source.stem, meta, summary, n)
 
 
 # --- explorers: the widget view becomes its committed figure --------------------------------------
+
 
 def _widget_parts(state: dict, model_id: str) -> tuple[list[tuple[str, str]], list[str], list[str]]:
     """(images as (mime, base64)), HTML values, 'control = value' lines of the widget tree at model_id."""
@@ -173,6 +182,7 @@ def static_explorers(nb) -> int:
     when the notebook runs."""
     import nbformat.v4 as v4
     from html import escape
+
     state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     views = 0
     for cell in nb.cells:
@@ -188,15 +198,26 @@ def static_explorers(nb) -> int:
             images, html, settings = _widget_parts(state, view.get("model_id", ""))
             if not images:
                 images = [(m, out["data"][m]) for m in ("image/png", "image/jpeg") if m in out["data"]][:1]
-            note = EXPLORER_NOTE if images else (EXPLORER_NOTE.split(". ")[0] + ". Its figure was not "
-                                                 "saved with this notebook; it appears when the notebook runs.")
-            outputs.append(v4.new_output("display_data", {"text/html": f'<p class="{NOTE_CLASS}">{note}</p>'}))
-            outputs += [v4.new_output("display_data", {mime: data, "text/plain": "<explorer figure>"})
-                        for mime, data in images]
+            note = (
+                EXPLORER_NOTE
+                if images
+                else (
+                    EXPLORER_NOTE.split(". ")[0] + ". Its figure was not "
+                    "saved with this notebook; it appears when the notebook runs."
+                )
+            )
+            outputs.append(
+                v4.new_output("display_data", {"text/html": f'<p class="{NOTE_CLASS}">{note}</p>'})
+            )
+            outputs += [
+                v4.new_output("display_data", {mime: data, "text/plain": "<explorer figure>"})
+                for mime, data in images
+            ]
             extra = "".join(f"<div>{h}</div>" for h in html)
             if settings:
-                extra += (f'<div class="attnlab-explorer-settings">Drawn at: '
-                          f'{escape(" · ".join(settings))}</div>')
+                extra += (
+                    f'<div class="attnlab-explorer-settings">Drawn at: {escape(" · ".join(settings))}</div>'
+                )
             if extra:
                 outputs.append(v4.new_output("display_data", {"text/html": extra}))
         cell.outputs = outputs
@@ -206,11 +227,16 @@ def static_explorers(nb) -> int:
 
 # --- the site -------------------------------------------------------------------------------------
 
+
 def _exporter(mathjax_url: str | None):
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
-    exporter = HTMLExporter(extra_loaders=[DictLoader({"attnlab_site.html.j2": TEMPLATE})],
-                            template_file="attnlab_site.html.j2", embed_images=True)
+
+    exporter = HTMLExporter(
+        extra_loaders=[DictLoader({"attnlab_site.html.j2": TEMPLATE})],
+        template_file="attnlab_site.html.j2",
+        embed_images=True,
+    )
     if mathjax_url:
         exporter.mathjax_url = mathjax_url
     return exporter
@@ -218,38 +244,57 @@ def _exporter(mathjax_url: str | None):
 
 def _link_pages(html: str, hrefs: set[str]) -> str:
     """Links to another notebook of the course (`03_flashattention.ipynb#...`) point to its page."""
-    return re.sub(r'href="([^"/#:]+)\.ipynb(#[^"]*)?"',
-                  lambda m: f'href="{m[1]}.html{m[2] or ""}"' if f"{m[1]}.html" in hrefs else m[0], html)
+    return re.sub(
+        r'href="([^"/#:]+)\.ipynb(#[^"]*)?"',
+        lambda m: f'href="{m[1]}.html{m[2] or ""}"' if f"{m[1]}.html" in hrefs else m[0],
+        html,
+    )
 
 
 def _index_notebook(pages: list[Page], web_mathjax: bool = True):
     import nbformat.v4 as v4
-    cells = [v4.new_markdown_cell(
-        f"# {COURSE}\n\n"
-        "The course notebooks as static pages, with the outputs and figures they were committed "
-        "with, in lecture order. Nothing here runs: the explorers' sliders need a live kernel. "
-        + ("The pages need no server; only the formulas, typeset by MathJax, are fetched from the web "
-           "(offline they show as TeX)." if web_mathjax else "The pages need no server."))]
+
+    cells = [
+        v4.new_markdown_cell(
+            f"# {COURSE}\n\n"
+            "The course notebooks as static pages, with the outputs and figures they were committed "
+            "with, in lecture order. Nothing here runs: the explorers' sliders need a live kernel. "
+            + (
+                "The pages need no server; only the formulas, typeset by MathJax, are fetched from the web "
+                "(offline they show as TeX)."
+                if web_mathjax
+                else "The pages need no server."
+            )
+        )
+    ]
     for p in pages:
         explorers = f"{p.explorers} interactive explorer{'s' * (p.explorers != 1)}" if p.explorers else ""
         meta = " · ".join(x for x in (p.meta, explorers) if x)
-        cells.append(v4.new_markdown_cell(f"## [{p.title}]({p.href})\n\n" + (f"{meta}\n\n" if meta else "")
-                                          + p.summary))
-    cells.append(v4.new_markdown_cell(
-        "## Run the course live · 运行课程\n\n"
-        "Clone the repository and run `make lab`: it installs the notebooks' dependencies into "
-        "`.venv` and opens JupyterLab at notebook 00. Run All in a notebook, then move the explorers' "
-        "sliders; every figure is recomputed in place. `make test` runs every check."))
+        cells.append(
+            v4.new_markdown_cell(
+                f"## [{p.title}]({p.href})\n\n" + (f"{meta}\n\n" if meta else "") + p.summary
+            )
+        )
+    cells.append(
+        v4.new_markdown_cell(
+            "## Run the course live · 运行课程\n\n"
+            "Clone the repository and run `make lab`: it installs the notebooks' dependencies into "
+            "`.venv` and opens JupyterLab at notebook 00. Run All in a notebook, then move the explorers' "
+            "sliders; every figure is recomputed in place. `make test` runs every check."
+        )
+    )
     nb = v4.new_notebook(cells=cells)
     nb.metadata["title"] = COURSE
     return nb
 
 
-def build(out: str | Path = "site", notebooks: str | Path | None = None,
-          mathjax_url: str | None = None) -> list[Path]:
+def build(
+    out: str | Path = "site", notebooks: str | Path | None = None, mathjax_url: str | None = None
+) -> list[Path]:
     """Write one page per notebook in `notebooks` (default: the repository's notebooks/) and
     index.html into `out`; returns the paths written, index first. The notebooks are only read."""
     import nbformat
+
     src = Path(notebooks) if notebooks is not None else REPO / "notebooks"
     paths = sorted(src.glob("*.ipynb"))
     if not paths:
@@ -265,16 +310,19 @@ def build(out: str | Path = "site", notebooks: str | Path | None = None,
         nb = copy.deepcopy(nb)
         static_explorers(nb)
         nb.metadata["title"] = page.title
-        nav = {"prev": (pages[i - 1].href, pages[i - 1].title) if i else None,
-               "next": (pages[i + 1].href, pages[i + 1].title) if i + 1 < len(pages) else None}
-        html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": page.title,
-                                                                         "path": str(src)},
-                                                             "attnlab_nav": nav})
+        nav = {
+            "prev": (pages[i - 1].href, pages[i - 1].title) if i else None,
+            "next": (pages[i + 1].href, pages[i + 1].title) if i + 1 < len(pages) else None,
+        }
+        html, _ = exporter.from_notebook_node(
+            nb, resources={"metadata": {"name": page.title, "path": str(src)}, "attnlab_nav": nav}
+        )
         (out / page.href).write_text(_link_pages(html, hrefs), encoding="utf-8")
         written.append(out / page.href)
     web = mathjax_url is None or mathjax_url.split(":")[0] in ("http", "https")
-    html, _ = exporter.from_notebook_node(_index_notebook(pages, web),
-                                          resources={"metadata": {"name": COURSE}})
+    html, _ = exporter.from_notebook_node(
+        _index_notebook(pages, web), resources={"metadata": {"name": COURSE}}
+    )
     (out / "index.html").write_text(html, encoding="utf-8")
     return [out / "index.html", *written]
 
@@ -282,16 +330,19 @@ def build(out: str | Path = "site", notebooks: str | Path | None = None,
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m attnlab.course.site", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="site", help="folder to write the pages into (default: site)")
-    ap.add_argument("--notebooks", default=None,
-                    help="folder of notebooks (default: the repository's notebooks/)")
+    ap.add_argument(
+        "--notebooks", default=None, help="folder of notebooks (default: the repository's notebooks/)"
+    )
     ap.add_argument("--mathjax-url", default=None, help="MathJax 2 script URL (default: nbconvert's CDN one)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     written = build(args.out, args.notebooks, args.mathjax_url)
     for p in written:
         print(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB)")
-    print(f"{len(written) - 1} notebook pages and the index in {time.perf_counter() - t0:.1f} s; "
-          f"open {written[0]} in a browser")
+    print(
+        f"{len(written) - 1} notebook pages and the index in {time.perf_counter() - t0:.1f} s; "
+        f"open {written[0]} in a browser"
+    )
     return 0
 
 

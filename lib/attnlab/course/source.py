@@ -1,5 +1,6 @@
 """The source of functions in the package, read from their file without importing it, so that a
 notebook can show a GPU kernel (Triton, Gluon) on a machine that has neither installed."""
+
 from __future__ import annotations
 
 import ast
@@ -33,5 +34,5 @@ def function_source(module: str, *names: str) -> str:
             raise ValueError(f"{module} has no top-level function {name!r}; it has {', '.join(sorted(defs))}")
         node = defs[name]
         first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-        out.append("\n".join(lines[first - 1:node.end_lineno]))
+        out.append("\n".join(lines[first - 1 : node.end_lineno]))
     return "\n\n\n".join(out)

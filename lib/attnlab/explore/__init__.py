@@ -14,6 +14,7 @@ itself under its `name`: `EXPLORERS[name]()` builds it at the lecture's defaults
     from attnlab import explore
     explore.IOExplorer()        # controls: SRAM size, head dim, N range, loop order, FA2's tiles, causal
 """
+
 # Imported in notebook order: the registry (and `make bench`) list explorers in that order.
 from attnlab.explore._base import REGISTRY, Explorer  # isort: skip
 from attnlab.explore.roofline import *  # noqa: F401,F403  isort: skip

@@ -29,6 +29,7 @@ This file is long because it is the whole contract every explorer shares (checki
 back control values, one compute per change, blitting, errors in the figure): split, each part
 would reach into the others' state.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -82,11 +83,15 @@ def png_rgb(rgb: np.ndarray) -> bytes:
     plot is flat colour, so a row filter buys little size, and choosing one per row (what PIL
     does) takes longer than compressing: this writes it in half of PIL's time, the same pixels."""
     h, w, _ = rgb.shape
-    rows = np.zeros((h, 3 * w + 1), np.uint8)               # each row: filter type 0, then RGB
+    rows = np.zeros((h, 3 * w + 1), np.uint8)  # each row: filter type 0, then RGB
     rows[:, 1:] = rgb.reshape(h, 3 * w)
-    head = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)       # 8-bit RGB, no interlace
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", head) + _chunk(b"IDAT", zlib.compress(rows.data, 1))
-            + _chunk(b"IEND", b""))
+    head = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", head)
+        + _chunk(b"IDAT", zlib.compress(rows.data, 1))
+        + _chunk(b"IEND", b"")
+    )
 
 
 class Explorer:
@@ -133,20 +138,20 @@ class Explorer:
     # --- the machinery --------------------------------------------------------------------
     def __init__(self, **values):
         self.widgets: dict[str, widgets.Widget] = dict(self.controls())
-        self.renders = 0          # refreshes done (one per change)
-        self.computes = 0         # calls of compute (equal to renders, by contract)
-        self.full_draws = 0       # refreshes that redrew the whole background
-        self.partial_draws = 0    # refreshes that redrew the background of some panels
+        self.renders = 0  # refreshes done (one per change)
+        self.computes = 0  # calls of compute (equal to renders, by contract)
+        self.full_draws = 0  # refreshes that redrew the whole background
+        self.partial_draws = 0  # refreshes that redrew the background of some panels
         self.last_render_s = 0.0
         self.error: str | None = None
-        self._shown: dict = {}     # the control values of the last good picture
+        self._shown: dict = {}  # the control values of the last good picture
         self._holds = 0
         self._restoring = False
         self._dirty = False
         self._background = None
-        self._backgrounds: OrderedDict = OrderedDict()    # axis state -> rendered background
-        self._boxes: OrderedDict = OrderedDict()          # (panel, its state, key) -> its outline drawn
-        self._want_boxes = True     # outlines are kept from the start, and later once a panel was redrawn alone
+        self._backgrounds: OrderedDict = OrderedDict()  # axis state -> rendered background
+        self._boxes: OrderedDict = OrderedDict()  # (panel, its state, key) -> its outline drawn
+        self._want_boxes = True  # outlines are kept from the start, and later once a panel was redrawn alone
         self._limits = None
         self._key = None
         self.image = widgets.Image(format="png", layout=widgets.Layout(width="auto"))
@@ -160,17 +165,28 @@ class Explorer:
             self.dynamic = list(self.build(self.figure) or [])
             for n, value in own.items():
                 if getattr(self, n) is not value:
-                    raise TypeError(f"{type(self).__name__}.build replaced the base's attribute {n!r} "
-                                    f"(reserved: {', '.join(_RESERVED)}); give the artist another name")
-            self._error_text = self.figure.text(*self.error_xy, "", ha="center", va="center",
-                                                visible=False, zorder=100, **style.ERROR)
+                    raise TypeError(
+                        f"{type(self).__name__}.build replaced the base's attribute {n!r} "
+                        f"(reserved: {', '.join(_RESERVED)}); give the artist another name"
+                    )
+            self._error_text = self.figure.text(
+                *self.error_xy, "", ha="center", va="center", visible=False, zorder=100, **style.ERROR
+            )
         self.dynamic.append(self._error_text)
         # white, in display coordinates: clears one panel's region before it is redrawn
-        self._wipe = Rectangle((0, 0), 1, 1, transform=IdentityTransform(), fc=self.figure.get_facecolor(),
-                               ec="none", lw=0, antialiased=False)
+        self._wipe = Rectangle(
+            (0, 0),
+            1,
+            1,
+            transform=IdentityTransform(),
+            fc=self.figure.get_facecolor(),
+            ec="none",
+            lw=0,
+            antialiased=False,
+        )
         self._wipe.set_figure(self.figure)
-        self._assign(values, link=True)           # before observing: no refresh per value
-        result = self.compute(**self.values)      # a bad starting value fails here, by name
+        self._assign(values, link=True)  # before observing: no refresh per value
+        result = self.compute(**self.values)  # a bad starting value fails here, by name
         for w in self.widgets.values():
             w.observe(self._on_change, names="value")
         self._render(result)
@@ -178,7 +194,7 @@ class Explorer:
         self.figure.set_layout_engine("none")
         self._background = None
         self._backgrounds.clear()
-        self.render()                             # the frozen layout's background: the first move blits
+        self.render()  # the frozen layout's background: the first move blits
         self._want_boxes = False
 
     @property
@@ -192,8 +208,9 @@ class Explorer:
         nothing is refreshed: a refused set() leaves the explorer exactly as it was."""
         unknown = sorted(set(values) - set(self.widgets))
         if unknown:
-            raise ValueError(f"unknown control(s) {unknown} for explorer {self.name!r}; "
-                             f"valid: {sorted(self.widgets)}")
+            raise ValueError(
+                f"unknown control(s) {unknown} for explorer {self.name!r}; valid: {sorted(self.widgets)}"
+            )
         saved, dirty = self._save(), self._dirty
         try:
             for k, v in values.items():
@@ -202,9 +219,10 @@ class Explorer:
                 try:
                     w.value = v
                 except (traitlets.TraitError, KeyError, TypeError) as e:
-                    raise ValueError(f"{k}={v!r} is not a value of control {w.description!r}; "
-                                     f"valid: {accepted(w)}") from e
-                if link:                           # not observed yet: apply the links by hand
+                    raise ValueError(
+                        f"{k}={v!r} is not a value of control {w.description!r}; valid: {accepted(w)}"
+                    ) from e
+                if link:  # not observed yet: apply the links by hand
                     self.linked(k, w.value)
         except BaseException:
             self._restore(saved)
@@ -215,11 +233,12 @@ class Explorer:
     _TRAITS = ("options", "min", "max", "step", "description", "disabled", "value")
 
     def _save(self) -> dict:
-        return {k: {t: getattr(w, t) for t in self._TRAITS if w.has_trait(t)}
-                for k, w in self.widgets.items()}
+        return {
+            k: {t: getattr(w, t) for t in self._TRAITS if w.has_trait(t)} for k, w in self.widgets.items()
+        }
 
     def _restore(self, saved: dict) -> None:
-        self._restoring = True                     # no links, no refresh while putting back
+        self._restoring = True  # no links, no refresh while putting back
         try:
             for k, traits in saved.items():
                 w = self.widgets[k]
@@ -274,7 +293,7 @@ class Explorer:
         self.computes += 1
         if result is not None:
             self.error = None
-            with style.context():              # texts set here get the course's fonts
+            with style.context():  # texts set here get the course's fonts
                 self.summary.value = self.draw(result) or ""
             self._key = self.background_key(result)
             self._error_text.set_visible(False)
@@ -300,13 +319,18 @@ class Explorer:
         old = {k: v for k, v in self._shown.items() if self.values.get(k) != v}
         if not old:
             return ""
-        return (" The figure still shows the last valid values: "
-                + ", ".join(f"{k} = {v}" for k, v in old.items()) + ".")
+        return (
+            " The figure still shows the last valid values: "
+            + ", ".join(f"{k} = {v}" for k, v in old.items())
+            + "."
+        )
 
     # --- drawing --------------------------------------------------------------------------
     def _axis_state(self):
-        return [(ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale(), ax.get_visible())
-                for ax in self.figure.axes]
+        return [
+            (ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale(), ax.get_visible())
+            for ax in self.figure.axes
+        ]
 
     def render(self, full: bool = False) -> None:
         """Draw into the canvas: a background (axes, ticks, labels, legends) plus the moving
@@ -323,35 +347,38 @@ class Explorer:
             self._backgrounds.clear()
             self._background = None
         if state == self._limits and self._background is not None:
-            self.canvas.restore_region(self._background)     # nothing static changed
+            self.canvas.restore_region(self._background)  # nothing static changed
         elif state in self._backgrounds:
             self.canvas.restore_region(self._backgrounds[state])
             self._backgrounds.move_to_end(state)
         else:
             before = None if self._limits is None else self._limits[0]
-            changed = ([] if before is None or len(axes) != len(before) or self._limits[1] != self._key
-                       else [ax for ax, a, b in zip(self.figure.axes, axes, before) if a != b])
+            changed = (
+                []
+                if before is None or len(axes) != len(before) or self._limits[1] != self._key
+                else [ax for ax, a, b in zip(self.figure.axes, axes, before) if a != b]
+            )
             renderer = self.canvas.get_renderer()
             alone = self._background is not None and 0 < len(changed) < len(axes)
             where = [self.figure.axes.index(ax) for ax in changed]
             drawn = [self._boxes.get((i, before[i], self._limits[1])) for i in where] if alone else []
-            self._want_boxes |= alone               # this explorer redraws panels alone
-            if not alone or None in drawn:          # (a panel's old outline unknown: draw it all)
-                self.canvas.draw()                  # everything except the moving artists
+            self._want_boxes |= alone  # this explorer redraws panels alone
+            if not alone or None in drawn:  # (a panel's old outline unknown: draw it all)
+                self.canvas.draw()  # everything except the moving artists
                 self.full_draws += 1
-                if len(axes) > 1 and self._want_boxes:      # what a panel redrawn alone will wipe
+                if len(axes) > 1 and self._want_boxes:  # what a panel redrawn alone will wipe
                     for i, ax in enumerate(self.figure.axes):
                         self._box(i, axes[i], self._static_box(ax, renderer))
             else:
                 self.canvas.restore_region(self._background)
-                for i, ax, old in zip(where, changed, drawn):     # wipe the panels with their labels...
+                for i, ax, old in zip(where, changed, drawn):  # wipe the panels with their labels...
                     now = self._static_box(ax, renderer)
                     box = Bbox.union([now, old]).expanded(1.01, 1.01)
                     x0, y0, x1, y1 = np.floor(box.x0), np.floor(box.y0), np.ceil(box.x1), np.ceil(box.y1)
-                    self._wipe.set_bounds(x0, y0, x1 - x0, y1 - y0)     # whole pixels, none half wiped
+                    self._wipe.set_bounds(x0, y0, x1 - x0, y1 - y0)  # whole pixels, none half wiped
                     self._wipe.draw(renderer)
                     self._box(i, axes[i], now)
-                for ax in changed:                  # ...then redraw them (no wipe covers a redrawn one)
+                for ax in changed:  # ...then redraw them (no wipe covers a redrawn one)
                     ax.draw(renderer)
                 self.partial_draws += 1
             self._backgrounds[state] = self.canvas.copy_from_bbox(self.figure.bbox)
@@ -362,7 +389,7 @@ class Explorer:
         for a in self.dynamic:
             if a.get_visible():
                 self.figure.draw_artist(a)
-        for a in self.dynamic:                      # savefig and snapshots see a complete figure
+        for a in self.dynamic:  # savefig and snapshots see a complete figure
             a.set_animated(False)
 
     @staticmethod
@@ -391,11 +418,12 @@ class Explorer:
     def widget(self) -> widgets.Widget:
         """Controls in rows of two, then the image, then the summary line."""
         ws = list(self.widgets.values())
-        rows = [widgets.HBox(ws[i:i + 2]) for i in range(0, len(ws), 2)]
+        rows = [widgets.HBox(ws[i : i + 2]) for i in range(0, len(ws), 2)]
         return widgets.VBox([*rows, self.image, self.summary])
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
+
         display(self.widget)
 
     def __repr__(self) -> str:

@@ -1,5 +1,6 @@
 """The course's controls: thin factories over ipywidgets, each laid out so its whole description
 shows (no "queries/step l_…"), each range being the valid input range of the model behind it."""
+
 from __future__ import annotations
 
 import numbers
@@ -9,8 +10,18 @@ import numpy as np
 
 from attnlab.validate import short
 
-__all__ = ["slider", "steps", "dropdown", "toggle", "button_width", "checkbox", "text", "check_value", "accepted",
-           "options_of"]
+__all__ = [
+    "slider",
+    "steps",
+    "dropdown",
+    "toggle",
+    "button_width",
+    "checkbox",
+    "text",
+    "check_value",
+    "accepted",
+    "options_of",
+]
 
 _STYLE = {"description_width": "initial"}
 _WIDTH = "440px"
@@ -19,11 +30,17 @@ _WIDTH = "440px"
 def slider(description: str, value, lo, hi, step=1, *, log: bool = False, readout_format=None):
     """An int, float or log slider; `log` spaces stops by `step` decades."""
     kw = {} if readout_format is None else {"readout_format": readout_format}
-    common = dict(description=description, style=_STYLE, layout=widgets.Layout(width=_WIDTH),
-                  continuous_update=True, **kw)
+    common = dict(
+        description=description,
+        style=_STYLE,
+        layout=widgets.Layout(width=_WIDTH),
+        continuous_update=True,
+        **kw,
+    )
     if log:
-        return widgets.FloatLogSlider(value=value, base=10, min=np.log10(lo), max=np.log10(hi),
-                                      step=step, **common)
+        return widgets.FloatLogSlider(
+            value=value, base=10, min=np.log10(lo), max=np.log10(hi), step=step, **common
+        )
     ints = all(isinstance(x, int) for x in (value, lo, hi, step))
     cls = widgets.IntSlider if ints else widgets.FloatSlider
     return cls(value=value, min=lo, max=hi, step=step, **common)
@@ -32,22 +49,32 @@ def slider(description: str, value, lo, hi, step=1, *, log: bool = False, readou
 def steps(description: str, options, value):
     """A slider over a fixed list of values (powers of two, SRAM sizes): every stop is valid.
     `options` may hold (label, value) pairs."""
-    return widgets.SelectionSlider(options=list(options), value=value, description=description,
-                                   style=_STYLE, layout=widgets.Layout(width=_WIDTH),
-                                   continuous_update=True)
+    return widgets.SelectionSlider(
+        options=list(options),
+        value=value,
+        description=description,
+        style=_STYLE,
+        layout=widgets.Layout(width=_WIDTH),
+        continuous_update=True,
+    )
 
 
 def dropdown(description: str, options, value=None):
     """A dropdown over `options` (a list, or {label: value}); `value` defaults to the first."""
     if value is None:
         value = list(options.values())[0] if isinstance(options, dict) else list(options)[0]
-    return widgets.Dropdown(options=options, value=value, description=description, style=_STYLE,
-                            layout=widgets.Layout(width=_WIDTH))
+    return widgets.Dropdown(
+        options=options,
+        value=value,
+        description=description,
+        style=_STYLE,
+        layout=widgets.Layout(width=_WIDTH),
+    )
 
 
-_BUTTON_MIN = 76                # px: the narrowest toggle button, as wide as a short label needs
-_BUTTON_PAD = 20                # px: a button's padding, 10 on each side
-_CHAR_PX = 8.5                  # px per character of a 13 px label, rounded up ("FP8 e4m3": 65 px)
+_BUTTON_MIN = 76  # px: the narrowest toggle button, as wide as a short label needs
+_BUTTON_PAD = 20  # px: a button's padding, 10 on each side
+_CHAR_PX = 8.5  # px per character of a 13 px label, rounded up ("FP8 e4m3": 65 px)
 
 
 def button_width(labels) -> str:
@@ -63,21 +90,30 @@ def toggle(description: str, options, value=None, *, width: str | None = None):
     label needs (`button_width`), or `width` (CSS, e.g. "96px") when given."""
     options = list(options)
     labels = [o[0] if isinstance(o, tuple) else o for o in options]
-    return widgets.ToggleButtons(options=options, value=value, description=description,
-                                 style={**_STYLE, "button_width": width or button_width(labels)},
-                                 layout=widgets.Layout(display="flex", flex_flow="row nowrap",
-                                                       align_items="baseline"))
+    return widgets.ToggleButtons(
+        options=options,
+        value=value,
+        description=description,
+        style={**_STYLE, "button_width": width or button_width(labels)},
+        layout=widgets.Layout(display="flex", flex_flow="row nowrap", align_items="baseline"),
+    )
 
 
 def checkbox(description: str, value: bool = False):
-    return widgets.Checkbox(value=value, description=description, indent=False,
-                            layout=widgets.Layout(width=_WIDTH))
+    return widgets.Checkbox(
+        value=value, description=description, indent=False, layout=widgets.Layout(width=_WIDTH)
+    )
 
 
 def text(description: str, value: str, width: str = "560px"):
     """A text box that reports its value on Enter or when it loses focus."""
-    return widgets.Text(value=value, description=description, style=_STYLE,
-                        continuous_update=False, layout=widgets.Layout(width=width))
+    return widgets.Text(
+        value=value,
+        description=description,
+        style=_STYLE,
+        continuous_update=False,
+        layout=widgets.Layout(width=width),
+    )
 
 
 def options_of(w) -> tuple:
@@ -121,8 +157,14 @@ def check_value(name: str, w, v):
         opts = options_of(w)
         kinds = {_kind(o) for o in opts}
         if _kind(v) not in kinds:
-            want = " or ".join(sorted({"bool": "True or False", "number": "a number", "str": "a string",
-                                       "other": "an option"}[k] for k in kinds))
+            want = " or ".join(
+                sorted(
+                    {"bool": "True or False", "number": "a number", "str": "a string", "other": "an option"}[
+                        k
+                    ]
+                    for k in kinds
+                )
+            )
             raise TypeError(f"{name} must be {want} (one of {accepted(w)}), got {got}")
         for o in opts:
             if _kind(o) != _kind(v):
@@ -139,12 +181,11 @@ def check_value(name: str, w, v):
             raise TypeError(f"{name} must be a number, got {got}")
         try:
             f = float(v)
-        except OverflowError:                      # an int beyond float64
+        except OverflowError:  # an int beyond float64
             f = float("inf")
         if not np.isfinite(f):
             raise ValueError(f"{name}={short(v)} is not a finite number; valid: {accepted(w)}")
-        lo, hi = ((w.base ** w.min, w.base ** w.max) if isinstance(w, widgets.FloatLogSlider)
-                  else (w.min, w.max))
+        lo, hi = (w.base**w.min, w.base**w.max) if isinstance(w, widgets.FloatLogSlider) else (w.min, w.max)
         if isinstance(w, widgets.IntSlider):
             if not f.is_integer():
                 raise ValueError(f"{name}={short(v)} is not an integer; valid: integers {accepted(w)}")
@@ -164,7 +205,7 @@ def accepted(w) -> str:
     if hasattr(w, "options") and w.options:
         return ", ".join(map(repr, options_of(w)))
     if isinstance(w, widgets.FloatLogSlider):
-        return f"{w.base ** w.min:g} to {w.base ** w.max:g}"
+        return f"{w.base**w.min:g} to {w.base**w.max:g}"
     if hasattr(w, "min") and hasattr(w, "max"):
         return f"{w.min} to {w.max}"
     if isinstance(w, widgets.Checkbox):

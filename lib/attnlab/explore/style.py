@@ -1,5 +1,6 @@
 """One place for the course's plot style: colours, sizes, fonts, tick formatters, number formats
 and text tables. Explorers and static figures take every one of these from here."""
+
 from __future__ import annotations
 
 import contextlib
@@ -25,22 +26,37 @@ COLORS = {
     "highlight": "#ffbf00",
     "muted": "#c7c7c7",
 }
-LABELS = {"standard": "standard (Alg. 0)", "fa1": "FlashAttention (FA1 order)",
-          "fa2": "FlashAttention-2 order", "bound": "N²d²/M (lower-bound order)"}
+LABELS = {
+    "standard": "standard (Alg. 0)",
+    "fa1": "FlashAttention (FA1 order)",
+    "fa2": "FlashAttention-2 order",
+    "bound": "N²d²/M (lower-bound order)",
+}
 
-DPI = 100             # explorer PNGs: 1,000 px wide, sharp at 100 % zoom (200 dpi doubles the cost: README)
-STATIC_DPI = 120      # committed figures: no time budget, so a little sharper
-WIDTH = 10.0          # inches; two panels side by side
+DPI = 100  # explorer PNGs: 1,000 px wide, sharp at 100 % zoom (200 dpi doubles the cost: README)
+STATIC_DPI = 120  # committed figures: no time budget, so a little sharper
+WIDTH = 10.0  # inches; two panels side by side
 #: Fonts no smaller than 9 pt anywhere (legends and annotations included).
-RC = {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": 9.5,
-      "ytick.labelsize": 9.5, "legend.fontsize": 9, "legend.title_fontsize": 9,
-      "figure.titlesize": 11}
-MARGIN = (0.02, 0.0, 0.965, 0.99)    # explorer layout rect: room for ticks that move to an edge
-SMALL = 9             # the smallest font size used (annotations, keys)
+RC = {
+    "font.size": 10,
+    "axes.titlesize": 10.5,
+    "axes.labelsize": 10,
+    "xtick.labelsize": 9.5,
+    "ytick.labelsize": 9.5,
+    "legend.fontsize": 9,
+    "legend.title_fontsize": 9,
+    "figure.titlesize": 11,
+}
+MARGIN = (0.02, 0.0, 0.965, 0.99)  # explorer layout rect: room for ticks that move to an edge
+SMALL = 9  # the smallest font size used (annotations, keys)
 ERROR_COLOR = "#b2182b"
 #: How a refused value shows inside a figure: one style for every explorer.
-ERROR = {"fontsize": 11, "color": ERROR_COLOR, "wrap": False,
-         "bbox": {"boxstyle": "round,pad=0.6", "fc": "#fff5f0", "ec": ERROR_COLOR, "lw": 1.2}}
+ERROR = {
+    "fontsize": 11,
+    "color": ERROR_COLOR,
+    "wrap": False,
+    "bbox": {"boxstyle": "round,pad=0.6", "fc": "#fff5f0", "ec": ERROR_COLOR, "lw": 1.2},
+}
 
 
 @contextlib.contextmanager
@@ -73,8 +89,15 @@ def legend_below(ax, handles=None, labels=None, ncol: int = 2, **kw):
         kw["handles"] = handles
     if labels is not None:
         kw["labels"] = labels
-    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=ncol,
-                     frameon=False, columnspacing=1.2, handlelength=1.8, **kw)
+    return ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.17),
+        ncol=ncol,
+        frameon=False,
+        columnspacing=1.2,
+        handlelength=1.8,
+        **kw,
+    )
 
 
 def plain(x, _pos=None) -> str:
@@ -84,7 +107,7 @@ def plain(x, _pos=None) -> str:
 
 def decades(lo: float, hi: float) -> list[float]:
     """Powers of ten from below `lo` to above `hi`."""
-    return [10.0 ** e for e in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)]
+    return [10.0**e for e in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)]
 
 
 def log_axis(ax, which: str, lo: float, hi: float, ticks=None, formatter=plain) -> None:
@@ -119,6 +142,7 @@ def show(fig, dpi: int = STATIC_DPI):
     import io
 
     from IPython.display import Image
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return Image(data=buf.getvalue(), format="png")

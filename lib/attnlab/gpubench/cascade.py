@@ -22,6 +22,7 @@ for the plain kernels; TB/s = kv_bytes / time; x_plain = the time of `paged` / t
 KV tokens saved. FlashInfer (whose first plan compiles) runs last; each row is tried on its own; the
 JSON is rewritten after every row.
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,7 +37,7 @@ from attnlab.gpubench.paged import SHAPE
 
 __all__ = ["run", "main"]
 
-CASES = [(8, 4096, 256), (64, 4096, 256)]            # (requests, prefix, unique tokens each)
+CASES = [(8, 4096, 256), (64, 4096, 256)]  # (requests, prefix, unique tokens each)
 PREFIX_SPLITS = (4, 16, 32)
 PAGE_SIZE = 16
 PEERS = ("ours", "flashinfer")
@@ -58,17 +59,25 @@ def _setup(torch, n, prefix, unique, shape, ps, seed):
     pools = torch.zeros(2, pp + n * up, ps, hkv, d, **bf)
     pools[:, :pp] = kv_p.reshape(2, pp, ps, hkv, d)
     uniq = (pp + torch.randperm(n * up, generator=gen)).to(device=dev, dtype=torch.int32)
-    tok = torch.nn.functional.pad(kv_u, (0, 0, 0, 0, 0, up * ps - unique))       # whole pages
+    tok = torch.nn.functional.pad(kv_u, (0, 0, 0, 0, 0, up * ps - unique))  # whole pages
     pools[:, uniq.long()] = tok.reshape(2, n * up, ps, hkv, d)
     i32 = dict(dtype=torch.int32, device=dev)
     shared = torch.arange(pp, **i32)
-    full = torch.cat([torch.cat([shared, uniq[i * up:(i + 1) * up]]) for i in range(n)])
+    full = torch.cat([torch.cat([shared, uniq[i * up : (i + 1) * up]]) for i in range(n)])
     last = torch.full((n,), unique - ps * (up - 1), **i32)
-    c = SimpleNamespace(q=q, k_pool=pools[0], v_pool=pools[1], page_size=ps, n=n, dev=dev,
-                        prefix_k=pools[0, :pp].flatten(0, 1), prefix_v=pools[1, :pp].flatten(0, 1),
-                        unique=(torch.arange(0, n * up + 1, up, **i32), uniq, last),
-                        full=(torch.arange(0, n * (pp + up) + 1, pp + up, **i32), full, last),
-                        shared=(torch.tensor([0, pp], **i32), shared, torch.tensor([ps], **i32)))
+    c = SimpleNamespace(
+        q=q,
+        k_pool=pools[0],
+        v_pool=pools[1],
+        page_size=ps,
+        n=n,
+        dev=dev,
+        prefix_k=pools[0, :pp].flatten(0, 1),
+        prefix_v=pools[1, :pp].flatten(0, 1),
+        unique=(torch.arange(0, n * up + 1, up, **i32), uniq, last),
+        full=(torch.arange(0, n * (pp + up) + 1, pp + up, **i32), full, last),
+        shared=(torch.tensor([0, pp], **i32), shared, torch.tensor([ps], **i32)),
+    )
     c.ref, c.ref_unique = _reference(torch, q, kv_p, kv_u)
     return c
 
@@ -77,59 +86,97 @@ def _reference(torch, q, kv_p, kv_u):
     """gpubench.core.reference over prefix + own tokens, concatenated (the prefix repeated for a few
     requests at a time), and over the own tokens alone."""
     n = q.shape[0]
-    own = kv_u.transpose(2, 3)                                           # (2, n, hkv, u, d)
+    own = kv_u.transpose(2, 3)  # (2, n, hkv, u, d)
     full = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     step = max(1, (1 << 26) // (kv_p.shape[2] * (kv_p.shape[1] + kv_u.shape[2]) * q.shape[2]))
     for i in range(0, n, step):
         b = min(step, n - i)
-        pre = kv_p.transpose(1, 2)[:, None].expand(2, b, -1, -1, -1)     # (2, b, hkv, prefix, d)
-        kv = torch.cat([pre, own[:, i:i + b]], 3)
-        full[i:i + b] = reference(torch, q[i:i + b], kv[0], kv[1])
+        pre = kv_p.transpose(1, 2)[:, None].expand(2, b, -1, -1, -1)  # (2, b, hkv, prefix, d)
+        kv = torch.cat([pre, own[:, i : i + b]], 3)
+        full[i : i + b] = reference(torch, q[i : i + b], kv[0], kv[1])
     return full, reference(torch, q, own[0], own[1])
 
 
 def _ours(torch, c, add, splits):
     from attnlab.kernels.cascade import cascade_decode, prefix_plan
     from attnlab.kernels.paged import paged_decode
+
     out = torch.empty_like(c.q)
     hq, hkv = c.q.shape[1], c.k_pool.shape[2]
     for s in (None, *splits):
         chosen = prefix_plan(c.n, hq, hkv, c.prefix_k.shape[0], c.q.device, splits=s)[2]
-        add("cascade", lambda s=s: cascade_decode(c.q, c.prefix_k, c.prefix_v, c.k_pool, c.v_pool, *c.unique,
-                                                  page_size=c.page_size, splits=s, out=out),
-            prefix_once=True, splits=chosen, auto=s is None)
-    add("paged", lambda: paged_decode(c.q, c.k_pool, c.v_pool, *c.full, page_size=c.page_size, out=out),
-        prefix_once=False)
-    add("paged-unique", lambda: paged_decode(c.q, c.k_pool, c.v_pool, *c.unique, page_size=c.page_size,
-                                             out=out), prefix_once=None, ref=c.ref_unique)
+        add(
+            "cascade",
+            lambda s=s: cascade_decode(
+                c.q,
+                c.prefix_k,
+                c.prefix_v,
+                c.k_pool,
+                c.v_pool,
+                *c.unique,
+                page_size=c.page_size,
+                splits=s,
+                out=out,
+            ),
+            prefix_once=True,
+            splits=chosen,
+            auto=s is None,
+        )
+    add(
+        "paged",
+        lambda: paged_decode(c.q, c.k_pool, c.v_pool, *c.full, page_size=c.page_size, out=out),
+        prefix_once=False,
+    )
+    add(
+        "paged-unique",
+        lambda: paged_decode(c.q, c.k_pool, c.v_pool, *c.unique, page_size=c.page_size, out=out),
+        prefix_once=None,
+        ref=c.ref_unique,
+    )
 
 
 def _flashinfer(torch, c, add, splits):
     import flashinfer
+
     hq, d = c.q.shape[1:]
     hkv, kw = c.k_pool.shape[2], dict(q_data_type=c.q.dtype, kv_data_type=c.k_pool.dtype)
     kv = (c.k_pool, c.v_pool)
 
-    def timed_plan(fn):                                   # host seconds, synchronised
+    def timed_plan(fn):  # host seconds, synchronised
         t0 = time.perf_counter()
         fn()
         torch.cuda.synchronize()
         return time.perf_counter() - t0
+
     try:
         buf = torch.zeros(128 << 20, dtype=torch.uint8, device=c.dev)
         w = flashinfer.MultiLevelCascadeAttentionWrapper(2, buf, "NHD")
         i32 = dict(dtype=torch.int32, device=c.dev)
         qo = [torch.tensor([0, c.n], **i32), torch.arange(c.n + 1, **i32)]
-        plan = lambda: w.plan(qo, [c.shared[0], c.unique[0]], [c.shared[1], c.unique[1]],  # noqa: E731
-                              [c.shared[2], c.unique[2]], hq, hkv, d, c.page_size, **kw)
-        first = timed_plan(plan)                          # the first plan compiles (JIT)
+        plan = lambda: w.plan(
+            qo,
+            [c.shared[0], c.unique[0]],
+            [c.shared[1], c.unique[1]],  # noqa: E731
+            [c.shared[2], c.unique[2]],
+            hq,
+            hkv,
+            d,
+            c.page_size,
+            **kw,
+        )
+        first = timed_plan(plan)  # the first plan compiles (JIT)
         try:
-            w.prewarm_paged_kv_stride_variant()           # before graph capture, as its docs ask
-        except Exception:                                 # noqa: BLE001 - older or newer API
+            w.prewarm_paged_kv_stride_variant()  # before graph capture, as its docs ask
+        except Exception:  # noqa: BLE001 - older or newer API
             pass
-        add("flashinfer-cascade", lambda: w.run(c.q, kv), prefix_once=True, first_plan_s=first,
-            plan_us=sorted(timed_plan(plan) for _ in range(3))[1] * 1e6)
-    except Exception:                                     # noqa: BLE001 - drop this row only
+        add(
+            "flashinfer-cascade",
+            lambda: w.run(c.q, kv),
+            prefix_once=True,
+            first_plan_s=first,
+            plan_us=sorted(timed_plan(plan) for _ in range(3))[1] * 1e6,
+        )
+    except Exception:  # noqa: BLE001 - drop this row only
         print("  flashinfer-cascade: failed\n" + traceback.format_exc(limit=4), flush=True)
     for tc in (True, False):
         try:
@@ -137,9 +184,14 @@ def _flashinfer(torch, c, add, splits):
             wd = flashinfer.BatchDecodeWithPagedKVCacheWrapper(buf, "NHD", use_tensor_cores=tc)
             plan = lambda wd=wd: wd.plan(*c.full, hq, hkv, d, c.page_size, pos_encoding_mode="NONE", **kw)  # noqa: E731
             first = timed_plan(plan)
-            add("flashinfer-tc" if tc else "flashinfer", lambda wd=wd: wd.run(c.q, kv), prefix_once=False,
-                first_plan_s=first, plan_us=sorted(timed_plan(plan) for _ in range(3))[1] * 1e6)
-        except Exception:                                 # noqa: BLE001
+            add(
+                "flashinfer-tc" if tc else "flashinfer",
+                lambda wd=wd: wd.run(c.q, kv),
+                prefix_once=False,
+                first_plan_s=first,
+                plan_us=sorted(timed_plan(plan) for _ in range(3))[1] * 1e6,
+            )
+        except Exception:  # noqa: BLE001
             print(f"  flashinfer use_tensor_cores={tc}: failed\n" + traceback.format_exc(limit=4), flush=True)
 
 
@@ -154,6 +206,7 @@ def _derive(res):
 
 def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, seed: int = 0) -> dict:
     import torch
+
     shape = DRY["shape"] if dry else SHAPE
     res = header(torch, shape)
     res["page_size"] = PAGE_SIZE
@@ -162,7 +215,8 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
     def save():
         _derive(res)
         write_json(out, res)
-    for peer in peers:                                    # FlashInfer's JIT last: ours survive a timeout
+
+    for peer in peers:  # FlashInfer's JIT last: ours survive a timeout
         if peer == "flashinfer":
             ok, res["flashinfer"] = flashinfer_version()
             if not ok:
@@ -173,11 +227,11 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
             print(f"n {n} x (prefix {prefix} + unique {unique}): {peer}", flush=True)
             try:
                 c = _setup(torch, n, prefix, unique, shape, PAGE_SIZE, seed + n)
-            except Exception:                             # noqa: BLE001
+            except Exception:  # noqa: BLE001
                 print("  setup failed\n" + traceback.format_exc(limit=4), flush=True)
                 continue
             cost = cascade_intensity(n, prefix, unique, shape["heads"] // shape["kv_heads"])
-            tok_bytes = 2 * shape["kv_heads"] * shape["head_dim"] * 2       # K and V, bf16
+            tok_bytes = 2 * shape["kv_heads"] * shape["head_dim"] * 2  # K and V, bf16
 
             def add(impl, fn, prefix_once, ref=None, **extra):
                 ref = c.ref if ref is None else ref
@@ -185,20 +239,45 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
                 if got is None:
                     return
                 err, us, how = got
-                tokens = {True: prefix + n * unique, False: n * (prefix + unique), None: n * unique}[prefix_once]
+                tokens = {True: prefix + n * unique, False: n * (prefix + unique), None: n * unique}[
+                    prefix_once
+                ]
                 if impl == "cascade" and not extra.get("auto"):
                     extra["splits_fixed"] = True
-                res["rows"].append({"n": n, "prefix": prefix, "unique": unique, "impl": impl, **extra,
-                                    "us": us, "timing": how, "kv_tokens": tokens, "kv_bytes": tokens * tok_bytes,
-                                    "tb_per_s": tokens * tok_bytes / us * 1e-6, "max_err": err,
-                                    "saving": cost["saving"], "tokens_cascade": cost["tokens_cascade"],
-                                    "tokens_naive": cost["tokens_naive"]})
-                print(f"  {impl:18s} {extra} {us:10.1f} us  {tokens * tok_bytes / us * 1e-6:5.2f} TB/s  "
-                      f"err {err:.1e}  {how}", flush=True)
+                res["rows"].append(
+                    {
+                        "n": n,
+                        "prefix": prefix,
+                        "unique": unique,
+                        "impl": impl,
+                        **extra,
+                        "us": us,
+                        "timing": how,
+                        "kv_tokens": tokens,
+                        "kv_bytes": tokens * tok_bytes,
+                        "tb_per_s": tokens * tok_bytes / us * 1e-6,
+                        "max_err": err,
+                        "saving": cost["saving"],
+                        "tokens_cascade": cost["tokens_cascade"],
+                        "tokens_naive": cost["tokens_naive"],
+                    }
+                )
+                print(
+                    f"  {impl:18s} {extra} {us:10.1f} us  {tokens * tok_bytes / us * 1e-6:5.2f} TB/s  "
+                    f"err {err:.1e}  {how}",
+                    flush=True,
+                )
                 save()
 
-            try_peer(peer, _ours if peer == "ours" else _flashinfer, torch, c, add,
-                     DRY["splits"] if dry else PREFIX_SPLITS, limit=4)
+            try_peer(
+                peer,
+                _ours if peer == "ours" else _flashinfer,
+                torch,
+                c,
+                add,
+                DRY["splits"] if dry else PREFIX_SPLITS,
+                limit=4,
+            )
             del c
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -210,9 +289,18 @@ def main(argv=None) -> int:
     def whole_pages(case):
         pages = f"prefix must be a whole number of pages of {PAGE_SIZE} tokens"
         return pages if case[1] % PAGE_SIZE else None
-    return section_main("cascade", argv, __doc__, ("requests", "prefix", "unique"), CASES, DRY["cases"],
-                        lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out),
-                        ("--peers", PEERS), check=whole_pages)
+
+    return section_main(
+        "cascade",
+        argv,
+        __doc__,
+        ("requests", "prefix", "unique"),
+        CASES,
+        DRY["cases"],
+        lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out),
+        ("--peers", PEERS),
+        check=whole_pages,
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ is kept too), beside `attnlab.machine.hardware.decode_time` for this GPU: once w
 bandwidth and once with the copy bandwidth measured in the same run. Correctness first: each
 configuration that is timed is also checked against a float32 reference on the same inputs.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,17 +23,26 @@ __all__ = ["run", "main"]
 #: The layer measured: Llama-3-8B's attention shape, from data/models.json.
 _SHAPE = get_model("Llama-3-8B")
 HEADS, KV_HEADS, HEAD_DIM = _SHAPE.q_heads, _SHAPE.kv_heads, _SHAPE.head_dim
-CASES = [(1, 32768, (1, 2, 4, 8, 16, 32, 64)),
-         (2, 16384, (1, 2, 4, 8, 16, 32, 64)),
-         (16, 8192, (1, 2, 4, 8, 16)),
-         (256, 1024, (1, 4, 16, 64)),
-         (256, 4096, (1, 4, 16, 64)),
-         (256, 32768, (1, 64))]
+CASES = [
+    (1, 32768, (1, 2, 4, 8, 16, 32, 64)),
+    (2, 16384, (1, 2, 4, 8, 16, 32, 64)),
+    (16, 8192, (1, 2, 4, 8, 16)),
+    (256, 1024, (1, 4, 16, 64)),
+    (256, 4096, (1, 4, 16, 64)),
+    (256, 32768, (1, 64)),
+]
 DRY = dict(cases=[(2, 40, (1, 3))], shape=dict(heads=8, kv_heads=2, head_dim=32))
 
 
-def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = False,
-        out: str | None = None, ceil: dict | None = None) -> dict:
+def run(
+    cases=CASES,
+    gpu_name: str = "H200-SXM",
+    seed: int = 0,
+    *,
+    dry: bool = False,
+    out: str | None = None,
+    ceil: dict | None = None,
+) -> dict:
     import torch
     from attnlab.machine.hardware import decode_time, get_gpu
     from attnlab.gpubench.cli import write_json
@@ -48,16 +58,16 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = F
     cuda = torch.cuda.is_available()
     if ceil:
         res["copy_bytes_per_s"] = ceil["copy_bytes_per_s"]
-    res.setdefault("copy_bytes_per_s", 1e9)            # a dry run: no ceiling to read against
+    res.setdefault("copy_bytes_per_s", 1e9)  # a dry run: no ceiling to read against
     copy_bw = res["copy_bytes_per_s"]
     res.update(model_gpu=spec.name)
     dev = "cuda" if cuda else "cpu"
-    for batch, ctx, splits_list in (DRY["cases"] if dry else cases):
+    for batch, ctx, splits_list in DRY["cases"] if dry else cases:
         q = torch.randn(batch, hq, d, device=dev, dtype=torch.bfloat16)
         k = torch.randn(batch, hkv, ctx, d, device=dev, dtype=torch.bfloat16)
         v = torch.randn(batch, hkv, ctx, d, device=dev, dtype=torch.bfloat16)
         ref = None
-        if batch * ctx <= 64 * 1024:        # fp32 reference where it is cheap
+        if batch * ctx <= 64 * 1024:  # fp32 reference where it is cheap
             kr = k.float().repeat_interleave(hq // hkv, dim=1)
             vr = v.float().repeat_interleave(hq // hkv, dim=1)
             s = torch.einsum("bhd,bhnd->bhn", q.float(), kr) / math.sqrt(d)
@@ -68,17 +78,31 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = F
             out_ = split_kv_decode(q, k, v, splits, ws=ws).clone()
             err = None if ref is None else float((out_ - ref).norm() / ref.norm())
             us, how = time_per_call(lambda: split_kv_decode(q, k, v, splits, ws=ws), out_.float())
-            us_events = (eager_time(lambda: split_kv_decode(q, k, v, splits, ws=ws), warmup=10, rep=50)[0]
-                         if cuda else us)
+            us_events = (
+                eager_time(lambda: split_kv_decode(q, k, v, splits, ws=ws), warmup=10, rep=50)[0]
+                if cuda
+                else us
+            )
             m = decode_time(batch, ctx, hkv, splits, spec, head_dim=d, group=hq // hkv)
             kv_bytes = 2 * batch * hkv * ctx * d * 2
-            res["rows"].append({
-                "batch": batch, "context": ctx, "splits": splits, "us": us, "timing": how,
-                "us_with_launch": us_events,
-                "model_us": m.time * 1e6,
-                "model_us_measured_bw": m.time * 1e6 * spec.hbm_bandwidth / copy_bw,
-                "model_utilization": m.utilization, "blocks": m.blocks, "waves": m.waves,
-                "bytes": kv_bytes, "achieved_bytes_per_s": kv_bytes / (us * 1e-6), "rel_err": err})
+            res["rows"].append(
+                {
+                    "batch": batch,
+                    "context": ctx,
+                    "splits": splits,
+                    "us": us,
+                    "timing": how,
+                    "us_with_launch": us_events,
+                    "model_us": m.time * 1e6,
+                    "model_us_measured_bw": m.time * 1e6 * spec.hbm_bandwidth / copy_bw,
+                    "model_utilization": m.utilization,
+                    "blocks": m.blocks,
+                    "waves": m.waves,
+                    "bytes": kv_bytes,
+                    "achieved_bytes_per_s": kv_bytes / (us * 1e-6),
+                    "rel_err": err,
+                }
+            )
         del q, k, v
         if cuda:
             torch.cuda.empty_cache()
@@ -88,8 +112,9 @@ def run(cases=CASES, gpu_name: str = "H200-SXM", seed: int = 0, *, dry: bool = F
 
 def main(argv=None) -> int:
     # no --cases: each of CASES holds its split counts too
-    return section_main("decode", argv, __doc__, None, CASES, DRY["cases"],
-                        lambda a, cases, _: run(dry=a.dry, out=a.out))
+    return section_main(
+        "decode", argv, __doc__, None, CASES, DRY["cases"], lambda a, cases, _: run(dry=a.dry, out=a.out)
+    )
 
 
 if __name__ == "__main__":

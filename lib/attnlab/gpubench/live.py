@@ -7,6 +7,7 @@ harness made here, handed to explore.measured's views, or why there is none.
     print(measured.paged_summary(measured.section(measured.view(here), "paged")) if here
           else live.not_live())
 """
+
 from __future__ import annotations
 
 from attnlab.validate import choice
@@ -20,6 +21,7 @@ def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) ->
     need `pip install flashinfer-python`, and its first calls compile); None otherwise. Nothing is
     written to disk."""
     from attnlab.gpubench.run import SECTIONS
+
     if not isinstance(sections, tuple):
         raise TypeError(f"sections must be a tuple of section names; got {sections!r}")
     if not sections:
@@ -27,13 +29,16 @@ def live_run(sections=("prefill", "decode", "paged", "cascade", "scheduled")) ->
     for name in sections:
         choice("sections", name, SECTIONS)
     from attnlab import kernels as gpu
+
     if not gpu.available():
         return None
     from attnlab.gpubench import run as bench
+
     return bench.run(sections, out="")
 
 
 def not_live() -> str:
     """What the optional GPU cell prints when it cannot measure here, and why."""
     from attnlab import kernels as gpu
+
     return f"{gpu.unavailable_reason()}: the recorded H200 measurements above stand."

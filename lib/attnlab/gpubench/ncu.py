@@ -31,6 +31,7 @@ launch pinned to what the recorded profile measured (1 x 32K: 128-key tiles, 2 s
 decode on the same pool. Prefill at 1 x 4K: the Hopper kernel (no mask, causal), FlashInfer's
 FA3 template and cuDNN (no mask). Calls whose library is missing are left out, and say so.
 """
+
 from __future__ import annotations
 
 import csv
@@ -43,19 +44,30 @@ from attnlab.gpubench.ncu_groups import BUILDERS
 __all__ = ["calls", "profile", "summarize", "RAW_METRICS", "STALL_METRICS", "GROUPS", "main"]
 
 #: Metrics read from the raw page beside the details page's sections -> key in the summary
-RAW_METRICS = {"dram__bytes_read.sum.per_second": "dram_read_tb_per_s",
-               "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_active_pct"}
+RAW_METRICS = {
+    "dram__bytes_read.sum.per_second": "dram_read_tb_per_s",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_active_pct",
+}
 #: details-page metric name -> key in the summary
-DETAILS = {"Duration": "duration_us", "DRAM Throughput": "dram_pct", "Compute (SM) Throughput": "sm_pct",
-           "Achieved Occupancy": "achieved_occupancy_pct", "Theoretical Occupancy": "theoretical_occupancy_pct",
-           "Registers Per Thread": "registers", "Dynamic Shared Memory Per Block": "dyn_smem_kb",
-           "Waves Per SM": "waves_per_sm", "Issue Slots Busy": "issue_busy_pct",
-           "Warp Cycles Per Issued Instruction": "cycles_per_issue", "Block Limit Registers": "block_limit_registers",
-           "Block Limit Shared Mem": "block_limit_smem", "L2 Hit Rate": "l2_hit_pct"}
+DETAILS = {
+    "Duration": "duration_us",
+    "DRAM Throughput": "dram_pct",
+    "Compute (SM) Throughput": "sm_pct",
+    "Achieved Occupancy": "achieved_occupancy_pct",
+    "Theoretical Occupancy": "theoretical_occupancy_pct",
+    "Registers Per Thread": "registers",
+    "Dynamic Shared Memory Per Block": "dyn_smem_kb",
+    "Waves Per SM": "waves_per_sm",
+    "Issue Slots Busy": "issue_busy_pct",
+    "Warp Cycles Per Issued Instruction": "cycles_per_issue",
+    "Block Limit Registers": "block_limit_registers",
+    "Block Limit Shared Mem": "block_limit_smem",
+    "L2 Hit Rate": "l2_hit_pct",
+}
 #: every stall reason of the warp-state section, as ncu --metrics takes them
 STALL_METRICS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 _STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
-GROUPS = tuple(BUILDERS)                                   # recorded, gluon, scheduled, gaps
+GROUPS = tuple(BUILDERS)  # recorded, gluon, scheduled, gaps
 _RULES = ("CPIStall", "TheoreticalOccupancy", "IssueSlotUtilization", "HighPipeUtilization")
 
 
@@ -75,7 +87,7 @@ def profile(torch, todo) -> list[tuple[str, int]]:
             for _ in range(3):
                 fn()
             ok.append((name, kernels, fn))
-        except Exception as e:                            # noqa: BLE001
+        except Exception as e:  # noqa: BLE001
             print(f"left out: {name} ({type(e).__name__}: {str(e)[:200]})", flush=True)
     cuda = torch.cuda.is_available()
     if cuda:
@@ -102,25 +114,44 @@ def summarize(details_csv: str, raw_csv: str, made: list[tuple[str, int]]) -> li
     """One entry per profiled kernel: the call that launched it (`made`, as `profile` returns),
     the kernel's name, grid and block, the DETAILS metrics, RAW_METRICS and the first sentence
     of each of the profiler's stall / occupancy / issue / pipe notes."""
-    if not made or any(not (isinstance(c, (tuple, list)) and len(c) == 2 and isinstance(c[0], str)
-                                and isinstance(c[1], int) and not isinstance(c[1], bool) and c[1] >= 1)
-                       for c in made):
-        raise ValueError(f"made must list (call name, kernels >= 1) pairs, as profile() returns; got {made!r:.200}")
+    if not made or any(
+        not (
+            isinstance(c, (tuple, list))
+            and len(c) == 2
+            and isinstance(c[0], str)
+            and isinstance(c[1], int)
+            and not isinstance(c[1], bool)
+            and c[1] >= 1
+        )
+        for c in made
+    ):
+        raise ValueError(
+            f"made must list (call name, kernels >= 1) pairs, as profile() returns; got {made!r:.200}"
+        )
     with open(details_csv, newline="") as f:
         rows = list(csv.DictReader(f))
     with open(raw_csv, newline="") as f:
         raw = list(csv.reader(f))
     if not rows or "ID" not in rows[0] or len(raw) < 2 or "ID" not in raw[0]:
-        raise ValueError(f"{details_csv} and {raw_csv} must be ncu --csv exports of the details and raw pages "
-                         "(an ID column, and in the raw page a units row under the header)")
+        raise ValueError(
+            f"{details_csv} and {raw_csv} must be ncu --csv exports of the details and raw pages "
+            "(an ID column, and in the raw page a units row under the header)"
+        )
     head = raw[0]
     if raw[1][head.index("ID")] != "":
         raise ValueError(f"{raw_csv}: the second row must be the units row ncu --page raw --csv writes")
-    by_id = {r[head.index("ID")]: dict(zip(head, r)) for r in raw[2:]}   # row 1 holds the units
+    by_id = {r[head.index("ID")]: dict(zip(head, r)) for r in raw[2:]}  # row 1 holds the units
     kernels: dict[int, dict] = {}
     for r in rows:
-        e = kernels.setdefault(int(r["ID"]), {"kernel": r["Kernel Name"][:60], "grid": r["Grid Size"],
-                                              "block": r["Block Size"], "notes": set()})
+        e = kernels.setdefault(
+            int(r["ID"]),
+            {
+                "kernel": r["Kernel Name"][:60],
+                "grid": r["Grid Size"],
+                "block": r["Block Size"],
+                "notes": set(),
+            },
+        )
         if r["Metric Name"] in DETAILS:
             e[DETAILS[r["Metric Name"]]] = _number(r["Metric Value"])
         desc = r.get("Rule Description") or ""
@@ -135,23 +166,36 @@ def summarize(details_csv: str, raw_csv: str, made: list[tuple[str, int]]) -> li
             i = next(ids)
             e = kernels[i]
             raw_row = by_id[str(i)]
-            stalls = {_STALL.match(m).group(1): _number(x) for m, x in raw_row.items()
-                      if _STALL.match(m) and isinstance(_number(x), float)}
-            out.append({"call": name, **{k: v for k, v in e.items() if k != "notes"},
-                        **{key: _number(raw_row[m]) for m, key in RAW_METRICS.items() if m in raw_row},
-                        **({"stalls": stalls} if stalls else {}), "ncu_notes": sorted(e["notes"])})
+            stalls = {
+                _STALL.match(m).group(1): _number(x)
+                for m, x in raw_row.items()
+                if _STALL.match(m) and isinstance(_number(x), float)
+            }
+            out.append(
+                {
+                    "call": name,
+                    **{k: v for k, v in e.items() if k != "notes"},
+                    **{key: _number(raw_row[m]) for m, key in RAW_METRICS.items() if m in raw_row},
+                    **({"stalls": stalls} if stalls else {}),
+                    "ncu_notes": sorted(e["notes"]),
+                }
+            )
     return out
 
 
 def main(argv=None) -> int:
     from attnlab.gpubench.cli import Parser, describe, check_arg, existing_file, need_gpu, out_path
+
     ap = Parser(prog="python -m attnlab.gpubench.ncu", description=describe(__doc__))
     ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
     ap.add_argument("--metrics", action="store_true", help="print RAW_METRICS for ncu --metrics, and stop")
     ap.add_argument("--group", default="recorded", choices=GROUPS, help="which calls to profile")
     ap.add_argument("--summarize", nargs=2, type=existing_file, metavar=("DETAILS_CSV", "RAW_CSV"))
-    ap.add_argument("--made", help="the calls a profiling run made: written by a run (default ncu_calls.json, "
-                                   "none for --dry), read by --summarize")
+    ap.add_argument(
+        "--made",
+        help="the calls a profiling run made: written by a run (default ncu_calls.json, "
+        "none for --dry), read by --summarize",
+    )
     ap.add_argument("--out", type=out_path, help="with --summarize: write the summary as JSON here")
     args = ap.parse_args(argv)
     if args.metrics:
@@ -165,7 +209,7 @@ def main(argv=None) -> int:
             with open(path) as f:
                 made = [tuple(x) if isinstance(x, list) else x for x in json.load(f)]
             doc = {"kernels": summarize(*args.summarize, made)}
-        except (OSError, ValueError) as e:           # no calls file, not JSON, not the report of those calls
+        except (OSError, ValueError) as e:  # no calls file, not JSON, not the report of those calls
             ap.error(f"argument --summarize: {e}")
         text = json.dumps(doc, indent=1)
         if args.out:
@@ -174,10 +218,11 @@ def main(argv=None) -> int:
         else:
             print(text)
         return 0
-    if args.made:                                   # a profiling run writes it: its folder must exist
+    if args.made:  # a profiling run writes it: its folder must exist
         check_arg(ap, "--made", out_path, args.made)
     need_gpu(ap, args.dry)
     import torch
+
     made = profile(torch, calls(torch, dry=args.dry, group=args.group))
     if args.made or not args.dry:
         with open(args.made or "ncu_calls.json", "w") as f:

@@ -24,11 +24,20 @@ bytes = the model's HBM traffic: Q, K, V read and O written once for the fused k
 matmul and copy ceilings measured in the same run (the run's schema adds ratio_to_best). Each row is tried on its own (a failure drops it, with
 a short traceback). FlashInfer, whose first call compiles, runs last.
 """
+
 from __future__ import annotations
 
 import sys
 
-from attnlab.gpubench.core import ceilings, checked_time, compiled_flex, flashinfer_last, header, reference, try_peer
+from attnlab.gpubench.core import (
+    ceilings,
+    checked_time,
+    compiled_flex,
+    flashinfer_last,
+    header,
+    reference,
+    try_peer,
+)
 from attnlab.gpubench.cli import flashinfer_version, section_main, write_json
 from attnlab.gpubench.paged import SHAPE
 from attnlab.gpubench.variants import pairs
@@ -43,6 +52,7 @@ DRY = dict(cases=[(1, 40), (2, 33)], shape=dict(heads=4, kv_heads=2, head_dim=32
 
 def _ours(torch, c, add):
     from attnlab.kernels.fa2 import flash_attention_triton
+
     add("ours-fa2", lambda: flash_attention_triton(c.q, c.k, c.v, causal=c.causal))
     try:
         from attnlab.kernels.hopper import flash_attention_hopper
@@ -51,26 +61,33 @@ def _ours(torch, c, add):
         return
     add("ours-hopper", lambda: flash_attention_hopper(c.q, c.k, c.v, causal=c.causal))
     if not c.q.is_cuda or torch.cuda.get_device_capability(c.q.device) != (9, 0):
-        return                                            # Gluon's kernel is sm_90 only, no interpreter
+        return  # Gluon's kernel is sm_90 only, no interpreter
     from attnlab.kernels.gluon_fa3 import flash_attention_gluon
+
     add("ours-gluon", lambda: flash_attention_gluon(c.q, c.k, c.v, causal=c.causal)[0])
 
 
 def _sdpa(torch, c, add):
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     sdpa = torch.nn.functional.scaled_dot_product_attention
     if not c.q.is_cuda:
         add("sdpa", lambda: sdpa(c.q, c.k, c.v, is_causal=c.causal, enable_gqa=True))
         return
     g = c.q.shape[1] // c.k.shape[1]
-    for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
+    for name, backend in (
+        ("sdpa-flash", SDPBackend.FLASH_ATTENTION),
+        ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
+    ):
+
         def fn(k=c.k, v=c.v, gqa=True, backend=backend):
             with sdpa_kernel(backend):
                 return sdpa(c.q, k, v, is_causal=c.causal, enable_gqa=gqa)
+
         try:
             fn()
             add(name, fn)
-        except Exception as e:                            # noqa: BLE001 - e.g. no GQA in this backend
+        except Exception as e:  # noqa: BLE001 - e.g. no GQA in this backend
             print(f"  {name} with enable_gqa: {type(e).__name__}: {str(e)[:100]}; K/V repeated", flush=True)
             kr, vr = (t.repeat_interleave(g, dim=1) for t in (c.k, c.v))
             add(name, lambda kr=kr, vr=vr, fn=fn: fn(kr, vr, False), kv_repeated=True)
@@ -78,12 +95,14 @@ def _sdpa(torch, c, add):
 
 def _flex(torch, c, add):
     from torch.nn.attention.flex_attention import create_block_mask
-    if c.flex is None:                                    # one compiled function for the whole run
+
+    if c.flex is None:  # one compiled function for the whole run
         c.flex = compiled_flex(torch)
     n_q, n_k = c.q.shape[2], c.k.shape[2]
 
-    def causal_mask(b, h, q_idx, kv_idx):                 # bottom-right aligned, as ours
+    def causal_mask(b, h, q_idx, kv_idx):  # bottom-right aligned, as ours
         return kv_idx <= q_idx + (n_k - n_q)
+
     mask = create_block_mask(causal_mask, None, None, n_q, n_k, device=c.q.device) if c.causal else None
     add("flex", lambda: c.flex(c.q, c.k, c.v, block_mask=mask, enable_gqa=True))
 
@@ -95,8 +114,9 @@ def _standard(torch, c, add):
     kr, vr = (t.repeat_interleave(g, dim=1) for t in (c.k, c.v))
 
     def fn():
-        s = torch.matmul(c.q * c.q.shape[-1] ** -0.5, kr.transpose(-1, -2))   # S to HBM
-        return torch.matmul(torch.softmax(s, dim=-1), vr)                       # P to HBM, then PV
+        s = torch.matmul(c.q * c.q.shape[-1] ** -0.5, kr.transpose(-1, -2))  # S to HBM
+        return torch.matmul(torch.softmax(s, dim=-1), vr)  # P to HBM, then PV
+
     add("standard", fn)
 
 
@@ -104,29 +124,43 @@ def _flashinfer(torch, c, add):
     if c.q.shape[0] != 1:
         return
     import flashinfer
-    q, k, v = (t[0].transpose(0, 1).contiguous() for t in (c.q, c.k, c.v))      # NHD (N, heads, d)
+
+    q, k, v = (t[0].transpose(0, 1).contiguous() for t in (c.q, c.k, c.v))  # NHD (N, heads, d)
     for backend in ("fa2", "fa3"):
+
         def fn(backend=backend):
             o = flashinfer.single_prefill_with_kv_cache(q, k, v, causal=c.causal, backend=backend)
             return o.transpose(0, 1)[None]
+
         add(f"flashinfer-{backend}", fn)
 
 
-def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, seed: int = 0,
-        ceil: dict | None = None) -> dict:
+def run(
+    cases=CASES,
+    peers=PEERS,
+    *,
+    dry: bool = False,
+    out: str | None = None,
+    seed: int = 0,
+    ceil: dict | None = None,
+) -> dict:
     import torch
     from types import SimpleNamespace
 
     from attnlab.core.iomodel import standard_io
+
     shape = DRY["shape"] if dry else SHAPE
     res = header(torch, shape)
     cuda = torch.cuda.is_available()
-    res["ceilings"] = ceil or (ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10})
+    res["ceilings"] = ceil or (
+        ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10}
+    )
     peak, bw = res["ceilings"]["bf16_matmul_flops"], res["ceilings"]["copy_bytes_per_s"]
     print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}", flush=True)
 
     def save():
         write_json(out, res)
+
     c = SimpleNamespace(flex=None)
     hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
     for phase in flashinfer_last(peers):
@@ -143,7 +177,7 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
             for causal in (False, True):
                 c.causal = causal
                 flops = 4 * d * batch * hq * pairs(n, n, causal)
-                fused = 2 * batch * d * (2 * hq * n + 2 * hkv * n)            # bf16 Q, O, K, V once
+                fused = 2 * batch * d * (2 * hq * n + 2 * hkv * n)  # bf16 Q, O, K, V once
                 ref = reference(torch, c.q, c.k, c.v, causal=causal)
                 print(f"batch {batch} x N {n}, causal {causal}: {flops / 1e12:.2f} TFLOP", flush=True)
 
@@ -154,18 +188,45 @@ def run(cases=CASES, peers=PEERS, *, dry: bool = False, out: str | None = None, 
                     err, us, how = got
                     nbytes = batch * hq * int(standard_io(n, d)) * 2 if impl == "standard" else fused
                     model = max(flops / peak, nbytes / bw)
-                    res["rows"].append({"batch": batch, "N": n, "causal": causal, "impl": impl, **extra,
-                                        "us": us, "timing": how, "flops": flops, "bytes": nbytes,
-                                        "tflops": flops / us * 1e-6, "tb_per_s": nbytes / us * 1e-6,
-                                        "frac_peak": flops / us * 1e6 / peak, "model_us": model * 1e6,
-                                        "model_bound": "memory" if nbytes / bw > flops / peak else "compute",
-                                        "max_err": err})
-                    print(f"  {impl:15s} {us:10.1f} us {flops / us * 1e-6:7.1f} TFLOP/s  err {err:.1e}  {how}",
-                          flush=True)
+                    res["rows"].append(
+                        {
+                            "batch": batch,
+                            "N": n,
+                            "causal": causal,
+                            "impl": impl,
+                            **extra,
+                            "us": us,
+                            "timing": how,
+                            "flops": flops,
+                            "bytes": nbytes,
+                            "tflops": flops / us * 1e-6,
+                            "tb_per_s": nbytes / us * 1e-6,
+                            "frac_peak": flops / us * 1e6 / peak,
+                            "model_us": model * 1e6,
+                            "model_bound": "memory" if nbytes / bw > flops / peak else "compute",
+                            "max_err": err,
+                        }
+                    )
+                    print(
+                        f"  {impl:15s} {us:10.1f} us {flops / us * 1e-6:7.1f} TFLOP/s  err {err:.1e}  {how}",
+                        flush=True,
+                    )
                     save()
+
                 for name in phase:
-                    try_peer(name, {"ours": _ours, "sdpa": _sdpa, "flex": _flex, "standard": _standard,
-                                    "flashinfer": _flashinfer}[name], torch, c, add)
+                    try_peer(
+                        name,
+                        {
+                            "ours": _ours,
+                            "sdpa": _sdpa,
+                            "flex": _flex,
+                            "standard": _standard,
+                            "flashinfer": _flashinfer,
+                        }[name],
+                        torch,
+                        c,
+                        add,
+                    )
                 del ref
             del c.q, c.k, c.v
             if cuda:
@@ -180,14 +241,26 @@ def _verdicts(rows) -> None:
     case + 1e-3 (None where no SDPA row ran)."""
     for r in rows:
         if r["impl"].startswith("ours"):
-            sdpa = [x["max_err"] for x in rows if x["impl"].startswith("sdpa")
-                    and (x["batch"], x["N"], x["causal"]) == (r["batch"], r["N"], r["causal"])]
+            sdpa = [
+                x["max_err"]
+                for x in rows
+                if x["impl"].startswith("sdpa")
+                and (x["batch"], x["N"], x["causal"]) == (r["batch"], r["N"], r["causal"])
+            ]
             r["within_rule"] = r["max_err"] <= 2 * min(sdpa) + 1e-3 if sdpa else None
 
 
 def main(argv=None) -> int:
-    return section_main("prefill", argv, __doc__, ("batch", "N"), CASES, DRY["cases"],
-                        lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out), ("--peers", PEERS))
+    return section_main(
+        "prefill",
+        argv,
+        __doc__,
+        ("batch", "N"),
+        CASES,
+        DRY["cases"],
+        lambda a, cases, peers: run(cases, peers, dry=a.dry, out=a.out),
+        ("--peers", PEERS),
+    )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ visible (query, key) pairs, 4 d per pair (causal ~ N^2 / 2, window ~ N w), for e
 speedup (ours rows) = the best peer's time / ours, > 1 = ours faster. Every row is tried on its own
 (a failure drops it, with a short traceback); the JSON is rewritten after each row.
 """
+
 from __future__ import annotations
 
 import sys
@@ -48,9 +49,12 @@ DRY = dict(cases=[(1, 40)], shape=dict(heads=4, kv_heads=2, head_dim=32), window
 def _kwargs(variant: str, window: int) -> dict:
     """The keywords of a variant name for our kernels (variant_prefill, flash_attention_hopper and
     flash_attention_gluon take the same)."""
-    return {"causal": dict(causal=True), "soft_cap(30)": dict(soft_cap=CAP),
-            "soft_cap(30) causal": dict(causal=True, soft_cap=CAP),
-            "sliding_window": dict(window=window)}[variant]
+    return {
+        "causal": dict(causal=True),
+        "soft_cap(30)": dict(soft_cap=CAP),
+        "soft_cap(30) causal": dict(causal=True, soft_cap=CAP),
+        "sliding_window": dict(window=window),
+    }[variant]
 
 
 def pairs(n_q: int, n_k: int, causal: bool = False, window: int = 0) -> int:
@@ -63,20 +67,27 @@ def pairs(n_q: int, n_k: int, causal: bool = False, window: int = 0) -> int:
 
 def _ours(torch, c, add):
     from attnlab.kernels.variants import blocks, variant_prefill
+
     kw = _kwargs(c.variant, c.window)
     t = blocks(c.n, c.n, kw.get("causal", False), kw.get("window", 0), d=c.q.shape[3])
-    add("ours", lambda: variant_prefill(c.q, c.k, c.v, **kw), tiles=t["visited"] * c.q.shape[0] * c.q.shape[1],
-        masked_tiles=t["masked"] * c.q.shape[0] * c.q.shape[1])
+    add(
+        "ours",
+        lambda: variant_prefill(c.q, c.k, c.v, **kw),
+        tiles=t["visited"] * c.q.shape[0] * c.q.shape[1],
+        masked_tiles=t["masked"] * c.q.shape[0] * c.q.shape[1],
+    )
 
 
 def _ours_hopper(torch, c, add):
     from attnlab.kernels.hopper import flash_attention_hopper
+
     kw = _kwargs(c.variant, c.window)
     add("ours-hopper", lambda: flash_attention_hopper(c.q, c.k, c.v, **kw))
 
 
 def _ours_gluon(torch, c, add):
     from attnlab.kernels.gluon_fa3 import flash_attention_gluon
+
     kw = _kwargs(c.variant, c.window)
     add("ours-gluon", lambda: flash_attention_gluon(c.q, c.k, c.v, **kw)[0])
 
@@ -85,20 +96,26 @@ def _sdpa(torch, c, add):
     if c.variant != "causal":
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    backends = ([("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)]
-                if c.q.is_cuda else [("sdpa", None)])
+    backends = (
+        [("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)]
+        if c.q.is_cuda
+        else [("sdpa", None)]
+    )
     g = c.q.shape[1] // c.k.shape[1]
     for name, backend in backends:
+
         def fn(k=c.k, v=c.v, gqa=True, backend=backend):
             if backend is None:
                 return sdpa(c.q, k, v, is_causal=True, enable_gqa=gqa)
             with sdpa_kernel(backend):
                 return sdpa(c.q, k, v, is_causal=True, enable_gqa=gqa)
+
         try:
             fn()
             add(name, fn)
-        except Exception as e:                            # noqa: BLE001 - e.g. no GQA in this backend
+        except Exception as e:  # noqa: BLE001 - e.g. no GQA in this backend
             print(f"  {name} with enable_gqa: {type(e).__name__}: {str(e)[:100]}; K/V repeated", flush=True)
             kr, vr = (t.repeat_interleave(g, dim=1) for t in (c.k, c.v))
             add(name, lambda kr=kr, vr=vr, fn=fn: fn(kr, vr, False), kv_repeated=True)
@@ -106,7 +123,8 @@ def _sdpa(torch, c, add):
 
 def _flex(torch, c, add):
     from torch.nn.attention.flex_attention import create_block_mask
-    if c.flex is None:                                    # one compiled function for the whole run
+
+    if c.flex is None:  # one compiled function for the whole run
         c.flex = compiled_flex(torch)
     kw = _kwargs(c.variant, c.window)
     w = kw.get("window", 0)
@@ -121,8 +139,9 @@ def _flex(torch, c, add):
         return (q_idx >= kv_idx) & (q_idx - kv_idx < w)
 
     mask_mod = window_mask if w else causal_mask if kw.get("causal") else None
-    block_mask = (None if mask_mod is None else
-                  create_block_mask(mask_mod, None, None, c.n, c.n, device=c.q.device))
+    block_mask = (
+        None if mask_mod is None else create_block_mask(mask_mod, None, None, c.n, c.n, device=c.q.device)
+    )
     score_mod = capped if kw.get("soft_cap") else None
     add("flex", lambda: c.flex(c.q, c.k, c.v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True))
 
@@ -130,6 +149,7 @@ def _flex(torch, c, add):
 def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = None, seed: int = 0) -> dict:
     import torch
     from types import SimpleNamespace
+
     shape = DRY["shape"] if dry else SHAPE
     window = DRY["window"] if dry else WINDOW
     res = header(torch, shape)
@@ -140,6 +160,7 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
 
     def save():
         write_json(out, res)
+
     c = SimpleNamespace(flex=None, window=window)
     for batch, n in cases:
         torch.manual_seed(seed + batch + n)
@@ -153,7 +174,7 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
             flops = 4 * d * batch * hq * pairs(n, n, kw.get("causal", False), kw.get("window", 0))
             try:
                 ref = reference(torch, c.q, c.k, c.v, **kw)
-            except Exception:                             # noqa: BLE001
+            except Exception:  # noqa: BLE001
                 print(f"  reference {variant}: failed\n" + traceback.format_exc(limit=3), flush=True)
                 continue
             print(f"batch {batch} x N {n}, {variant}: {flops / 1e12:.2f} TFLOP needed", flush=True)
@@ -165,14 +186,33 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
                     return
                 err, us, how = got
                 label = f"sliding_window({window})" if variant == "sliding_window" else variant
-                row = {"batch": batch, "N": n, "variant": label, "impl": impl, **extra, "us": us,
-                       "timing": how, "flops": flops, "tflops": flops / us * 1e-6, "max_err": err}
+                row = {
+                    "batch": batch,
+                    "N": n,
+                    "variant": label,
+                    "impl": impl,
+                    **extra,
+                    "us": us,
+                    "timing": how,
+                    "flops": flops,
+                    "tflops": flops / us * 1e-6,
+                    "max_err": err,
+                }
                 res["rows"].append(row)
                 group.append(row)
-                print(f"  {impl:12s} {us:10.1f} us {row['tflops']:7.1f} TFLOP/s  err {err:.1e}  {how}", flush=True)
+                print(
+                    f"  {impl:12s} {us:10.1f} us {row['tflops']:7.1f} TFLOP/s  err {err:.1e}  {how}",
+                    flush=True,
+                )
                 save()
-            for name, peer in (("ours", _ours), ("ours-hopper", _ours_hopper), ("ours-gluon", _ours_gluon),
-                               ("sdpa", _sdpa), ("flex", _flex)):
+
+            for name, peer in (
+                ("ours", _ours),
+                ("ours-hopper", _ours_hopper),
+                ("ours-gluon", _ours_gluon),
+                ("sdpa", _sdpa),
+                ("flex", _flex),
+            ):
                 try_peer(name, peer, torch, c, add)
             peers = [r["us"] for r in group if r["impl"] not in OURS]
             for r in group:
@@ -187,9 +227,16 @@ def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = 
 
 
 def main(argv=None) -> int:
-    return section_main("variants", argv, __doc__, ("batch", "N"), CASES, DRY["cases"],
-                        lambda a, cases, variants: run(cases, variants, dry=a.dry, out=a.out),
-                        ("--variants", VARIANTS))
+    return section_main(
+        "variants",
+        argv,
+        __doc__,
+        ("batch", "N"),
+        CASES,
+        DRY["cases"],
+        lambda a, cases, variants: run(cases, variants, dry=a.dry, out=a.out),
+        ("--variants", VARIANTS),
+    )
 
 
 if __name__ == "__main__":

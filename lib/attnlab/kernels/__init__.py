@@ -22,6 +22,7 @@ importing a kernel module): slow, for small correctness checks only.
     from attnlab import kernels
     kernels.available()      # True when torch sees a CUDA device and triton imports
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,10 @@ def unavailable_reason() -> str | None:
         import torch
         import triton  # noqa: F401  (only whether it imports)
     except ImportError:
-        return ("torch and Triton are not installed here (the notebooks do not need them); "
-                "on a Linux machine with a CUDA GPU, `pip install -e '.[gpu]'` adds them")
+        return (
+            "torch and Triton are not installed here (the notebooks do not need them); "
+            "on a Linux machine with a CUDA GPU, `pip install -e '.[gpu]'` adds them"
+        )
     if not torch.cuda.is_available():
         return "No CUDA GPU here"
     return None

@@ -15,6 +15,7 @@ merge of split states, and the launchers' argument checks.
 `kernels.fa2` is the readable kernel that first uses them (and re-exports online_update and
 finish); every other kernel imports them from here.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,22 @@ import triton.language as tl
 
 from attnlab.validate import as_float, as_int, short
 
-__all__ = ["LOG2E", "DTYPES", "dot", "online_update", "finish", "merge_splits_kernel", "check_qkv",
-           "check_paged", "as_count", "as_scale", "as_block", "as_warps", "as_stages", "WARPS"]
+__all__ = [
+    "LOG2E",
+    "DTYPES",
+    "dot",
+    "online_update",
+    "finish",
+    "merge_splits_kernel",
+    "check_qkv",
+    "check_paged",
+    "as_count",
+    "as_scale",
+    "as_block",
+    "as_warps",
+    "as_stages",
+    "WARPS",
+]
 
 LOG2E = 1.4426950408889634
 #: The dtypes every kernel takes for q, k, v.
@@ -68,12 +83,11 @@ def finish(acc, m_i, l_i):
 
 
 @triton.jit
-def merge_splits_kernel(OP, LP, O, LSE, SPLITS, HEAD_DIM,
-                        BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+def merge_splits_kernel(OP, LP, O, LSE, SPLITS, HEAD_DIM, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per (request, query head): fold its SPLITS partial states (o fp32, lse) with
     the merge ⊕, lse-weighted, all at once and in a fixed order (deterministic); an empty chunk
     (lse = -inf) weighs 0, and no key at all gives o = 0, lse = -inf."""
-    pid = tl.program_id(0).to(tl.int64)                              # (request, query head)
+    pid = tl.program_id(0).to(tl.int64)  # (request, query head)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
     s_ok = offs_s < SPLITS
@@ -81,10 +95,13 @@ def merge_splits_kernel(OP, LP, O, LSE, SPLITS, HEAD_DIM,
     lse = tl.load(LP + pid * SPLITS + offs_s, mask=s_ok, other=float("-inf"))
     m = tl.max(lse, 0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(lse - m_safe)                                         # 0 for empty chunks
+    w = tl.exp(lse - m_safe)  # 0 for empty chunks
     total = tl.sum(w, 0)
-    o = tl.load(OP + (pid * SPLITS + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
-                mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    o = tl.load(
+        OP + (pid * SPLITS + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+        mask=s_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
     safe_total = tl.where(total > 0, total, 1.0)
     out = tl.sum(o * (w / safe_total)[:, None], 0)
     tl.store(O + pid * HEAD_DIM + offs_d, out, mask=d_ok)
@@ -173,7 +190,9 @@ def check_qkv(q, k, v):
     if q.shape[2] < 1 or k.shape[2] < 1:
         raise ValueError(f"N_q={q.shape[2]} and N_k={k.shape[2]} must be >= 1")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
-        raise TypeError(f"q, k, v must share one dtype of float16, bfloat16, float32; got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise TypeError(
+            f"q, k, v must share one dtype of float16, bfloat16, float32; got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
 
 
 def check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size):
@@ -182,19 +201,29 @@ def check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page
     (Python or numpy) equal to the pool's; the table's contents are checked
     (`attnlab.core.paged.BSRLayout`) only when on the CPU (on a GPU that would sync).
     Returns (batch, q_heads, d, kv_heads, page_size), page_size as an int."""
-    for name, t in (("q", q), ("k_pool", k_pool), ("v_pool", v_pool), ("kv_indptr", kv_indptr),
-                    ("kv_indices", kv_indices), ("kv_last_page_len", kv_last_page_len)):
+    for name, t in (
+        ("q", q),
+        ("k_pool", k_pool),
+        ("v_pool", v_pool),
+        ("kv_indptr", kv_indptr),
+        ("kv_indices", kv_indices),
+        ("kv_last_page_len", kv_last_page_len),
+    ):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if q.dim() != 3:
         raise ValueError(f"q must be (batch, q_heads, d), got shape {tuple(q.shape)}")
     if k_pool.dim() != 4:
-        raise ValueError(f"k_pool must be NHD (pages, page_size, kv_heads, d), got shape {tuple(k_pool.shape)}")
+        raise ValueError(
+            f"k_pool must be NHD (pages, page_size, kv_heads, d), got shape {tuple(k_pool.shape)}"
+        )
     if v_pool.shape != k_pool.shape:
         raise ValueError(f"v_pool {tuple(v_pool.shape)} must have k_pool's shape {tuple(k_pool.shape)}")
     if q.dtype not in DTYPES or not (q.dtype == k_pool.dtype == v_pool.dtype):
-        raise TypeError(f"q, k_pool, v_pool must share one dtype of float16, bfloat16, float32; "
-                        f"got {q.dtype}, {k_pool.dtype}, {v_pool.dtype}")
+        raise TypeError(
+            f"q, k_pool, v_pool must share one dtype of float16, bfloat16, float32; "
+            f"got {q.dtype}, {k_pool.dtype}, {v_pool.dtype}"
+        )
     B, hq, d = q.shape
     pages, ps, hkv, dk = k_pool.shape
     page_size = as_count("page_size", page_size, 1)
@@ -203,15 +232,23 @@ def check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page
     if dk != d or not 1 <= d <= 256:
         raise ValueError(f"head dim: q has d={d}, k_pool d={dk}; they must be equal, 1 <= d <= 256")
     if B < 1 or pages < 1 or hkv < 1 or hq % hkv:
-        raise ValueError(f"q_heads={hq} must be a multiple of kv_heads={hkv} (k_pool.shape[2]), "
-                         f"with batch={B} >= 1 and pages={pages} >= 1")
-    for name, t, n in (("kv_indptr", kv_indptr, B + 1), ("kv_last_page_len", kv_last_page_len, B),
-                       ("kv_indices", kv_indices, None)):
+        raise ValueError(
+            f"q_heads={hq} must be a multiple of kv_heads={hkv} (k_pool.shape[2]), "
+            f"with batch={B} >= 1 and pages={pages} >= 1"
+        )
+    for name, t, n in (
+        ("kv_indptr", kv_indptr, B + 1),
+        ("kv_last_page_len", kv_last_page_len, B),
+        ("kv_indices", kv_indices, None),
+    ):
         if t.dtype != torch.int32:
             raise TypeError(f"{name} must be int32 (FlashInfer's index type), got {t.dtype}")
         if t.dim() != 1 or (n is not None and t.numel() != n):
-            want = f"{n} entries (batch + 1 = {B + 1})" if name == "kv_indptr" else (
-                f"{n} entries (batch = {B})" if n is not None else "one dimension")
+            want = (
+                f"{n} entries (batch + 1 = {B + 1})"
+                if name == "kv_indptr"
+                else (f"{n} entries (batch = {B})" if n is not None else "one dimension")
+            )
             raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be 1-D with {want}")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")
@@ -220,7 +257,8 @@ def check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")
     if kv_indices.numel() < B:
         raise ValueError(f"kv_indices has {kv_indices.numel()} pages for batch={B}; every request owns >= 1")
-    if q.device.type == "cpu":                         # contents: free to check here, a sync on a GPU
+    if q.device.type == "cpu":  # contents: free to check here, a sync on a GPU
         from attnlab.core.paged import BSRLayout
+
         BSRLayout(kv_indptr.numpy(), kv_indices.numpy(), kv_last_page_len.numpy(), ps, pages)
     return B, hq, d, hkv, ps

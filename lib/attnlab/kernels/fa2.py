@@ -14,6 +14,7 @@ features (TMA, warp specialisation: `kernels.hopper` has them). Under TRITON_INT
 products run in float32, because the interpreter's bf16 dot is wrong, and a half-precision output
 is written in float32 and rounded by torch (the interpreter truncates where a GPU rounds).
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,21 +23,56 @@ import triton.language as tl
 
 from attnlab.validate import as_bool
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import (LOG2E, as_block, as_scale, as_stages, as_warps, check_qkv, dot,
-                                    finish, online_update)
+from attnlab.kernels.common import (
+    LOG2E,
+    as_block,
+    as_scale,
+    as_stages,
+    as_warps,
+    check_qkv,
+    dot,
+    finish,
+    online_update,
+)
 
-__all__ = ["flash_attention_triton", "online_update", "finish"]   # the last two re-exported from common
+__all__ = ["flash_attention_triton", "online_update", "finish"]  # the last two re-exported from common
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, O, LSE, qk_scale,
-                s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_ob, s_oh, s_on,
-                H, GROUP, N_Q, N_K, HEAD_DIM,
-                BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                CAUSAL: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr):
+def _fwd_kernel(
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    qk_scale,
+    s_qb,
+    s_qh,
+    s_qn,
+    s_kb,
+    s_kh,
+    s_kn,
+    s_vb,
+    s_vh,
+    s_vn,
+    s_ob,
+    s_oh,
+    s_on,
+    H,
+    GROUP,
+    N_Q,
+    N_K,
+    HEAD_DIM,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)                   # 64-bit offsets for large batch x N
+    b = (pid_bh // H).to(tl.int64)  # 64-bit offsets for large batch x N
     h = pid_bh % H
     hk = h // GROUP
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -44,8 +80,11 @@ def _fwd_kernel(Q, K, V, O, LSE, qk_scale,
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     # Q_i stays on chip for the whole loop
-    q = tl.load(Q + b * s_qb + h * s_qh + offs_m[:, None] * s_qn + offs_d[None, :],
-                mask=(offs_m[:, None] < N_Q) & d_ok[None, :], other=0.0)
+    q = tl.load(
+        Q + b * s_qb + h * s_qh + offs_m[:, None] * s_qn + offs_d[None, :],
+        mask=(offs_m[:, None] < N_Q) & d_ok[None, :],
+        other=0.0,
+    )
     if UPCAST:
         q = q.to(tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -59,31 +98,49 @@ def _fwd_kernel(Q, K, V, O, LSE, qk_scale,
     v_base = V + b * s_vb + hk * s_vh
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + offs_n
-        kt = tl.load(k_base + cols[None, :] * s_kn + offs_d[:, None],
-                     mask=(cols[None, :] < N_K) & d_ok[:, None], other=0.0)
+        kt = tl.load(
+            k_base + cols[None, :] * s_kn + offs_d[:, None],
+            mask=(cols[None, :] < N_K) & d_ok[:, None],
+            other=0.0,
+        )
         if UPCAST:
             kt = kt.to(tl.float32)
-        s = dot(q, kt, IEEE) * qk_scale           # log2 domain: scale * log2(e)
+        s = dot(q, kt, IEEE) * qk_scale  # log2 domain: scale * log2(e)
         visible = cols[None, :] < N_K
         if CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + offset)
         s = tl.where(visible, s, float("-inf"))
-        v = tl.load(v_base + cols[:, None] * s_vn + offs_d[None, :],
-                    mask=(cols[:, None] < N_K) & d_ok[None, :], other=0.0)
+        v = tl.load(
+            v_base + cols[:, None] * s_vn + offs_d[None, :],
+            mask=(cols[:, None] < N_K) & d_ok[None, :],
+            other=0.0,
+        )
         if UPCAST:
             v = v.to(tl.float32)
         m_i, l_i, acc = online_update(s, v, m_i, l_i, acc, IEEE)
     o, lse = finish(acc, m_i, l_i)
     row_ok = offs_m < N_Q
-    tl.store(O + b * s_ob + h * s_oh + offs_m[:, None] * s_on + offs_d[None, :],
-             o.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(
+        O + b * s_ob + h * s_oh + offs_m[:, None] * s_on + offs_d[None, :],
+        o.to(O.dtype.element_ty),
+        mask=row_ok[:, None] & d_ok[None, :],
+    )
     tl.store(LSE + pid_bh * N_Q + offs_m, lse, mask=row_ok)
 
 
-def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None = None,
-                           block_m: int | None = None, block_n: int | None = None,
-                           return_lse: bool = False, num_warps: int | None = None,
-                           num_stages: int | None = None):
+def flash_attention_triton(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    return_lse: bool = False,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+):
     """Attention of (batch, heads, N, d) torch tensors with the Triton kernel above.
 
     Returns O (same dtype as q), or (O, lse) with lse float32 of shape (batch, heads, N_q).
@@ -106,19 +163,48 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None
     o = torch.empty_like(q)
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds to nearest): there the kernel
     # writes fp32 and torch rounds
-    dst = torch.empty(q.shape, dtype=torch.float32, device=q.device) if interp and q.dtype != torch.float32 else o
+    dst = (
+        torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        if interp and q.dtype != torch.float32
+        else o
+    )
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(n_q, block_m), B * H)
     kw = {}
     if not interp:
         kw = {"num_warps": num_warps or (4 if d <= 64 else 8), "num_stages": num_stages or 3}
-    _fwd_kernel[grid](q, k, v, dst, lse, scale * LOG2E,
-                      q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                      v.stride(0), v.stride(1), v.stride(2), dst.stride(0), dst.stride(1), dst.stride(2),
-                      H, H // k.shape[1], n_q, n_k, d,
-                      BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
-                      CAUSAL=causal, UPCAST=interp or q.dtype == torch.float32,
-                      IEEE=q.dtype == torch.float32 or interp, **kw)
+    _fwd_kernel[grid](
+        q,
+        k,
+        v,
+        dst,
+        lse,
+        scale * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        dst.stride(0),
+        dst.stride(1),
+        dst.stride(2),
+        H,
+        H // k.shape[1],
+        n_q,
+        n_k,
+        d,
+        BLOCK_D=max(16, triton.next_power_of_2(d)),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        CAUSAL=causal,
+        UPCAST=interp or q.dtype == torch.float32,
+        IEEE=q.dtype == torch.float32 or interp,
+        **kw,
+    )
     if dst is not o:
         o.copy_(dst)
     return (o, lse) if return_lse else o

@@ -43,6 +43,7 @@ imports and refuses calls; it is checked on the GPU against a float32 reference 
 cuDNN and FlashAttention-2 by `python -m attnlab.gpubench.sweeps.gluon`, and in every harness run as
 the prefill section's ours-gluon rows (with a within_rule verdict).
 """
+
 from __future__ import annotations
 
 import torch
@@ -55,11 +56,18 @@ from attnlab.kernels.variants import variant_args
 
 __all__ = ["flash_attention_gluon", "GLUON_STEPS", "config_for"]
 
-GLUON_STEPS = ("warp_specialize", "split_warpgroups", "pingpong", "intra_overlap", "lpt_order", "tma_store",
-               "early_k_release")
+GLUON_STEPS = (
+    "warp_specialize",
+    "split_warpgroups",
+    "pingpong",
+    "intra_overlap",
+    "lpt_order",
+    "tma_store",
+    "early_k_release",
+)
 BLOCK_M = 128
 BLOCK_N = 128
-_SHARED_LIMIT = 232448                    # bytes of shared memory one H100 / H200 CTA may use
+_SHARED_LIMIT = 232448  # bytes of shared memory one H100 / H200 CTA may use
 
 
 def _max_stages(d: int, bn: int) -> int:
@@ -75,16 +83,24 @@ def config_for(d: int, steps, num_stages: int | None = None, block_n: int | None
     overlap = "intra_overlap" in steps
     bn = BLOCK_N if block_n is None else as_count("block_n", block_n)
     if bn not in (64, 128, 256) or _max_stages(d, bn) < 2:
-        raise ValueError(f"block_n={bn} is out of range; valid: 64, 128 or 256 (two stages in shared "
-                         f"memory), or None")
+        raise ValueError(
+            f"block_n={bn} is out of range; valid: 64, 128 or 256 (two stages in shared memory), or None"
+        )
     most = _max_stages(d, bn)
     stages = (3 if overlap and most >= 3 else 2) if num_stages is None else as_count("num_stages", num_stages)
     if not 2 <= stages <= most:
-        raise ValueError(f"num_stages={stages} is out of range; valid: 2 <= num_stages <= {most} for d={d}, "
-                         f"block_n={bn}, or None")
-    return {"block_m": BLOCK_M, "block_n": bn, "stages": stages, "num_warps": 4 if split else 8,
-            "split": split,    # 168 x 384 threads: 24 for the producer, 240 for each computing thread
-            "maxnreg": 168 if ws else None}
+        raise ValueError(
+            f"num_stages={stages} is out of range; valid: 2 <= num_stages <= {most} for d={d}, "
+            f"block_n={bn}, or None"
+        )
+    return {
+        "block_m": BLOCK_M,
+        "block_n": bn,
+        "stages": stages,
+        "num_warps": 4 if split else 8,
+        "split": split,  # 168 x 384 threads: 24 for the producer, 240 for each computing thread
+        "maxnreg": 168 if ws else None,
+    }
 
 
 def _parse_steps(steps) -> frozenset | None:
@@ -115,8 +131,10 @@ def _check(q, k, v, causal, scale, soft_cap, window, report):
         raise TypeError(f"report must be a dict to fill or None, got {type(report).__name__}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (B, H, N, d), got strides {tuple(t.stride())}; "
-                             "call .contiguous() first")
+            raise ValueError(
+                f"{name} must be contiguous (B, H, N, d), got strides {tuple(t.stride())}; "
+                "call .contiguous() first"
+            )
     return causal, scale, cap, window
 
 
@@ -124,21 +142,35 @@ def _check_device(q, k, v):
     """CUDA tensors on one sm_90 device, and no interpreter: Gluon kernels run nowhere else."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.device.type != "cuda":
-            raise ValueError(f"{name} is on {t.device}: the Gluon kernel needs CUDA tensors on an sm_90 GPU "
-                             "(Gluon kernels do not run under Triton's interpreter)")
+            raise ValueError(
+                f"{name} is on {t.device}: the Gluon kernel needs CUDA tensors on an sm_90 GPU "
+                "(Gluon kernels do not run under Triton's interpreter)"
+            )
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put q, k, v on one device")
     if interpreting():
         raise RuntimeError("TRITON_INTERPRET=1: Gluon kernels do not run under Triton's interpreter")
     cap = torch.cuda.get_device_capability(q.device)
     if cap != (9, 0):
-        raise RuntimeError(f"the Gluon kernel is written for sm_90 (Hopper: H100 / H200); {q.device} is "
-                           f"sm_{cap[0]}{cap[1]}")
+        raise RuntimeError(
+            f"the Gluon kernel is written for sm_90 (Hopper: H100 / H200); {q.device} is sm_{cap[0]}{cap[1]}"
+        )
 
 
-def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None = None,
-                          soft_cap: float | None = None, window: int | None = None, report: dict | None = None,
-                          steps=None, num_stages: int | None = None, block_n: int | None = None):
+def flash_attention_gluon(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    soft_cap: float | None = None,
+    window: int | None = None,
+    report: dict | None = None,
+    steps=None,
+    num_stages: int | None = None,
+    block_n: int | None = None,
+):
     """Attention of contiguous q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d), fp16 / bf16, d in {64, 128},
     on an sm_90 GPU. Returns (o, lse): o in q's dtype and shape, lse float32 (B, Hq, N_q), natural
     log. scale defaults to 1/sqrt(d). soft_cap=c: c tanh(s / c) on the scaled logits; window=w:
@@ -152,7 +184,7 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
     causal = causal or window > 0
     if requested is None:
         requested = frozenset(gluon_default_steps(q.shape[3], causal))
-    cfg = config_for(q.shape[3], requested, num_stages, block_n)      # the launch refused here too
+    cfg = config_for(q.shape[3], requested, num_stages, block_n)  # the launch refused here too
     _check_device(q, k, v)
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -161,17 +193,22 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
 
     B, H, n_q, d = q.shape
     hkv, n_k = k.shape[1], k.shape[2]
-    window = window if window < n_k else 0          # every key a causal row sees is in the window
+    window = window if window < n_k else 0  # every key a causal row sees is in the window
     bm, bn = cfg["block_m"], cfg["block_n"]
-    qm = bm // 2 if cfg["split"] else bm          # the rows of one consumer: Q and O tiles
+    qm = bm // 2 if cfg["split"] else bm  # the rows of one consumer: Q and O tiles
     o = torch.empty_like(q)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     el = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
 
-    def desc(t, rows):                   # a 2-D view (B * H * N, d): tiles of `rows` rows
+    def desc(t, rows):  # a 2-D view (B * H * N, d): tiles of `rows` rows
         flat = t.view(-1, d)
-        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, d],
-                                gl.NVMMASharedLayout.get_default_for([rows, d], el))
+        return TensorDescriptor(
+            flat,
+            list(flat.shape),
+            list(flat.stride()),
+            [rows, d],
+            gl.NVMMASharedLayout.get_default_for([rows, d], el),
+        )
 
     lpt = causal and "lpt_order" in requested
     tma_store = "tma_store" in requested and n_q % bm == 0
@@ -181,24 +218,58 @@ def flash_attention_gluon(q, k, v, *, causal: bool = False, scale: float | None 
     if cfg["maxnreg"]:
         kw["maxnreg"] = cfg["maxnreg"]
     # with a soft-cap the kernel caps the logits in the base-2 domain itself: qk_scale = 1
-    fa3_fwd_kernel[grid](desc(q, qm), desc(k, bn), desc(v, bn), desc(o, qm), o, lse,
-                         1.0 if cap else scale * LOG2E, 2.0 * scale / cap * LOG2E if cap else 0.0, cap * LOG2E,
-                         n_q, n_k, H, H // hkv, num_m, window,
-                         BLOCK_M=bm, BLOCK_N=bn, HEAD_D=d, STAGES=cfg["stages"], CAUSAL=causal,
-                         WINDOW=window > 0, SOFT_CAP=cap > 0, LPT=lpt,
-                         WS="warp_specialize" in requested, OVERLAP="intra_overlap" in requested,
-                         TMA_STORE=tma_store, SPLIT=cfg["split"], PINGPONG=cfg["split"] and "pingpong" in requested,
-                         EARLY_K="warp_specialize" in requested and "early_k_release" in requested, **kw)
+    fa3_fwd_kernel[grid](
+        desc(q, qm),
+        desc(k, bn),
+        desc(v, bn),
+        desc(o, qm),
+        o,
+        lse,
+        1.0 if cap else scale * LOG2E,
+        2.0 * scale / cap * LOG2E if cap else 0.0,
+        cap * LOG2E,
+        n_q,
+        n_k,
+        H,
+        H // hkv,
+        num_m,
+        window,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        HEAD_D=d,
+        STAGES=cfg["stages"],
+        CAUSAL=causal,
+        WINDOW=window > 0,
+        SOFT_CAP=cap > 0,
+        LPT=lpt,
+        WS="warp_specialize" in requested,
+        OVERLAP="intra_overlap" in requested,
+        TMA_STORE=tma_store,
+        SPLIT=cfg["split"],
+        PINGPONG=cfg["split"] and "pingpong" in requested,
+        EARLY_K="warp_specialize" in requested and "early_k_release" in requested,
+        **kw,
+    )
     if report is not None:
-        inactive = {"lpt_order": "lpt_order" in requested and not lpt,
-                    "split_warpgroups": "split_warpgroups" in requested and not cfg["split"],
-                    "pingpong": "pingpong" in requested and not cfg["split"],
-                    "early_k_release": "early_k_release" in requested and "warp_specialize" not in requested,
-                    "tma_store": "tma_store" in requested and not tma_store}
+        inactive = {
+            "lpt_order": "lpt_order" in requested and not lpt,
+            "split_warpgroups": "split_warpgroups" in requested and not cfg["split"],
+            "pingpong": "pingpong" in requested and not cfg["split"],
+            "early_k_release": "early_k_release" in requested and "warp_specialize" not in requested,
+            "tma_store": "tma_store" in requested and not tma_store,
+        }
         report.clear()
-        report.update({"kernel": "gluon_fa3", "steps": tuple(s for s in GLUON_STEPS if s in requested),
-                       "inactive": tuple(s for s in GLUON_STEPS if inactive.get(s)), "config": cfg,
-                       "causal": causal, "soft_cap": cap, "window": window})
+        report.update(
+            {
+                "kernel": "gluon_fa3",
+                "steps": tuple(s for s in GLUON_STEPS if s in requested),
+                "inactive": tuple(s for s in GLUON_STEPS if inactive.get(s)),
+                "config": cfg,
+                "causal": causal,
+                "soft_cap": cap,
+                "window": window,
+            }
+        )
     return o, lse
 
 

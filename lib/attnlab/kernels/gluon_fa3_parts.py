@@ -12,6 +12,7 @@ first key tile and tile count, so the producer's ring and the consumers' loops a
 tile sits in which stage; only the unmasked range is per consumer (its own 64 or 128 rows).
 The arithmetic is `kernels.variants.kv_block_range`'s, counted from the first tile loaded.
 """
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
@@ -20,8 +21,16 @@ __all__ = ["tile_coords", "softmax_tile", "load_tile", "load_kv", "release_stage
 
 
 @gluon.jit
-def tile_coords(dims, ROW_OFF: gl.constexpr, ROWS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                CAUSAL: gl.constexpr, WINDOW: gl.constexpr, LPT: gl.constexpr):
+def tile_coords(
+    dims,
+    ROW_OFF: gl.constexpr,
+    ROWS: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    WINDOW: gl.constexpr,
+    LPT: gl.constexpr,
+):
     """This program's query block m, its (batch, head) bh, the first rows of its Q block and of
     the keys it reads in the flattened (rows, d) views, the position key0 of that first key, how
     many key tiles the block visits from there, and the tiles [full_lo, full_hi) of those that
@@ -37,7 +46,7 @@ def tile_coords(dims, ROW_OFF: gl.constexpr, ROWS: gl.constexpr, BLOCK_M: gl.con
     kvh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
     q_row = bh * n_q + m * BLOCK_M
     kv_row = kvh * n_k
-    off = n_k - n_q                                              # bottom-right: row i sees keys <= i + off
+    off = n_k - n_q  # bottom-right: row i sees keys <= i + off
     if CAUSAL:
         hi = gl.maximum(gl.minimum(n_k, (m + 1) * BLOCK_M + off), 0)
         n_full = gl.minimum(gl.maximum(m * BLOCK_M + ROW_OFF + off + 1, 0) // BLOCK_N, n_k // BLOCK_N)
@@ -48,11 +57,11 @@ def tile_coords(dims, ROW_OFF: gl.constexpr, ROWS: gl.constexpr, BLOCK_M: gl.con
     n_full = gl.minimum(n_full, n_tiles)
     full_lo = 0
     key0 = 0
-    if WINDOW:                                                   # row i sees keys > i + off - window
+    if WINDOW:  # row i sees keys > i + off - window
         lo = gl.maximum(m * BLOCK_M + off - window + 1, 0) // BLOCK_N
-        last = m * BLOCK_M + ROW_OFF + ROWS - 1 + off            # this share's last row
+        last = m * BLOCK_M + ROW_OFF + ROWS - 1 + off  # this share's last row
         full_lo = gl.minimum(gl.cdiv(gl.maximum(last - window + 1, 0), BLOCK_N), n_tiles)
-        n_full = gl.maximum(n_full, full_lo)                     # lo <= full_lo <= n_full <= n_tiles
+        n_full = gl.maximum(n_full, full_lo)  # lo <= full_lo <= n_full <= n_tiles
         key0 = lo * BLOCK_N
         kv_row = kv_row + key0
         n_tiles = n_tiles - lo
@@ -62,15 +71,25 @@ def tile_coords(dims, ROW_OFF: gl.constexpr, ROWS: gl.constexpr, BLOCK_M: gl.con
 
 
 @gluon.jit
-def softmax_tile(s, m_i, l_i, sc, pos, col0, MASK: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-                 SOFT_CAP: gl.constexpr):
+def softmax_tile(
+    s,
+    m_i,
+    l_i,
+    sc,
+    pos,
+    col0,
+    MASK: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    WINDOW: gl.constexpr,
+    SOFT_CAP: gl.constexpr,
+):
     """One online-softmax step on raw logits s, for keys col0.. of rows pos[0]..: SOFT_CAP caps
     them, masked entries are -inf (MASK only), the running max m_i is in log2 units; returns
     p = 2^(s*qk_scale - m), the rescale factor alpha, the new m and l. sc = (qk_scale, cap_in,
     cap_out); pos = (row0, n_k, off, window), key positions counted from the first key loaded.
     A row that has seen no key keeps m = -inf, l = 0 and gives p = 0 (no NaN)."""
     qk_scale, cap_in, cap_out = sc
-    if SOFT_CAP:   # c tanh(scale s / c) log2(e) = cap_out (1 - 2 / (1 + 2^(cap_in s))), base 2: qk_scale = 1
+    if SOFT_CAP:  # c tanh(scale s / c) log2(e) = cap_out (1 - 2 / (1 + 2^(cap_in s))), base 2: qk_scale = 1
         s = cap_out - (2.0 * cap_out) / (1.0 + gl.exp2(s * cap_in))
     if MASK:
         row0, n_k, off, window = pos
@@ -98,8 +117,9 @@ def load_tile(descs, bufs, bars, which: gl.constexpr, row, st, pred):
     """The TMA load of the K (which = 1) or V (which = 2) tile at `row` into stage st, signalling
     that stage's ready barrier."""
     mbarrier.expect(bars[which - 1].index(st), descs[which].block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(descs[which], [row, 0], bars[which - 1].index(st), bufs[which].index(st),
-                                    pred=pred)
+    tma.async_copy_global_to_shared(
+        descs[which], [row, 0], bars[which - 1].index(st), bufs[which].index(st), pred=pred
+    )
 
 
 @gluon.jit
@@ -115,6 +135,6 @@ def release_stage(bars, st, V: gl.constexpr, WS: gl.constexpr, EARLY_K: gl.const
     barrier; otherwise one barrier frees both once V is done (no producer: nothing to free)."""
     if WS:
         if EARLY_K and V:
-            mbarrier.arrive(bars[5].index(st), count=1)         # the V stage, apart
+            mbarrier.arrive(bars[5].index(st), count=1)  # the V stage, apart
         elif EARLY_K or V:
-            mbarrier.arrive(bars[2].index(st), count=1)         # the K stage, or K and V together
+            mbarrier.arrive(bars[2].index(st), count=1)  # the K stage, or K and V together

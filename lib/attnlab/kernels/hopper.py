@@ -50,6 +50,7 @@ KV, autotuning (the sweep picks block sizes), persistent kernels, and FA3's two 
 that Triton does not expose on Hopper: the ping-pong of two consumer warpgroups and the
 intra-warpgroup overlap of one tile's softmax with the next tile's MMA.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -64,13 +65,21 @@ from attnlab.kernels.hopper_checks import COMPILE_ERRORS, check_args, parse_step
 from attnlab.kernels.hopper_kernel import DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, hopper_kernel
 from attnlab.kernels.tuning import default_descriptors, launch_config
 
-__all__ = ["flash_attention_hopper", "HOPPER_STEPS", "DEFAULT_STEPS", "cumulative_steps", "tma_ok", "steps_run",
-           "dropped_steps", "forget_dropped"]
+__all__ = [
+    "flash_attention_hopper",
+    "HOPPER_STEPS",
+    "DEFAULT_STEPS",
+    "cumulative_steps",
+    "tma_ok",
+    "steps_run",
+    "dropped_steps",
+    "forget_dropped",
+]
 
 _ALLOCATOR_DEVICE = None
-_WORKING = {}     # (dtype, d, causal, descriptors, soft-cap on, window on) -> the steps that compiled
-_DROPPED = {}     # the same key -> {step: why}: what steps=None dropped there
-_LAST = None      # the record of the last call
+_WORKING = {}  # (dtype, d, causal, descriptors, soft-cap on, window on) -> the steps that compiled
+_DROPPED = {}  # the same key -> {step: why}: what steps=None dropped there
+_LAST = None  # the record of the last call
 
 
 def _ordered(st) -> tuple:
@@ -103,16 +112,31 @@ def _set_allocator(device):
 
     def alloc(size: int, alignment: int, stream):
         return torch.empty(size, dtype=torch.int8, device=device)
+
     triton.set_allocator(alloc)
     _ALLOCATOR_DEVICE = device
 
 
-def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None = None,
-                           return_lse: bool = False, steps=None, block_m: int | None = None,
-                           block_n: int | None = None, num_warps: int | None = None,
-                           num_stages: int | None = None, out=None, descriptors: str | None = None,
-                           soft_cap: float | None = None, window: int | None = None,
-                           report: dict | None = None, fallback: bool = True):
+def flash_attention_hopper(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    return_lse: bool = False,
+    steps=None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    out=None,
+    descriptors: str | None = None,
+    soft_cap: float | None = None,
+    window: int | None = None,
+    report: dict | None = None,
+    fallback: bool = True,
+):
     """Attention of q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d), any strides, with the Hopper kernel.
 
     Variants, compiled in as in `kernels.variants` (lecture §5.4): soft_cap=c caps the scaled
@@ -128,9 +152,24 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
     TensorDescriptor) or None: `tuning.default_descriptors(causal)`, host ones when causal.
     """
     global _LAST
-    requested = parse_steps(steps)                       # the names first: refused on any device
-    a = check_args(q, k, v, causal, scale, return_lse, block_m, block_n, num_warps, num_stages, out, descriptors,
-                   soft_cap, window, default_descriptors)
+    requested = parse_steps(steps)  # the names first: refused on any device
+    a = check_args(
+        q,
+        k,
+        v,
+        causal,
+        scale,
+        return_lse,
+        block_m,
+        block_n,
+        num_warps,
+        num_stages,
+        out,
+        descriptors,
+        soft_cap,
+        window,
+        default_descriptors,
+    )
     causal, scale, cap, window = a["causal"], a["scale"], a["cap"], a["window"]
     descriptors, out, launch = a["descriptors"], a["out"], a["launch"]
     block_m, block_n = launch["block_m"], launch["block_n"]
@@ -142,41 +181,73 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     interp = interpreting()
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds): there write fp32, torch rounds
-    dst = torch.empty(q.shape, dtype=torch.float32, device=q.device) if interp and q.dtype != torch.float32 else out
+    dst = (
+        torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        if interp and q.dtype != torch.float32
+        else out
+    )
 
     key = (q.dtype, d, causal, descriptors, cap > 0, window > 0)
     cached = steps is None and fallback and key in _WORKING
     if steps is not None or cached:
         tries = [_WORKING[key] if cached else requested]
-    elif fallback:   # the default drops failing steps from the end of DEFAULT_STEPS, one at a time
+    elif fallback:  # the default drops failing steps from the end of DEFAULT_STEPS, one at a time
         tries = [frozenset(DEFAULT_STEPS[:i]) for i in range(len(DEFAULT_STEPS), -1, -1)]
     else:
         tries = [requested]
     dropped = dict(_DROPPED.get(key, {})) if cached else {}
     for i, st in enumerate(tries):
         try:
-            info = _launch(q, k, v, dst, lse, causal, scale, st, descriptors, block_m, block_n,
-                           num_warps, num_stages, interp, cap, window)
-        except COMPILE_ERRORS as e:                      # a step that does not compile here
+            info = _launch(
+                q,
+                k,
+                v,
+                dst,
+                lse,
+                causal,
+                scale,
+                st,
+                descriptors,
+                block_m,
+                block_n,
+                num_warps,
+                num_stages,
+                interp,
+                cap,
+                window,
+            )
+        except COMPILE_ERRORS as e:  # a step that does not compile here
             if steps is not None or not fallback:
-                raise RuntimeError(f"flash_attention_hopper: steps {sorted(st)} do not compile here for {q.dtype}, "
-                                   f"d={d}, causal={causal} ({type(e).__name__}: {str(e)[:200]}); Triton 3.6 "
-                                   "warp-specialises only 8-warp launches (d > 64); steps=None drops the steps "
-                                   "that fail") from e
+                raise RuntimeError(
+                    f"flash_attention_hopper: steps {sorted(st)} do not compile here for {q.dtype}, "
+                    f"d={d}, causal={causal} ({type(e).__name__}: {str(e)[:200]}); Triton 3.6 "
+                    "warp-specialises only 8-warp launches (d > 64); steps=None drops the steps "
+                    "that fail"
+                ) from e
             if i + 1 == len(tries):
                 raise
             gone = HOPPER_STEPS[len(st) - 1]
             dropped[gone] = f"{type(e).__name__}: {str(e)[:200]}"
-            warnings.warn(f"flash_attention_hopper: steps {sorted(st)} failed here "
-                          f"({dropped[gone]}); trying without {gone}", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"flash_attention_hopper: steps {sorted(st)} failed here "
+                f"({dropped[gone]}); trying without {gone}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             continue
         if steps is None and fallback:
             _WORKING[key] = st
             if dropped:
                 _DROPPED[key] = dict(dropped)
         break
-    _LAST = {"requested": _ordered(requested), "ran": _ordered(st), "dropped": dropped,
-             "inactive": info["inactive"], "descriptors": info["descriptors"], "config": info["config"]}
+    _LAST = {
+        "requested": _ordered(requested),
+        "ran": _ordered(st),
+        "dropped": dropped,
+        "inactive": info["inactive"],
+        "descriptors": info["descriptors"],
+        "config": info["config"],
+    }
     if report is not None:
         report.clear()
         report.update(steps_run())
@@ -185,8 +256,24 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, scale: float | None
     return (out, lse) if a["return_lse"] else out
 
 
-def _launch(q, k, v, o, lse, causal, scale, st, descriptors, block_m, block_n, num_warps,
-            num_stages, interp, cap=0.0, window=0) -> dict:
+def _launch(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    causal,
+    scale,
+    st,
+    descriptors,
+    block_m,
+    block_n,
+    num_warps,
+    num_stages,
+    interp,
+    cap=0.0,
+    window=0,
+) -> dict:
     """Launch hopper_kernel with the steps `st`; what took effect: {"inactive", "descriptors", "config"}."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
@@ -202,24 +289,57 @@ def _launch(q, k, v, o, lse, causal, scale, st, descriptors, block_m, block_n, n
     args = [q, k, v, o]
     if host:
         from triton.tools.tensor_descriptor import TensorDescriptor
-        args = [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, r, bd])
-                for t, r in ((q, bm), (k, bn), (v, bn), (o, bm))]
+
+        args = [
+            TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, r, bd])
+            for t, r in ((q, bm), (k, bn), (v, bn), (o, bm))
+        ]
     elif tma and not interp:
         _set_allocator(q.device)
     kw = {} if interp else {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     fp32 = q.dtype == torch.float32
     # with a soft-cap the tile caps the logits in the base-2 domain itself: qk_scale = 1
-    hopper_kernel[grid](*args, lse, 1.0 if cap else scale * LOG2E,
-                        2.0 * scale / cap * LOG2E if cap else 0.0, cap * LOG2E,
-                        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-                        H, H // k.shape[1], n_q, n_k, d, num_m,
-                        BLOCK_D=bd, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WINDOW=window, SOFT_CAP=cap > 0,
-                        TMA=tma, HOST_DESC=host,
-                        SPLIT="causal_split" in st, FAST="softmax_fma" in st, LPT=lpt,
-                        WS="warp_specialize" in st, UPCAST=interp or fp32, IEEE=interp or fp32, **kw)
+    hopper_kernel[grid](
+        *args,
+        lse,
+        1.0 if cap else scale * LOG2E,
+        2.0 * scale / cap * LOG2E if cap else 0.0,
+        cap * LOG2E,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *o.stride(),
+        H,
+        H // k.shape[1],
+        n_q,
+        n_k,
+        d,
+        num_m,
+        BLOCK_D=bd,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        CAUSAL=causal,
+        WINDOW=window,
+        SOFT_CAP=cap > 0,
+        TMA=tma,
+        HOST_DESC=host,
+        SPLIT="causal_split" in st,
+        FAST="softmax_fma" in st,
+        LPT=lpt,
+        WS="warp_specialize" in st,
+        UPCAST=interp or fp32,
+        IEEE=interp or fp32,
+        **kw,
+    )
     same_tiles = "big_tiles" in st and launch_config(d, causal, st - {"big_tiles"}, **given)["block_n"] == bn
-    off = {"tma": "tma" in st and not tma, "lpt_order": "lpt_order" in st and not lpt,
-           "big_tiles": same_tiles, "warp_specialize": "warp_specialize" in st and interp}
-    return {"inactive": _ordered({s for s, yes in off.items() if yes}),
-            "descriptors": (descriptors if tma else None), "config": cfg}
-
+    off = {
+        "tma": "tma" in st and not tma,
+        "lpt_order": "lpt_order" in st and not lpt,
+        "big_tiles": same_tiles,
+        "warp_specialize": "warp_specialize" in st and interp,
+    }
+    return {
+        "inactive": _ordered({s for s, yes in off.items() if yes}),
+        "descriptors": (descriptors if tma else None),
+        "config": cfg,
+    }

@@ -9,6 +9,7 @@ TMA can address the tensors, and which errors mean "this step does not compile h
 Nothing here launches a kernel; `kernels.hopper` does, and decides what to do with a step that
 raises one of COMPILE_ERRORS.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,16 +32,32 @@ def parse_steps(steps) -> frozenset:
     if steps is None:
         return frozenset(DEFAULT_STEPS)
     if isinstance(steps, str) or not all(isinstance(s, str) for s in steps):
-        raise TypeError(f"steps must be None or a tuple / set of step names from {HOPPER_STEPS}, "
-                        f"got {steps!r}")
+        raise TypeError(
+            f"steps must be None or a tuple / set of step names from {HOPPER_STEPS}, got {steps!r}"
+        )
     bad = sorted(set(steps) - set(HOPPER_STEPS))
     if bad:
         raise ValueError(f"unknown steps {bad}; valid: {', '.join(HOPPER_STEPS)}")
     return frozenset(steps)
 
 
-def check_args(q, k, v, causal, scale, return_lse, block_m, block_n, num_warps, num_stages, out,
-               descriptors, soft_cap, window, default_descriptors):
+def check_args(
+    q,
+    k,
+    v,
+    causal,
+    scale,
+    return_lse,
+    block_m,
+    block_n,
+    num_warps,
+    num_stages,
+    out,
+    descriptors,
+    soft_cap,
+    window,
+    default_descriptors,
+):
     """Refuse, by name, what flash_attention_hopper cannot take (`kernels.common`'s checks: flags
     are bools, scale a finite real > 0, blocks powers of two in [16, 256], num_warps in 1-16,
     num_stages in 1-8). Returns the resolved arguments as a dict: causal (a window implies it),
@@ -55,20 +72,39 @@ def check_args(q, k, v, causal, scale, return_lse, block_m, block_n, num_warps, 
         descriptors = default_descriptors(causal)
     choice("descriptors", descriptors, ("device", "host"))
     scale = as_scale(scale, q.shape[3])
-    launch = {"block_m": as_block("block_m", block_m), "block_n": as_block("block_n", block_n),
-              "num_warps": as_warps(num_warps), "num_stages": as_stages(num_stages)}
+    launch = {
+        "block_m": as_block("block_m", block_m),
+        "block_n": as_block("block_n", block_n),
+        "num_warps": as_warps(num_warps),
+        "num_stages": as_stages(num_stages),
+    }
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+    elif (
+        not isinstance(out, torch.Tensor)
+        or out.shape != q.shape
+        or out.dtype != q.dtype
+        or out.device != q.device
+    ):
         raise ValueError(f"out must be a {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")
     for name, t in (("k", k), ("v", v)):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put q, k, v on one device")
     if not interpreting() and q.device.type != "cuda":
-        raise ValueError(f"q, k, v are on {q.device}: the compiled kernel needs CUDA tensors "
-                         "(set TRITON_INTERPRET=1 before importing triton to run it on a CPU)")
-    return {"causal": causal, "return_lse": return_lse, "scale": scale, "cap": cap, "window": window,
-            "descriptors": descriptors, "out": out, "launch": launch}
+        raise ValueError(
+            f"q, k, v are on {q.device}: the compiled kernel needs CUDA tensors "
+            "(set TRITON_INTERPRET=1 before importing triton to run it on a CPU)"
+        )
+    return {
+        "causal": causal,
+        "return_lse": return_lse,
+        "scale": scale,
+        "cap": cap,
+        "window": window,
+        "descriptors": descriptors,
+        "out": out,
+        "launch": launch,
+    }
 
 
 def tma_ok(*tensors) -> bool:
@@ -86,8 +122,11 @@ def compile_errors() -> tuple:
     failed", CompilationError), shared memory or registers beyond the SM's (OutOfResources), and
     the interpreter's own error. Anything else (bad input) is not a reason to drop a step."""
     errs = [RuntimeError]
-    for mod, name in (("triton.compiler.errors", "CompilationError"), ("triton.runtime.errors", "OutOfResources"),
-                      ("triton.runtime.interpreter", "InterpreterError")):
+    for mod, name in (
+        ("triton.compiler.errors", "CompilationError"),
+        ("triton.runtime.errors", "OutOfResources"),
+        ("triton.runtime.interpreter", "InterpreterError"),
+    ):
         try:
             errs.append(getattr(__import__(mod, fromlist=[name]), name))
         except (ImportError, AttributeError):

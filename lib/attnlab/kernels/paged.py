@@ -41,6 +41,7 @@ checks of `kernels.common`), chooses the launch (`launch_choices`, from the rule
 chose in `kernels.tuning`: `split_from_lengths`, `auto_splits`, `auto_launch`), and launches.
 `paged_span`, the gather loop, is shared with `kernels.scheduled`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,26 +51,51 @@ import triton.language as tl
 
 from attnlab.validate import as_bool
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import (LOG2E, as_block, as_count, as_scale, as_stages, as_warps, check_paged,
-                                    dot, finish, merge_splits_kernel, online_update)
+from attnlab.kernels.common import (
+    LOG2E,
+    as_block,
+    as_count,
+    as_scale,
+    as_stages,
+    as_warps,
+    check_paged,
+    dot,
+    finish,
+    merge_splits_kernel,
+    online_update,
+)
 from attnlab.kernels.decode import check_workspace, workspace
 from attnlab.kernels.tuning import MIN_CHUNK, auto_launch, auto_splits, split_from_lengths
 
-__all__ = ["paged_decode", "paged_span", "launch_choices", "choose_splits", "request_lengths", "longest_first"]
+__all__ = [
+    "paged_decode",
+    "paged_span",
+    "launch_choices",
+    "choose_splits",
+    "request_lengths",
+    "longest_first",
+]
 
-_LENGTHS: dict = {}          # page table (storage, version) -> its lengths; a few recent tables
+_LENGTHS: dict = {}  # page table (storage, version) -> its lengths; a few recent tables
 
 
 def _read(kv_indptr, kv_last_page_len, page_size: int):
-    key = (kv_indptr.device, kv_indptr.data_ptr(), kv_indptr._version, kv_indptr.numel(),
-           kv_last_page_len.data_ptr(), kv_last_page_len._version, page_size)
+    key = (
+        kv_indptr.device,
+        kv_indptr.data_ptr(),
+        kv_indptr._version,
+        kv_indptr.numel(),
+        kv_last_page_len.data_ptr(),
+        kv_last_page_len._version,
+        page_size,
+    )
     if key in _LENGTHS:
         return _LENGTHS[key]
     if kv_indptr.is_cuda and torch.cuda.is_current_stream_capturing():
         return None, None
     indptr = kv_indptr.to("cpu", torch.int64).numpy()
     lengths = (indptr[1:] - indptr[:-1] - 1) * page_size + kv_last_page_len.to("cpu", torch.int64).numpy()
-    lengths = lengths.clip(0)                         # a request of no pages has no tokens
+    lengths = lengths.clip(0)  # a request of no pages has no tokens
     order = np.argsort(-lengths, kind="stable").astype(np.int32)
     order = None if (np.diff(lengths) <= 0).all() else torch.from_numpy(order).to(kv_indptr.device)
     if len(_LENGTHS) >= 64:
@@ -92,8 +118,17 @@ def longest_first(kv_indptr, kv_last_page_len, page_size: int):
     return _read(kv_indptr, kv_last_page_len, page_size)[1]
 
 
-def choose_splits(batch: int, kv_heads: int, kv_indptr, kv_indices, kv_last_page_len, page_size: int,
-                  device, *, block_n: int | None = None) -> dict:
+def choose_splits(
+    batch: int,
+    kv_heads: int,
+    kv_indptr,
+    kv_indices,
+    kv_last_page_len,
+    page_size: int,
+    device,
+    *,
+    block_n: int | None = None,
+) -> dict:
     """What `paged_decode(splits=None)` launches with: {"splits", "min_chunk", "rule"}, rule
     "lengths" (`split_from_lengths` over `request_lengths`) or "shapes" (`auto_splits` with the
     longest request the pool can hold: inside a capture of a table not read before)."""
@@ -102,16 +137,41 @@ def choose_splits(batch: int, kv_heads: int, kv_indptr, kv_indices, kv_last_page
     if lengths is None:
         longest = page_size * (kv_indices.numel() - batch + 1)
         min_chunk = small or MIN_CHUNK
-        return {"splits": auto_splits(batch, kv_heads, longest, device, min_chunk=min_chunk),
-                "min_chunk": min_chunk, "rule": "shapes"}
+        return {
+            "splits": auto_splits(batch, kv_heads, longest, device, min_chunk=min_chunk),
+            "min_chunk": min_chunk,
+            "rule": "shapes",
+        }
     kw = {"min_chunk": small, "small_chunk": small} if small else {}
     splits, chunk = split_from_lengths(lengths, kv_heads, device, **kw)
     return {"splits": splits, "min_chunk": chunk, "rule": "lengths"}
 
+
 @triton.jit
-def paged_span(q, m_i, l_i, acc, k_head, v_head, pages, start, end, qk_scale,
-               s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-               UPCAST: tl.constexpr, IEEE: tl.constexpr, PREFETCH: tl.constexpr):
+def paged_span(
+    q,
+    m_i,
+    l_i,
+    acc,
+    k_head,
+    v_head,
+    pages,
+    start,
+    end,
+    qk_scale,
+    s_kp,
+    s_ks,
+    s_vp,
+    s_vs,
+    dk,
+    dv,
+    d_ok,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
     """Fold keys start:end of one request into the running state (m_i, l_i, acc) of the query
     rows q, reading K and V of one KV head (k_head, v_head) through the request's page list
     `pages` (its slice of kv_indices). Token pos sits in page pages[pos // PAGE_SIZE], slot
@@ -128,13 +188,19 @@ def paged_span(q, m_i, l_i, acc, k_head, v_head, pages, start, end, qk_scale,
         if not PREFETCH:
             page = tl.load(pages + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
         slot = pos % PAGE_SIZE
-        kt = tl.load((k_head + page * s_kp + slot * s_ks)[None, :] + dk[:, None],
-                     mask=ok[None, :] & d_ok[:, None], other=0.0)
+        kt = tl.load(
+            (k_head + page * s_kp + slot * s_ks)[None, :] + dk[:, None],
+            mask=ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
         if UPCAST:
             kt = kt.to(tl.float32)
         s = tl.where(ok[None, :], dot(q, kt, IEEE) * qk_scale, float("-inf"))
-        v = tl.load((v_head + page * s_vp + slot * s_vs)[:, None] + dv[None, :],
-                    mask=ok[:, None] & d_ok[None, :], other=0.0)
+        v = tl.load(
+            (v_head + page * s_vp + slot * s_vs)[:, None] + dv[None, :],
+            mask=ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
         if PREFETCH:
             nxt = pos + BLOCK_N
             page = tl.load(pages + nxt // PAGE_SIZE, mask=nxt < end, other=0).to(tl.int64)
@@ -145,16 +211,47 @@ def paged_span(q, m_i, l_i, acc, k_head, v_head, pages, start, end, qk_scale,
 
 
 @triton.jit
-def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, ORDER, qk_scale,
-                        s_qb, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd,
-                        SPLITS, MIN_CHUNK, KV_HEADS, GROUP, HEAD_DIM,
-                        PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_D: tl.constexpr, D_CONTIG: tl.constexpr, UPCAST: tl.constexpr,
-                        IEEE: tl.constexpr, PREFETCH: tl.constexpr, ORDERED: tl.constexpr):
+def _paged_split_kernel(
+    Q,
+    K,
+    V,
+    OP,
+    LP,
+    INDPTR,
+    INDICES,
+    LAST,
+    ORDER,
+    qk_scale,
+    s_qb,
+    s_qh,
+    s_qd,
+    s_kp,
+    s_ks,
+    s_kh,
+    s_kd,
+    s_vp,
+    s_vs,
+    s_vh,
+    s_vd,
+    SPLITS,
+    MIN_CHUNK,
+    KV_HEADS,
+    GROUP,
+    HEAD_DIM,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    D_CONTIG: tl.constexpr,
+    UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    ORDERED: tl.constexpr,
+):
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = pid_bh // KV_HEADS
-    if ORDERED:                                       # the longest requests' blocks start first
+    if ORDERED:  # the longest requests' blocks start first
         b = tl.load(ORDER + b)
     b = b.to(tl.int64)
     hk = pid_bh % KV_HEADS
@@ -162,40 +259,76 @@ def _paged_split_kernel(Q, K, V, OP, LP, INDPTR, INDICES, LAST, ORDER, qk_scale,
     offs_d = tl.arange(0, BLOCK_D)
     g_ok = offs_g < GROUP
     d_ok = offs_d < HEAD_DIM
-    if D_CONTIG:                                      # unit stride along d: vector loads
+    if D_CONTIG:  # unit stride along d: vector loads
         dq, dk, dv = offs_d, offs_d, offs_d
     else:
         dq, dk, dv = offs_d * s_qd, offs_d * s_kd, offs_d * s_vd
     heads = hk * GROUP + offs_g
-    q = tl.load(Q + b * s_qb + heads[:, None] * s_qh + dq[None, :],
-                mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+    q = tl.load(
+        Q + b * s_qb + heads[:, None] * s_qh + dq[None, :], mask=g_ok[:, None] & d_ok[None, :], other=0.0
+    )
     if UPCAST:
         q = q.to(tl.float32)
     # this request's pages and length, read from the page table on the GPU
     first = tl.load(INDPTR + b)
     n_pages = tl.load(INDPTR + b + 1) - first
     length = (n_pages - 1) * PAGE_SIZE + tl.load(LAST + b)
-    splits = tl.maximum(tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK)), 1)   # 1 even if length < 1
-    chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N      # whole tiles
+    splits = tl.maximum(tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK)), 1)  # 1 even if length < 1
+    chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N  # whole tiles
     start = pid_s * chunk
-    end = tl.minimum(start + chunk, length)           # start >= end: an empty split
+    end = tl.minimum(start + chunk, length)  # start >= end: an empty split
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-    m_i, l_i, acc = paged_span(q, m_i, l_i, acc, K + hk * s_kh, V + hk * s_vh, INDICES + first, start, end,
-                               qk_scale, s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE, BLOCK_N,
-                               UPCAST, IEEE, PREFETCH)
-    o, lse = finish(acc, m_i, l_i)                    # an empty split: o = 0, lse = -inf
-    row = (b * KV_HEADS * GROUP + heads) * SPLITS + pid_s           # partial state index
+    m_i, l_i, acc = paged_span(
+        q,
+        m_i,
+        l_i,
+        acc,
+        K + hk * s_kh,
+        V + hk * s_vh,
+        INDICES + first,
+        start,
+        end,
+        qk_scale,
+        s_kp,
+        s_ks,
+        s_vp,
+        s_vs,
+        dk,
+        dv,
+        d_ok,
+        PAGE_SIZE,
+        BLOCK_N,
+        UPCAST,
+        IEEE,
+        PREFETCH,
+    )
+    o, lse = finish(acc, m_i, l_i)  # an empty split: o = 0, lse = -inf
+    row = (b * KV_HEADS * GROUP + heads) * SPLITS + pid_s  # partial state index
     tl.store(OP + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=g_ok[:, None] & d_ok[None, :])
     tl.store(LP + row, lse, mask=g_ok)
 
 
-def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, page_size: int,
-                 splits: int | None = None, scale: float | None = None, out=None,
-                 return_lse: bool = False, block_n: int | None = None,
-                 num_warps: int | None = None, num_stages: int | None = None, ws: dict | None = None,
-                 prefetch: bool | None = None):
+def paged_decode(
+    q,
+    k_pool,
+    v_pool,
+    kv_indptr,
+    kv_indices,
+    kv_last_page_len,
+    *,
+    page_size: int,
+    splits: int | None = None,
+    scale: float | None = None,
+    out=None,
+    return_lse: bool = False,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    ws: dict | None = None,
+    prefetch: bool | None = None,
+):
     """Decode attention of one new query per head over a paged KV cache.
 
     q (batch, q_heads, d); k_pool, v_pool NHD (pages, page_size, kv_heads, d), any strides; the
@@ -209,68 +342,183 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, *, 
     Returns o (batch, q_heads, d) in q's dtype, or (o, lse) with lse float32 (batch, q_heads),
     natural log.
     """
-    a = _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size, splits, scale, out,
-               return_lse, block_n, num_warps, num_stages, ws, prefetch)
+    a = _check(
+        q,
+        k_pool,
+        v_pool,
+        kv_indptr,
+        kv_indices,
+        kv_last_page_len,
+        page_size,
+        splits,
+        scale,
+        out,
+        return_lse,
+        block_n,
+        num_warps,
+        num_stages,
+        ws,
+        prefetch,
+    )
     B, hq, d, hkv, page_size = a["B"], a["hq"], a["d"], a["hkv"], a["page_size"]
-    go = launch_choices(B, hkv, kv_indptr, kv_indices, kv_last_page_len, page_size, q.device, splits=a["splits"],
-                        block_n=a["block_n"], num_warps=a["num_warps"], num_stages=a["num_stages"],
-                        prefetch=a["prefetch"])
+    go = launch_choices(
+        B,
+        hkv,
+        kv_indptr,
+        kv_indices,
+        kv_last_page_len,
+        page_size,
+        q.device,
+        splits=a["splits"],
+        block_n=a["block_n"],
+        num_warps=a["num_warps"],
+        num_stages=a["num_stages"],
+        prefetch=a["prefetch"],
+    )
     splits = go["splits"]
-    ws = workspace(B, hq, d, splits, q.device) if ws is None else check_workspace(ws, B, hq, d, splits, q.device)
+    ws = (
+        workspace(B, hq, d, splits, q.device)
+        if ws is None
+        else check_workspace(ws, B, hq, d, splits, q.device)
+    )
     out = torch.empty((B, hq, d), dtype=q.dtype, device=q.device) if out is None else out
     interp = interpreting()
     block_d = max(16, triton.next_power_of_2(d))
     kw = {} if interp else {"num_warps": go["num_warps"], "num_stages": go["num_stages"]}
-    one = splits == 1                                  # the first stage writes the answer itself
+    one = splits == 1  # the first stage writes the answer itself
     lse = ws["lp"] if one else ws["lse"]
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds to nearest): there the kernels
     # write fp32 and torch rounds
-    dst = torch.empty(out.shape, dtype=torch.float32, device=q.device) if interp and q.dtype == torch.bfloat16 else out
+    dst = (
+        torch.empty(out.shape, dtype=torch.float32, device=q.device)
+        if interp and q.dtype == torch.bfloat16
+        else out
+    )
     fp32 = q.dtype == torch.float32
     order = go["order"]
     _paged_split_kernel[(B * hkv, splits)](
-        q, k_pool, v_pool, dst if one else ws["op"], ws["lp"], kv_indptr, kv_indices,
-        kv_last_page_len, kv_indptr if order is None else order, a["scale"] * LOG2E, *q.stride(), *k_pool.stride(),
-        *v_pool.stride(), splits, go["min_chunk"], hkv, hq // hkv, d,
-        PAGE_SIZE=page_size, BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=go["block_n"],
-        BLOCK_D=block_d, D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
-        UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=go["prefetch"], ORDERED=order is not None, **kw)
+        q,
+        k_pool,
+        v_pool,
+        dst if one else ws["op"],
+        ws["lp"],
+        kv_indptr,
+        kv_indices,
+        kv_last_page_len,
+        kv_indptr if order is None else order,
+        a["scale"] * LOG2E,
+        *q.stride(),
+        *k_pool.stride(),
+        *v_pool.stride(),
+        splits,
+        go["min_chunk"],
+        hkv,
+        hq // hkv,
+        d,
+        PAGE_SIZE=page_size,
+        BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)),
+        BLOCK_N=go["block_n"],
+        BLOCK_D=block_d,
+        D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
+        UPCAST=interp or fp32,
+        IEEE=interp or fp32,
+        PREFETCH=go["prefetch"],
+        ORDERED=order is not None,
+        **kw,
+    )
     if not one:
-        merge_splits_kernel[(B * hq,)](ws["op"], ws["lp"], dst, lse, splits, d,
-                                       BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d,
-                                       **({} if interp else {"num_warps": 4}))
+        merge_splits_kernel[(B * hq,)](
+            ws["op"],
+            ws["lp"],
+            dst,
+            lse,
+            splits,
+            d,
+            BLOCK_S=triton.next_power_of_2(splits),
+            BLOCK_D=block_d,
+            **({} if interp else {"num_warps": 4}),
+        )
     if dst is not out:
         out.copy_(dst)
     return (out, lse.view(B, hq)) if a["return_lse"] else out
 
 
-def _check(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size, splits, scale, out,
-           return_lse, block_n, num_warps, num_stages, ws, prefetch) -> dict:
+def _check(
+    q,
+    k_pool,
+    v_pool,
+    kv_indptr,
+    kv_indices,
+    kv_last_page_len,
+    page_size,
+    splits,
+    scale,
+    out,
+    return_lse,
+    block_n,
+    num_warps,
+    num_stages,
+    ws,
+    prefetch,
+) -> dict:
     """paged_decode's arguments, each refused by name (`kernels.common`'s checks) before anything is
     read from the table or launched; the resolved ones as a dict. The workspace's shapes depend on
     the split chosen, so `check_workspace` checks them once it is."""
-    B, hq, d, hkv, page_size = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    B, hq, d, hkv, page_size = check_paged(
+        q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size
+    )
     if splits is not None:
-        longest = page_size * (kv_indices.numel() - B + 1)        # no request of this table is longer
+        longest = page_size * (kv_indices.numel() - B + 1)  # no request of this table is longer
         splits = as_count("splits", splits)
         if not 1 <= splits <= longest:
-            raise ValueError(f"splits={splits} is out of range; valid: 1 <= splits <= {longest} (the "
-                             f"longest request {kv_indices.numel()} pages can hold), or None")
-    if out is not None and (not isinstance(out, torch.Tensor) or out.shape != (B, hq, d) or out.dtype != q.dtype
-                            or out.device != q.device or not out.is_contiguous()):
+            raise ValueError(
+                f"splits={splits} is out of range; valid: 1 <= splits <= {longest} (the "
+                f"longest request {kv_indices.numel()} pages can hold), or None"
+            )
+    if out is not None and (
+        not isinstance(out, torch.Tensor)
+        or out.shape != (B, hq, d)
+        or out.dtype != q.dtype
+        or out.device != q.device
+        or not out.is_contiguous()
+    ):
         raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {(B, hq, d)} on {q.device}")
     if ws is not None and not isinstance(ws, dict):
-        raise TypeError(f"ws must be a dict from kernels.decode.workspace(batch, q_heads, d, splits, device), "
-                        f"got {type(ws).__name__}")
-    return {"B": B, "hq": hq, "d": d, "hkv": hkv, "page_size": page_size, "splits": splits,
-            "scale": as_scale(scale, d), "return_lse": as_bool("return_lse", return_lse),
-            "block_n": as_block("block_n", block_n), "num_warps": as_warps(num_warps),
-            "num_stages": as_stages(num_stages),
-            "prefetch": None if prefetch is None else as_bool("prefetch", prefetch)}
+        raise TypeError(
+            f"ws must be a dict from kernels.decode.workspace(batch, q_heads, d, splits, device), "
+            f"got {type(ws).__name__}"
+        )
+    return {
+        "B": B,
+        "hq": hq,
+        "d": d,
+        "hkv": hkv,
+        "page_size": page_size,
+        "splits": splits,
+        "scale": as_scale(scale, d),
+        "return_lse": as_bool("return_lse", return_lse),
+        "block_n": as_block("block_n", block_n),
+        "num_warps": as_warps(num_warps),
+        "num_stages": as_stages(num_stages),
+        "prefetch": None if prefetch is None else as_bool("prefetch", prefetch),
+    }
 
 
-def launch_choices(batch: int, kv_heads: int, kv_indptr, kv_indices, kv_last_page_len, page_size: int, device,
-                   *, splits=None, block_n=None, num_warps=None, num_stages=None, prefetch=None) -> dict:
+def launch_choices(
+    batch: int,
+    kv_heads: int,
+    kv_indptr,
+    kv_indices,
+    kv_last_page_len,
+    page_size: int,
+    device,
+    *,
+    splits=None,
+    block_n=None,
+    num_warps=None,
+    num_stages=None,
+    prefetch=None,
+) -> dict:
     """What `paged_decode` launches with, for checked arguments: {"splits", "min_chunk", "order",
     "block_n", "num_warps", "num_stages", "prefetch"}. splits=None: `choose_splits` (the read
     that chose the split also sorted the requests, longest first, when the lengths rule chose);
@@ -278,16 +526,21 @@ def launch_choices(batch: int, kv_heads: int, kv_indptr, kv_indices, kv_last_pag
     rest, where None, from `kernels.tuning.auto_launch` (num_warps 4)."""
     order = None
     if splits is None:
-        auto = choose_splits(batch, kv_heads, kv_indptr, kv_indices, kv_last_page_len, page_size, device,
-                             block_n=block_n)
+        auto = choose_splits(
+            batch, kv_heads, kv_indptr, kv_indices, kv_last_page_len, page_size, device, block_n=block_n
+        )
         splits, min_chunk = auto["splits"], auto["min_chunk"]
         if auto["rule"] == "lengths":
             order = longest_first(kv_indptr, kv_last_page_len, page_size)
     else:
-        min_chunk = 1                                  # as asked: `splits` chunks per request
+        min_chunk = 1  # as asked: `splits` chunks per request
     auto = auto_launch(batch * kv_heads * splits, page_size, device)
-    return {"splits": splits, "min_chunk": min_chunk, "order": order,
-            "block_n": auto["block_n"] if block_n is None else block_n,
-            "num_warps": 4 if num_warps is None else num_warps,
-            "num_stages": auto["num_stages"] if num_stages is None else num_stages,
-            "prefetch": auto["prefetch"] if prefetch is None else prefetch}
+    return {
+        "splits": splits,
+        "min_chunk": min_chunk,
+        "order": order,
+        "block_n": auto["block_n"] if block_n is None else block_n,
+        "num_warps": 4 if num_warps is None else num_warps,
+        "num_stages": auto["num_stages"] if num_stages is None else num_stages,
+        "prefetch": auto["prefetch"] if prefetch is None else prefetch,
+    }

@@ -28,6 +28,7 @@ as in `kernels.paged`. What it leaves out on purpose: prefill items (l_qo > 1), 
 
 The decoder's launch choices (block_n) come from `kernels.tuning.auto_block_n`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,13 +38,19 @@ import triton
 from attnlab.validate import as_bool, as_int
 from attnlab.machine.schedule import Plan, Workspace, fixed_size_workspace
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import (DTYPES, LOG2E, as_block, as_scale, as_stages, as_warps,
-                                    check_paged)
-from attnlab.kernels.scheduled_kernels import (MERGE_WARPS, check_fit, merge_items_kernel, merge_slots, routes,
-                                               scheduled_kernel)
+from attnlab.kernels.common import DTYPES, LOG2E, as_block, as_scale, as_stages, as_warps, check_paged
+from attnlab.kernels.scheduled_kernels import (
+    MERGE_WARPS,
+    check_fit,
+    merge_items_kernel,
+    merge_slots,
+    routes,
+    scheduled_kernel,
+)
 from attnlab.kernels.tuning import auto_block_n
 
 __all__ = ["ScheduledDecoder", "scheduled_decode", "merge_slots"]
+
 
 class ScheduledDecoder:
     """Static buffers and the two launches of the plan-driven decode; one CUDA graph for all batches.
@@ -62,12 +69,30 @@ class ScheduledDecoder:
     next load + run overwrites it); `lse` is the matching (batch, q_heads) float32 view, natural log.
     """
 
-    def __init__(self, max_batch: int, q_heads: int, kv_heads: int, head_dim: int, max_ctas: int,
-                 max_items: int, max_pages: int, page_size: int, dtype=torch.bfloat16, device="cuda", *,
-                 max_outputs: int | None = None, scale: float | None = None, block_n: int | None = None,
-                 num_warps: int | None = None, num_stages: int | None = None, prefetch: bool | None = None,
-                 fused_merge: bool = False):
-        self.prefetch = False if prefetch is None else as_bool("prefetch", prefetch)   # as measured on the H200
+    def __init__(
+        self,
+        max_batch: int,
+        q_heads: int,
+        kv_heads: int,
+        head_dim: int,
+        max_ctas: int,
+        max_items: int,
+        max_pages: int,
+        page_size: int,
+        dtype=torch.bfloat16,
+        device="cuda",
+        *,
+        max_outputs: int | None = None,
+        scale: float | None = None,
+        block_n: int | None = None,
+        num_warps: int | None = None,
+        num_stages: int | None = None,
+        prefetch: bool | None = None,
+        fused_merge: bool = False,
+    ):
+        self.prefetch = (
+            False if prefetch is None else as_bool("prefetch", prefetch)
+        )  # as measured on the H200
         self.fused_merge = as_bool("fused_merge", fused_merge)
         self.max_batch = as_int("max_batch", max_batch, 1, None)
         self.q_heads = as_int("q_heads", q_heads, 1, None)
@@ -79,11 +104,18 @@ class ScheduledDecoder:
         self.max_items = as_int("max_items", max_items, 1, None)
         self.max_pages = as_int("max_pages", max_pages, 1, None)
         self.page_size = as_int("page_size", page_size, 1, None)
-        self.max_outputs = (self.max_batch * self.q_heads if max_outputs is None
-                            else as_int("max_outputs", max_outputs, 1, None))
+        self.max_outputs = (
+            self.max_batch * self.q_heads
+            if max_outputs is None
+            else as_int("max_outputs", max_outputs, 1, None)
+        )
         if dtype not in DTYPES:
             raise TypeError(f"dtype={dtype} is not supported; valid: float16, bfloat16, float32")
-        block_n, num_warps, num_stages = as_block("block_n", block_n), as_warps(num_warps), as_stages(num_stages)
+        block_n, num_warps, num_stages = (
+            as_block("block_n", block_n),
+            as_warps(num_warps),
+            as_stages(num_stages),
+        )
         self.dtype, self.group = dtype, self.q_heads // self.kv_heads
         self.scale = as_scale(scale, self.head_dim)
         dev = torch.device(device)
@@ -94,34 +126,46 @@ class ScheduledDecoder:
         self.kv_indices = torch.zeros(self.max_pages, **i32)
         self.kv_last_page_len = torch.ones(B, **i32)
         # the plan's arrays, views of one int32 buffer that `load` fills with one copy
-        shapes = {"items": (self.max_ctas, self.max_items, 6), "count": (self.max_ctas,),
-                  "merge_indptr": (self.max_outputs + 1,), "merge_slots": (slots,),
-                  "merge_out": (self.max_outputs, 4),
-                  "direct": (slots,),                    # 1: the slot is its output's only item
-                  "multi": (self.max_outputs,),          # the outputs of two or more items
-                  "num_multi": (1,),
-                  "owner": (slots,)}                     # the output of the slot's item (fused merge)
+        shapes = {
+            "items": (self.max_ctas, self.max_items, 6),
+            "count": (self.max_ctas,),
+            "merge_indptr": (self.max_outputs + 1,),
+            "merge_slots": (slots,),
+            "merge_out": (self.max_outputs, 4),
+            "direct": (slots,),  # 1: the slot is its output's only item
+            "multi": (self.max_outputs,),  # the outputs of two or more items
+            "num_multi": (1,),
+            "owner": (slots,),
+        }  # the output of the slot's item (fused merge)
         sizes = {k: int(np.prod(v)) for k, v in shapes.items()}
-        self._plan_buf = torch.zeros(sum(sizes.values()), **i32)     # no items until a load
+        self._plan_buf = torch.zeros(sum(sizes.values()), **i32)  # no items until a load
         self._plan_at, at = {}, 0
         for k, shape in shapes.items():
             self._plan_at[k] = slice(at, at + sizes[k])
-            setattr(self, k, self._plan_buf[at:at + sizes[k]].view(shape))
+            setattr(self, k, self._plan_buf[at : at + sizes[k]].view(shape))
             at += sizes[k]
-        self.done = torch.zeros(self.max_outputs, **i32)   # fused merge: items of each output finished
-        self.o_partial = torch.zeros((slots * self.group, d), **f32)   # slot s, packed row r: s*group + r
+        self.done = torch.zeros(self.max_outputs, **i32)  # fused merge: items of each output finished
+        self.o_partial = torch.zeros((slots * self.group, d), **f32)  # slot s, packed row r: s*group + r
         self.lse_partial = torch.zeros(slots * self.group, **f32)
         self.out = torch.zeros((B, hq, d), dtype=dtype, device=dev)
         self.lse_out = torch.zeros((B, hq), **f32)
         self.device = self.out.device
         self.interp = interpreting()
         # the interpreter casts fp32 to bf16 by truncation (a GPU rounds): there the merge writes fp32
-        self._dst = self.out if not (self.interp and dtype == torch.bfloat16) else torch.zeros((B, hq, d), **f32)
+        self._dst = (
+            self.out if not (self.interp and dtype == torch.bfloat16) else torch.zeros((B, hq, d), **f32)
+        )
         self._pool_shape = torch.empty(1, dtype=dtype, device=dev).expand(
-            self.max_pages, self.page_size, self.kv_heads, d)       # for _check: shapes, no memory
+            self.max_pages, self.page_size, self.kv_heads, d
+        )  # for _check: shapes, no memory
         self.block_n = block_n or auto_block_n(self.max_ctas, dev)
-        self.merge_s = 8 if self.interp else merge_slots(triton.next_power_of_2(self.group),
-                                                         max(16, triton.next_power_of_2(self.head_dim)))
+        self.merge_s = (
+            8
+            if self.interp
+            else merge_slots(
+                triton.next_power_of_2(self.group), max(16, triton.next_power_of_2(self.head_dim))
+            )
+        )
         self._kw = {} if self.interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}
         # the fused merge runs in kernel 1's warps: its slots per step scaled to keep MERGE_ELEMENTS a warp
         self.merge_s_fused = max(1, self.merge_s * self._kw.get("num_warps", MERGE_WARPS) // MERGE_WARPS)
@@ -133,10 +177,13 @@ class ScheduledDecoder:
         q (batch, q_heads, head_dim) and the int32 page table on this decoder's device. Checks
         the table's contents and that the plan covers it when they are on the CPU."""
         if isinstance(kv_indices, torch.Tensor) and kv_indices.numel() > self.max_pages:
-            raise ValueError(f"kv_indices has {kv_indices.numel()} pages; valid: <= max_pages={self.max_pages}")
-        try:                                           # the pool as this decoder sees it: max_pages pages
-            B, hq, d, _, _ = check_paged(q, self._pool_shape, self._pool_shape, kv_indptr, kv_indices,
-                                         kv_last_page_len, self.page_size)
+            raise ValueError(
+                f"kv_indices has {kv_indices.numel()} pages; valid: <= max_pages={self.max_pages}"
+            )
+        try:  # the pool as this decoder sees it: max_pages pages
+            B, hq, d, _, _ = check_paged(
+                q, self._pool_shape, self._pool_shape, kv_indptr, kv_indices, kv_last_page_len, self.page_size
+            )
         except ValueError as e:
             raise ValueError(f"{e} (the pool: this decoder's max_pages={self.max_pages})") from None
         if q.device != self.device:
@@ -151,8 +198,10 @@ class ScheduledDecoder:
             ws = plan
             want = (self.max_ctas, self.max_items, self.max_outputs)
             if (ws.max_ctas, ws.max_items, ws.max_outputs) != want:
-                raise ValueError(f"the workspace has (max_ctas, max_items, max_outputs) = "
-                                 f"{(ws.max_ctas, ws.max_items, ws.max_outputs)}; this decoder's are {want}")
+                raise ValueError(
+                    f"the workspace has (max_ctas, max_items, max_outputs) = "
+                    f"{(ws.max_ctas, ws.max_items, ws.max_outputs)}; this decoder's are {want}"
+                )
         else:
             raise TypeError(f"plan must be a schedule.Plan or schedule.Workspace, got {type(plan).__name__}")
         lengths = None
@@ -160,20 +209,28 @@ class ScheduledDecoder:
             indptr = kv_indptr.numpy().astype(np.int64)
             lengths = (np.diff(indptr) - 1) * self.page_size + kv_last_page_len.numpy()
         check_fit(ws, B, self.kv_heads, self.group, lengths)
-        ws.check_decode(self.group)               # a prefill plan's rows can look like a larger group
+        ws.check_decode(self.group)  # a prefill plan's rows can look like a larger group
         self.q[:B].copy_(q)
-        self.kv_indptr[:B + 1].copy_(kv_indptr)
-        self.kv_indices[:kv_indices.numel()].copy_(kv_indices)
+        self.kv_indptr[: B + 1].copy_(kv_indptr)
+        self.kv_indices[: kv_indices.numel()].copy_(kv_indices)
         self.kv_last_page_len[:B].copy_(kv_last_page_len)
         direct, multi, owner = routes(ws)
         host = np.zeros(self._plan_buf.numel(), np.int32)
-        for k, a in (("items", ws.items), ("count", ws.count), ("merge_indptr", ws.merge_indptr),
-                     ("merge_slots", ws.merge_slots), ("merge_out", ws.merge_out), ("direct", direct),
-                     ("multi", multi), ("num_multi", [multi.size]), ("owner", owner)):
+        for k, a in (
+            ("items", ws.items),
+            ("count", ws.count),
+            ("merge_indptr", ws.merge_indptr),
+            ("merge_slots", ws.merge_slots),
+            ("merge_out", ws.merge_out),
+            ("direct", direct),
+            ("multi", multi),
+            ("num_multi", [multi.size]),
+            ("owner", owner),
+        ):
             at = self._plan_at[k]
-            host[at.start:at.start + np.size(a)] = np.ravel(a)
-        self._plan_buf.copy_(torch.from_numpy(host))             # one copy to the device
-        self.done.zero_()                                         # a run cut short leaves no count
+            host[at.start : at.start + np.size(a)] = np.ravel(a)
+        self._plan_buf.copy_(torch.from_numpy(host))  # one copy to the device
+        self.done.zero_()  # a run cut short leaves no count
         self.batch, self.workspace = B, ws
 
     def _check_pools(self, k_pool, v_pool):
@@ -182,9 +239,11 @@ class ScheduledDecoder:
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
             want = (self.page_size, self.kv_heads, self.head_dim)
             if t.dim() != 4 or tuple(t.shape[1:]) != want or t.shape[0] < self.max_pages:
-                raise ValueError(f"{name} has shape {tuple(t.shape)}; valid: NHD (pages >= max_pages="
-                                 f"{self.max_pages}, page_size, kv_heads, head_dim) = (>= {self.max_pages}, "
-                                 f"{', '.join(map(str, want))})")
+                raise ValueError(
+                    f"{name} has shape {tuple(t.shape)}; valid: NHD (pages >= max_pages="
+                    f"{self.max_pages}, page_size, kv_heads, head_dim) = (>= {self.max_pages}, "
+                    f"{', '.join(map(str, want))})"
+                )
             if t.dtype != self.dtype or t.device != self.device:
                 raise ValueError(f"{name} is {t.dtype} on {t.device}; valid: {self.dtype} on {self.device}")
 
@@ -196,33 +255,81 @@ class ScheduledDecoder:
         dst = self._dst
         merge_g = triton.next_power_of_2(self.group)
         scheduled_kernel[(self.max_ctas,)](
-            q, k_pool, v_pool, self.o_partial, self.lse_partial, dst, self.lse_out, self.kv_indptr,
-            self.kv_indices, self.items, self.count, self.direct, self.scale * LOG2E, *q.stride(),
-            *k_pool.stride(), *v_pool.stride(), dst.stride(0), dst.stride(1), self.lse_out.stride(0),
-            self.max_items, self.group, self.head_dim, self.owner, self.done, self.merge_indptr, self.merge_slots,
+            q,
+            k_pool,
+            v_pool,
+            self.o_partial,
+            self.lse_partial,
+            dst,
+            self.lse_out,
+            self.kv_indptr,
+            self.kv_indices,
+            self.items,
+            self.count,
+            self.direct,
+            self.scale * LOG2E,
+            *q.stride(),
+            *k_pool.stride(),
+            *v_pool.stride(),
+            dst.stride(0),
+            dst.stride(1),
+            self.lse_out.stride(0),
+            self.max_items,
+            self.group,
+            self.head_dim,
+            self.owner,
+            self.done,
+            self.merge_indptr,
+            self.merge_slots,
             self.merge_out,
-            PAGE_SIZE=self.page_size, BLOCK_G=block_g, BLOCK_N=self.block_n, BLOCK_D=block_d,
+            PAGE_SIZE=self.page_size,
+            BLOCK_G=block_g,
+            BLOCK_N=self.block_n,
+            BLOCK_D=block_d,
             D_CONTIG=q.stride(2) == k_pool.stride(3) == v_pool.stride(3) == 1,
-            UPCAST=interp or fp32, IEEE=interp or fp32, PREFETCH=self.prefetch, FUSED=self.fused_merge,
-            MERGE_G=merge_g, MERGE_S=self.merge_s_fused, **self._kw)
+            UPCAST=interp or fp32,
+            IEEE=interp or fp32,
+            PREFETCH=self.prefetch,
+            FUSED=self.fused_merge,
+            MERGE_G=merge_g,
+            MERGE_S=self.merge_s_fused,
+            **self._kw,
+        )
         if not self.fused_merge:
             merge_items_kernel[(min(self.max_outputs, self.max_ctas),)](
-                self.o_partial, self.lse_partial, dst, self.lse_out, self.merge_indptr, self.merge_slots,
-                self.merge_out, self.multi, self.num_multi, dst.stride(0), dst.stride(1), self.lse_out.stride(0),
-                self.group, self.head_dim, BLOCK_G=merge_g, BLOCK_D=block_d, MERGE_S=self.merge_s,
-                **({} if interp else {"num_warps": MERGE_WARPS}))
+                self.o_partial,
+                self.lse_partial,
+                dst,
+                self.lse_out,
+                self.merge_indptr,
+                self.merge_slots,
+                self.merge_out,
+                self.multi,
+                self.num_multi,
+                dst.stride(0),
+                dst.stride(1),
+                self.lse_out.stride(0),
+                self.group,
+                self.head_dim,
+                BLOCK_G=merge_g,
+                BLOCK_D=block_d,
+                MERGE_S=self.merge_s,
+                **({} if interp else {"num_warps": MERGE_WARPS}),
+            )
         if dst is not self.out:
             self.out.copy_(dst)
 
     def _result(self):
         if not self.batch:
-            raise RuntimeError("nothing loaded: call load(plan, q, kv_indptr, kv_indices, kv_last_page_len) first")
-        return self.out[:self.batch]
+            raise RuntimeError(
+                "nothing loaded: call load(plan, q, kv_indptr, kv_indices, kv_last_page_len) first"
+            )
+        return self.out[: self.batch]
 
     @property
     def lse(self):
         """(batch, q_heads) float32, natural log, of the last run or replay."""
-        return self.lse_out[:self.batch]
+        return self.lse_out[: self.batch]
 
     def run(self, k_pool, v_pool):
         """Launch both kernels eagerly on the loaded batch; o (batch, q_heads, head_dim)."""
@@ -235,9 +342,11 @@ class ScheduledDecoder:
         """Record run() on these pools in a torch.cuda.CUDAGraph (warm-up run first, which also
         compiles); the graph keeps the pools' addresses, so they must stay allocated. CUDA only."""
         if self.device.type != "cuda" or self.interp:
-            raise RuntimeError("CUDA graphs need a CUDA device and compiled kernels (not TRITON_INTERPRET=1); "
-                               f"this decoder is on {self.device}{' under the interpreter' if self.interp else ''}: "
-                               "call run(k_pool, v_pool), the eager equivalent, instead")
+            raise RuntimeError(
+                "CUDA graphs need a CUDA device and compiled kernels (not TRITON_INTERPRET=1); "
+                f"this decoder is on {self.device}{' under the interpreter' if self.interp else ''}: "
+                "call run(k_pool, v_pool), the eager equivalent, instead"
+            )
         self.run(k_pool, v_pool)
         cur, side = torch.cuda.current_stream(), torch.cuda.Stream()
         side.wait_stream(cur)
@@ -254,23 +363,37 @@ class ScheduledDecoder:
     def replay(self):
         """Replay the captured graph on the currently loaded batch; o (batch, q_heads, head_dim)."""
         if self.graph is None:
-            raise RuntimeError("no graph captured: call capture(k_pool, v_pool) first (CUDA only; on a CPU "
-                               "run(k_pool, v_pool) is the eager equivalent)")
+            raise RuntimeError(
+                "no graph captured: call capture(k_pool, v_pool) first (CUDA only; on a CPU "
+                "run(k_pool, v_pool) is the eager equivalent)"
+            )
         self._result()
         self.graph.replay()
         return self._result()
 
 
-def scheduled_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, plan_or_workspace, *,
-                     page_size: int, scale: float | None = None, return_lse: bool = False,
-                     fused_merge: bool = False):
+def scheduled_decode(
+    q,
+    k_pool,
+    v_pool,
+    kv_indptr,
+    kv_indices,
+    kv_last_page_len,
+    plan_or_workspace,
+    *,
+    page_size: int,
+    scale: float | None = None,
+    return_lse: bool = False,
+    fused_merge: bool = False,
+):
     """Decode attention over a paged KV cache (FlashInfer's arrays, NHD pool, any strides), computed
     as the plan says: a schedule.Plan of this batch (packed at its own size: plan.num_ctas CTAs,
     the busiest CTA's items, its outputs) or a schedule.Workspace. Returns o (batch, q_heads, d) in
     q's dtype, or (o, lse) with lse float32 (batch, q_heads), natural log. fused_merge: as
     ScheduledDecoder's (one launch)."""
-    B, hq, d, hkv, page_size = check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
-                                           page_size)
+    B, hq, d, hkv, page_size = check_paged(
+        q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size
+    )
     return_lse = as_bool("return_lse", return_lse)
     if isinstance(plan_or_workspace, Plan):
         p = plan_or_workspace
@@ -278,10 +401,25 @@ def scheduled_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
     elif isinstance(plan_or_workspace, Workspace):
         ws = plan_or_workspace
     else:
-        raise TypeError(f"plan_or_workspace must be a schedule.Plan or schedule.Workspace, "
-                        f"got {type(plan_or_workspace).__name__}")
-    dec = ScheduledDecoder(B, hq, hkv, d, ws.max_ctas, ws.max_items, k_pool.shape[0], page_size, q.dtype,
-                           q.device, max_outputs=ws.max_outputs, scale=scale, fused_merge=fused_merge)
+        raise TypeError(
+            f"plan_or_workspace must be a schedule.Plan or schedule.Workspace, "
+            f"got {type(plan_or_workspace).__name__}"
+        )
+    dec = ScheduledDecoder(
+        B,
+        hq,
+        hkv,
+        d,
+        ws.max_ctas,
+        ws.max_items,
+        k_pool.shape[0],
+        page_size,
+        q.dtype,
+        q.device,
+        max_outputs=ws.max_outputs,
+        scale=scale,
+        fused_merge=fused_merge,
+    )
     dec.load(ws, q, kv_indptr, kv_indices, kv_last_page_len)
     o = dec.run(k_pool, v_pool)
     return (o, dec.lse) if return_lse else o

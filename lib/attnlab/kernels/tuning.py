@@ -13,6 +13,7 @@ their H200 runs (and the scheduled decoder's launch run) are recorded under data
 how each choice was reached is in docs/gpu-notes.md. Under TRITON_INTERPRET=1 every choice is small
 and fixed (fast tests).
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,9 +23,21 @@ from attnlab.kernels import interpreting
 from attnlab.kernels.common import as_block, as_stages, as_warps
 from attnlab.kernels.hopper_checks import parse_steps
 
-__all__ = ["launch_config", "default_descriptors", "gluon_default_steps", "GLUON_DEFAULT_STEPS", "auto_splits",
-           "split_from_lengths", "auto_launch", "auto_block_n", "sms", "MIN_CHUNK", "SMALL_CHUNK", "WAVES",
-           "INTERPRETER_SMS"]
+__all__ = [
+    "launch_config",
+    "default_descriptors",
+    "gluon_default_steps",
+    "GLUON_DEFAULT_STEPS",
+    "auto_splits",
+    "split_from_lengths",
+    "auto_launch",
+    "auto_block_n",
+    "sms",
+    "MIN_CHUNK",
+    "SMALL_CHUNK",
+    "WAVES",
+    "INTERPRETER_SMS",
+]
 
 #: With splits=None on a GPU no chunk is cut shorter than this many tokens (the merge costs more).
 MIN_CHUNK = 1024
@@ -50,8 +63,9 @@ def sms(device) -> int:
 
 # -- flash_attention_hopper: set by gpubench/sweeps/hopper.py, whose H200 run is
 #    data/measurements/h200-2026-12-01-hopper-steps.json (the grid of blocks x warps x stages) ------
-def launch_config(d: int, causal: bool, steps=None, *, block_m=None, block_n=None, num_warps=None,
-                  num_stages=None) -> dict:
+def launch_config(
+    d: int, causal: bool, steps=None, *, block_m=None, block_n=None, num_warps=None, num_stages=None
+) -> dict:
     """The block sizes, warps and stages `flash_attention_hopper` launches with for these steps
     (explicit arguments win; each None or as `flash_attention_hopper` takes it)."""
     st = parse_steps(steps)
@@ -64,8 +78,12 @@ def launch_config(d: int, causal: bool, steps=None, *, block_m=None, block_n=Non
         bm = 128 if d <= 128 else 64
         bn = 128 if big and d <= 128 else 64
     given = {"block_m": block_m, "block_n": block_n, "num_warps": num_warps, "num_stages": num_stages}
-    chosen = {"block_m": bm, "block_n": bn, "num_warps": 4 if d <= 64 else 8,
-              "num_stages": 3}                   # the H200 sweep: 3 stages beat 2 by 10-17 % at 128 x 128
+    chosen = {
+        "block_m": bm,
+        "block_n": bn,
+        "num_warps": 4 if d <= 64 else 8,
+        "num_stages": 3,
+    }  # the H200 sweep: 3 stages beat 2 by 10-17 % at 128 x 128
     return {name: chosen[name] if given[name] is None else given[name] for name in chosen}
 
 
@@ -80,9 +98,12 @@ def default_descriptors(causal: bool) -> str:
 #    data/measurements/h200-2026-12-03-gluon-early-k.json (every step set, causal and not) -----------
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 #: flash_attention_gluon's steps=None per (d, causal): that sweep's fastest correct set (H200, Triton 3.6).
-GLUON_DEFAULT_STEPS = {(128, False): _SPLIT + ("pingpong", "intra_overlap"),
-                       (128, True): _SPLIT + ("pingpong", "intra_overlap"),
-                       (64, False): ("lpt_order", "tma_store"), (64, True): _SPLIT + ("pingpong",)}
+GLUON_DEFAULT_STEPS = {
+    (128, False): _SPLIT + ("pingpong", "intra_overlap"),
+    (128, True): _SPLIT + ("pingpong", "intra_overlap"),
+    (64, False): ("lpt_order", "tma_store"),
+    (64, True): _SPLIT + ("pingpong",),
+}
 
 
 def gluon_default_steps(d: int, causal: bool) -> tuple:
@@ -97,8 +118,9 @@ def _pow2_up(x: int) -> int:
 
 # -- paged_decode: set by gpubench/sweeps/paged.py, whose H200 run is
 #    data/measurements/h200-2026-12-01-paged-sweep.json (splits x block_n x warps x stages) ---------
-def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK,
-                waves: int = WAVES) -> int:
+def auto_splits(
+    batch: int, kv_heads: int, longest: int, device, *, min_chunk: int = MIN_CHUNK, waves: int = WAVES
+) -> int:
     """Splits so that batch x kv_heads x splits work blocks come to about `waves` blocks per SM,
     and no chunk of a `longest`-token request is shorter than `min_chunk`. The SM count is the
     CUDA device's; under the interpreter (or on a CPU) a small fixed INTERPRETER_SMS. On an H200
@@ -112,8 +134,15 @@ def auto_splits(batch: int, kv_heads: int, longest: int, device, *, min_chunk: i
     return max(1, min(want, -(-longest // min_chunk)))
 
 
-def split_from_lengths(lengths, kv_heads: int, device, *, min_chunk: int = MIN_CHUNK,
-                       small_chunk: int = SMALL_CHUNK, waves: int = WAVES) -> tuple[int, int]:
+def split_from_lengths(
+    lengths,
+    kv_heads: int,
+    device,
+    *,
+    min_chunk: int = MIN_CHUNK,
+    small_chunk: int = SMALL_CHUNK,
+    waves: int = WAVES,
+) -> tuple[int, int]:
     """(splits, chunk) for `paged_decode` from the requests' real lengths: the longest request is
     cut into `splits` pieces and every other request into ceil(length / chunk) pieces (at most
     `splits`), so the work blocks, kv_heads x the pieces of every request, come to about `waves`
@@ -136,7 +165,7 @@ def split_from_lengths(lengths, kv_heads: int, device, *, min_chunk: int = MIN_C
     total, longest = max(1, sum(L)), max(1, max(L))
     blocks = waves * sms(device)
     want = _pow2_up(-(-blocks * longest // (kv_heads * total)))
-    share = -(-kv_heads * total // blocks)            # one block's share of the batch's tokens
+    share = -(-kv_heads * total // blocks)  # one block's share of the batch's tokens
     chunk = min(min_chunk, max(small_chunk, -(-share // TILE) * TILE))
     return max(1, min(want, -(-longest // chunk))), chunk
 

@@ -22,6 +22,7 @@ Inputs may have any strides (no copies). Left out: the backward pass, lse output
 (ALiBi, sinks, RoPE, sigmoid), a non-causal (two-sided) window, autotuning, Hopper-only features
 (`kernels.hopper.flash_attention_hopper` takes soft_cap and window with the same ranges).
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,8 +31,17 @@ import triton.language as tl
 
 from attnlab.validate import as_bool, as_float, as_int
 from attnlab.kernels import interpreting
-from attnlab.kernels.common import (LOG2E, as_block, as_scale, as_stages, as_warps, check_qkv, dot,
-                                    finish, online_update)
+from attnlab.kernels.common import (
+    LOG2E,
+    as_block,
+    as_scale,
+    as_stages,
+    as_warps,
+    check_qkv,
+    dot,
+    finish,
+    online_update,
+)
 
 __all__ = ["variant_prefill", "variant_args", "kv_block_range", "blocks", "MAX_SOFT_CAP"]
 
@@ -52,25 +62,55 @@ def variant_args(soft_cap, window, n_k: int) -> tuple[float, int]:
 
 
 @triton.jit
-def _tile(q, k_base, v_base, start_n, offs_m, offs_n, offs_d, d_ok, m_i, l_i, acc,
-          s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, cap_in, cap_out,
-          MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-          SOFT_CAP: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr):
+def _tile(
+    q,
+    k_base,
+    v_base,
+    start_n,
+    offs_m,
+    offs_n,
+    offs_d,
+    d_ok,
+    m_i,
+    l_i,
+    acc,
+    s_kn,
+    s_kd,
+    s_vn,
+    s_vd,
+    N_K,
+    OFFSET,
+    qk_scale,
+    cap_in,
+    cap_out,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFT_CAP: tl.constexpr,
+    UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     """Fold KV block [start_n, start_n + BLOCK_N) into the running state; MASKED=False only for
     blocks whose every pair is visible (then no key is out of range either)."""
     cols = start_n + offs_n
-    kt = tl.load(k_base + cols[None, :] * s_kn + offs_d[:, None] * s_kd,
-                 mask=(cols[None, :] < N_K) & d_ok[:, None], other=0.0)
-    v = tl.load(v_base + cols[:, None] * s_vn + offs_d[None, :] * s_vd,
-                mask=(cols[:, None] < N_K) & d_ok[None, :], other=0.0)
+    kt = tl.load(
+        k_base + cols[None, :] * s_kn + offs_d[:, None] * s_kd,
+        mask=(cols[None, :] < N_K) & d_ok[:, None],
+        other=0.0,
+    )
+    v = tl.load(
+        v_base + cols[:, None] * s_vn + offs_d[None, :] * s_vd,
+        mask=(cols[:, None] < N_K) & d_ok[None, :],
+        other=0.0,
+    )
     if UPCAST:
         kt = kt.to(tl.float32)
         v = v.to(tl.float32)
     s = dot(q, kt, IEEE)
-    if SOFT_CAP > 0:   # c tanh(scale s / c) log2(e) = cap_out (1 - 2 / (1 + 2^(cap_in s)))
+    if SOFT_CAP > 0:  # c tanh(scale s / c) log2(e) = cap_out (1 - 2 / (1 + 2^(cap_in s)))
         s = cap_out - (2.0 * cap_out) / (1.0 + tl.exp2(s * cap_in))
     else:
-        s = s * qk_scale                           # log2 domain: scale * log2(e)
+        s = s * qk_scale  # log2 domain: scale * log2(e)
     if MASKED:
         q_idx = offs_m[:, None] + OFFSET
         visible = cols[None, :] < N_K
@@ -83,69 +123,186 @@ def _tile(q, k_base, v_base, start_n, offs_m, offs_n, offs_d, d_ok, m_i, l_i, ac
 
 
 @triton.jit
-def _variant_kernel(Q, K, V, O, R, qk_scale, cap_in, cap_out,
-                    s_qb, s_qh, s_qn, s_qd, s_kb, s_kh, s_kn, s_kd,
-                    s_vb, s_vh, s_vn, s_vd, s_ob, s_oh, s_on, s_od,
-                    H, GROUP, N_Q, N_K, HEAD_DIM,
-                    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFT_CAP: tl.constexpr,
-                    RECORD: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr):
+def _variant_kernel(
+    Q,
+    K,
+    V,
+    O,
+    R,
+    qk_scale,
+    cap_in,
+    cap_out,
+    s_qb,
+    s_qh,
+    s_qn,
+    s_qd,
+    s_kb,
+    s_kh,
+    s_kn,
+    s_kd,
+    s_vb,
+    s_vh,
+    s_vn,
+    s_vd,
+    s_ob,
+    s_oh,
+    s_on,
+    s_od,
+    H,
+    GROUP,
+    N_Q,
+    N_K,
+    HEAD_DIM,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFT_CAP: tl.constexpr,
+    RECORD: tl.constexpr,
+    UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)                   # 64-bit offsets for large batch x N
+    b = (pid_bh // H).to(tl.int64)  # 64-bit offsets for large batch x N
     h = (pid_bh % H).to(tl.int64)
     hk = h // GROUP
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    q = tl.load(Q + b * s_qb + h * s_qh + offs_m[:, None] * s_qn + offs_d[None, :] * s_qd,
-                mask=(offs_m[:, None] < N_Q) & d_ok[None, :], other=0.0)
+    q = tl.load(
+        Q + b * s_qb + h * s_qh + offs_m[:, None] * s_qn + offs_d[None, :] * s_qd,
+        mask=(offs_m[:, None] < N_Q) & d_ok[None, :],
+        other=0.0,
+    )
     if UPCAST:
         q = q.to(tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     OFFSET = N_K - N_Q
-    first = pid_m * BLOCK_M + OFFSET                 # q_idx of the block's first and last row
+    first = pid_m * BLOCK_M + OFFSET  # q_idx of the block's first and last row
     last = first + BLOCK_M - 1
     # KV blocks [lo, hi) are visited; [full_lo, full_hi) of them need no mask (= kv_block_range)
     lo = 0
     hi = (N_K + BLOCK_N - 1) // BLOCK_N
     full_lo = 0
     full_hi = N_K // BLOCK_N
-    if CAUSAL:       # keys after the last row's diagonal are masked for every row
+    if CAUSAL:  # keys after the last row's diagonal are masked for every row
         hi = (tl.minimum(tl.maximum(last + 1, 0), N_K) + BLOCK_N - 1) // BLOCK_N
         full_hi = tl.minimum(tl.maximum(first + 1, 0), N_K) // BLOCK_N
-    if WINDOW > 0:   # keys at or before the first row's q_idx - w are masked for every row
+    if WINDOW > 0:  # keys at or before the first row's q_idx - w are masked for every row
         lo = tl.maximum(first - WINDOW + 1, 0) // BLOCK_N
         full_lo = tl.minimum((tl.maximum(last - WINDOW + 1, 0) + BLOCK_N - 1) // BLOCK_N, hi)
-        full_hi = tl.maximum(full_hi, full_lo)       # lo <= full_lo <= full_hi <= hi
+        full_hi = tl.maximum(full_hi, full_lo)  # lo <= full_lo <= full_hi <= hi
     if RECORD:
         i4 = tl.arange(0, 4)
-        tl.store(R + pid_m * 4 + i4, tl.where(i4 == 0, lo, tl.where(i4 == 1, full_lo,
-                                               tl.where(i4 == 2, full_hi, hi))))
+        tl.store(
+            R + pid_m * 4 + i4,
+            tl.where(i4 == 0, lo, tl.where(i4 == 1, full_lo, tl.where(i4 == 2, full_hi, hi))),
+        )
     k_base = K + b * s_kb + hk * s_kh
     v_base = V + b * s_vb + hk * s_vh
-    for j in range(lo, full_lo):                     # the window's lower edge: masked
-        m_i, l_i, acc = _tile(q, k_base, v_base, j * BLOCK_N, offs_m, offs_n, offs_d, d_ok, m_i, l_i, acc,
-                              s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, cap_in, cap_out,
-                              True, CAUSAL, WINDOW, SOFT_CAP, UPCAST, IEEE)
-    for j in range(full_lo, full_hi):                # every pair visible: no element-wise mask
-        m_i, l_i, acc = _tile(q, k_base, v_base, j * BLOCK_N, offs_m, offs_n, offs_d, d_ok, m_i, l_i, acc,
-                              s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, cap_in, cap_out,
-                              False, CAUSAL, WINDOW, SOFT_CAP, UPCAST, IEEE)
-    for j in range(full_hi, hi):                     # the diagonal and the ragged end: masked
-        m_i, l_i, acc = _tile(q, k_base, v_base, j * BLOCK_N, offs_m, offs_n, offs_d, d_ok, m_i, l_i, acc,
-                              s_kn, s_kd, s_vn, s_vd, N_K, OFFSET, qk_scale, cap_in, cap_out,
-                              True, CAUSAL, WINDOW, SOFT_CAP, UPCAST, IEEE)
+    for j in range(lo, full_lo):  # the window's lower edge: masked
+        m_i, l_i, acc = _tile(
+            q,
+            k_base,
+            v_base,
+            j * BLOCK_N,
+            offs_m,
+            offs_n,
+            offs_d,
+            d_ok,
+            m_i,
+            l_i,
+            acc,
+            s_kn,
+            s_kd,
+            s_vn,
+            s_vd,
+            N_K,
+            OFFSET,
+            qk_scale,
+            cap_in,
+            cap_out,
+            True,
+            CAUSAL,
+            WINDOW,
+            SOFT_CAP,
+            UPCAST,
+            IEEE,
+        )
+    for j in range(full_lo, full_hi):  # every pair visible: no element-wise mask
+        m_i, l_i, acc = _tile(
+            q,
+            k_base,
+            v_base,
+            j * BLOCK_N,
+            offs_m,
+            offs_n,
+            offs_d,
+            d_ok,
+            m_i,
+            l_i,
+            acc,
+            s_kn,
+            s_kd,
+            s_vn,
+            s_vd,
+            N_K,
+            OFFSET,
+            qk_scale,
+            cap_in,
+            cap_out,
+            False,
+            CAUSAL,
+            WINDOW,
+            SOFT_CAP,
+            UPCAST,
+            IEEE,
+        )
+    for j in range(full_hi, hi):  # the diagonal and the ragged end: masked
+        m_i, l_i, acc = _tile(
+            q,
+            k_base,
+            v_base,
+            j * BLOCK_N,
+            offs_m,
+            offs_n,
+            offs_d,
+            d_ok,
+            m_i,
+            l_i,
+            acc,
+            s_kn,
+            s_kd,
+            s_vn,
+            s_vd,
+            N_K,
+            OFFSET,
+            qk_scale,
+            cap_in,
+            cap_out,
+            True,
+            CAUSAL,
+            WINDOW,
+            SOFT_CAP,
+            UPCAST,
+            IEEE,
+        )
     o, _ = finish(acc, m_i, l_i)
-    tl.store(O + b * s_ob + h * s_oh + offs_m[:, None] * s_on + offs_d[None, :] * s_od,
-             o.to(O.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & d_ok[None, :])
+    tl.store(
+        O + b * s_ob + h * s_oh + offs_m[:, None] * s_on + offs_d[None, :] * s_od,
+        o.to(O.dtype.element_ty),
+        mask=(offs_m[:, None] < N_Q) & d_ok[None, :],
+    )
 
 
-def kv_block_range(pid_m: int, n_q: int, n_k: int, block_m: int, block_n: int, causal: bool = False,
-                   window: int = 0) -> tuple[int, int, int, int]:
+def kv_block_range(
+    pid_m: int, n_q: int, n_k: int, block_m: int, block_n: int, causal: bool = False, window: int = 0
+) -> tuple[int, int, int, int]:
     """(lo, full_lo, full_hi, hi): the KV block indices query block `pid_m` visits, [lo, hi), and
     those of them it runs without a mask, [full_lo, full_hi); the kernel's own arithmetic."""
     causal = causal or window > 0
@@ -162,15 +319,27 @@ def kv_block_range(pid_m: int, n_q: int, n_k: int, block_m: int, block_n: int, c
     return lo, full_lo, full_hi, hi
 
 
-def blocks(n_q: int, n_k: int, causal: bool = False, window: int = 0, *,
-           block_m: int | None = None, block_n: int | None = None, d: int = 128) -> dict:
+def blocks(
+    n_q: int,
+    n_k: int,
+    causal: bool = False,
+    window: int = 0,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    d: int = 128,
+) -> dict:
     """KV tiles one (batch, head) visits in total, and how many of them are masked, at the block
     sizes `variant_prefill` picks for head dim d here."""
     bm, bn = _blocks(d, block_m, block_n)
     r = [kv_block_range(i, n_q, n_k, bm, bn, causal, window) for i in range(-(-n_q // bm))]
     visited = sum(hi - lo for lo, _, _, hi in r)
-    return {"visited": visited, "masked": visited - sum(fh - fl for _, fl, fh, _ in r),
-            "block_m": bm, "block_n": bn}
+    return {
+        "visited": visited,
+        "masked": visited - sum(fh - fl for _, fl, fh, _ in r),
+        "block_m": bm,
+        "block_n": bn,
+    }
 
 
 def _blocks(d, block_m, block_n):
@@ -180,11 +349,22 @@ def _blocks(d, block_m, block_n):
     return (block_m or (16 if interp else (128 if d <= 128 else 64)), block_n or (16 if interp else 64))
 
 
-def variant_prefill(q, k, v, *, causal: bool = False, soft_cap: float | None = None,
-                    window: int | None = None, scale: float | None = None, out=None,
-                    block_m: int | None = None, block_n: int | None = None,
-                    num_warps: int | None = None, num_stages: int | None = None,
-                    return_ranges: bool = False):
+def variant_prefill(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    soft_cap: float | None = None,
+    window: int | None = None,
+    scale: float | None = None,
+    out=None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    return_ranges: bool = False,
+):
     """Attention of q (B, Hq, N_q, d), k, v (B, Hkv, N_k, d) with the variant compiled in.
 
     soft_cap=c: c * tanh(s / c) on the scaled logits (`attnlab.core.variants.soft_cap(c)`); window=w:
@@ -203,23 +383,55 @@ def variant_prefill(q, k, v, *, causal: bool = False, soft_cap: float | None = N
     block_m, block_n = _blocks(d, block_m, block_n)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+    elif (
+        not isinstance(out, torch.Tensor)
+        or out.shape != q.shape
+        or out.dtype != q.dtype
+        or out.device != q.device
+    ):
         raise ValueError(f"out must be a {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")
     interp = interpreting()
     # the interpreter casts fp32 to bf16 by truncation (a GPU rounds): there write fp32, torch rounds
-    dst = torch.empty(q.shape, dtype=torch.float32, device=q.device) if interp and q.dtype != torch.float32 else out
+    dst = (
+        torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        if interp and q.dtype != torch.float32
+        else out
+    )
     grid = (triton.cdiv(n_q, block_m), B * H)
     rec = torch.zeros((grid[0], 4), dtype=torch.int32, device=q.device) if return_ranges else out
     kw = {}
     if not interp:
         kw = {"num_warps": num_warps or (4 if d <= 64 else 8), "num_stages": num_stages or 3}
     fp32 = q.dtype == torch.float32
-    _variant_kernel[grid](q, k, v, dst, rec, scale * LOG2E, 2.0 * scale / cap * LOG2E if cap else 0.0,
-                          cap * LOG2E, *q.stride(), *k.stride(), *v.stride(), *dst.stride(),
-                          H, H // k.shape[1], n_q, n_k, d,
-                          BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
-                          CAUSAL=causal or window > 0, WINDOW=window, SOFT_CAP=cap > 0,
-                          RECORD=return_ranges, UPCAST=interp or fp32, IEEE=interp or fp32, **kw)
+    _variant_kernel[grid](
+        q,
+        k,
+        v,
+        dst,
+        rec,
+        scale * LOG2E,
+        2.0 * scale / cap * LOG2E if cap else 0.0,
+        cap * LOG2E,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *dst.stride(),
+        H,
+        H // k.shape[1],
+        n_q,
+        n_k,
+        d,
+        BLOCK_D=max(16, triton.next_power_of_2(d)),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        CAUSAL=causal or window > 0,
+        WINDOW=window,
+        SOFT_CAP=cap > 0,
+        RECORD=return_ranges,
+        UPCAST=interp or fp32,
+        IEEE=interp or fp32,
+        **kw,
+    )
     if dst is not out:
         out.copy_(dst)
     return (out, rec) if return_ranges else out

@@ -18,6 +18,7 @@ hub's total for the dense models shipped here; pass `params=` to use your own nu
 `kv_bytes_per_token` and `kv_cache_bytes` count the cache (a window caps a windowed layer's);
 `prefill_shape` is the shape prefill kernels run (MLA unabsorbed).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,21 +32,42 @@ from attnlab.validate import short, as_bool, as_int
 from attnlab.machine.hardware import DTYPE_BYTES, dtype_name
 from attnlab.machine.models import Model, get_model
 
-__all__ = ["from_config", "configs", "config_path", "kv_bytes_per_token", "kv_cache_bytes",
-           "prefill_shape", "as_model"]
+__all__ = [
+    "from_config",
+    "configs",
+    "config_path",
+    "kv_bytes_per_token",
+    "kv_cache_bytes",
+    "prefill_shape",
+    "as_model",
+]
 
 CONFIG_DIR = DATA_DIR / "configs"
 
 #: Each integer field's valid range: sizes beyond these are typos, not models.
-LIMITS = {"num_hidden_layers": (1, 1024), "num_attention_heads": (1, 1024),
-          "num_key_value_heads": (1, 1024), "hidden_size": (1, 1 << 17), "head_dim": (1, 4096),
-          "intermediate_size": (1, 1 << 20), "vocab_size": (1, 1 << 23),
-          "max_position_embeddings": (1, 1 << 27), "sliding_window": (1, 1 << 27),
-          "kv_lora_rank": (1, 1 << 14), "qk_rope_head_dim": (1, 1 << 12),
-          "qk_nope_head_dim": (1, 1 << 12), "v_head_dim": (1, 1 << 12), "q_lora_rank": (1, 1 << 15),
-          "n_routed_experts": (1, 4096), "num_local_experts": (1, 4096), "num_experts_per_tok": (1, 4096),
-          "moe_intermediate_size": (1, 1 << 20), "n_shared_experts": (0, 64),
-          "first_k_dense_replace": (0, 1024), "moe_layer_freq": (1, 1024)}
+LIMITS = {
+    "num_hidden_layers": (1, 1024),
+    "num_attention_heads": (1, 1024),
+    "num_key_value_heads": (1, 1024),
+    "hidden_size": (1, 1 << 17),
+    "head_dim": (1, 4096),
+    "intermediate_size": (1, 1 << 20),
+    "vocab_size": (1, 1 << 23),
+    "max_position_embeddings": (1, 1 << 27),
+    "sliding_window": (1, 1 << 27),
+    "kv_lora_rank": (1, 1 << 14),
+    "qk_rope_head_dim": (1, 1 << 12),
+    "qk_nope_head_dim": (1, 1 << 12),
+    "v_head_dim": (1, 1 << 12),
+    "q_lora_rank": (1, 1 << 15),
+    "n_routed_experts": (1, 4096),
+    "num_local_experts": (1, 4096),
+    "num_experts_per_tok": (1, 4096),
+    "moe_intermediate_size": (1, 1 << 20),
+    "n_shared_experts": (0, 64),
+    "first_k_dense_replace": (0, 1024),
+    "moe_layer_freq": (1, 1024),
+}
 _MLA = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 _REQUIRED = object()
 
@@ -66,24 +88,32 @@ def _shipped_path(name, param: str) -> Path:
         raise TypeError(f"{param} must be a shipped config's name, got {short(name)} ({type(name).__name__})")
     found = {key(n): n for n in configs()}.get(key(name))
     if found is None:
-        raise ValueError(f"{param}={short(name)} is not a shipped config; valid: {', '.join(configs())}, "
-                         f"a path to a config.json, or a dict")
+        raise ValueError(
+            f"{param}={short(name)} is not a shipped config; valid: {', '.join(configs())}, "
+            f"a path to a config.json, or a dict"
+        )
     return CONFIG_DIR / f"{found}.json"
 
 
 def _read(config) -> tuple[dict, str, str | None]:
     """(the config as a dict, where it came from, the shipped name or None)."""
     shipped = None
-    if isinstance(config, str) and not config.lower().endswith(".json") and os.sep not in config \
-            and "/" not in config:
+    if (
+        isinstance(config, str)
+        and not config.lower().endswith(".json")
+        and os.sep not in config
+        and "/" not in config
+    ):
         path = _shipped_path(config, "config")
         shipped = path.stem
         config = path
     if isinstance(config, (str, os.PathLike)):
         path = Path(config)
         if not path.is_file():
-            raise ValueError(f"config={str(config)!r} is not a file; valid: a path to a config.json, "
-                             f"a dict, or a shipped name ({', '.join(configs())})")
+            raise ValueError(
+                f"config={str(config)!r} is not a file; valid: a path to a config.json, "
+                f"a dict, or a shipped name ({', '.join(configs())})"
+            )
         try:
             with open(path, encoding="utf-8") as f:
                 raw = json.load(f)
@@ -94,8 +124,10 @@ def _read(config) -> tuple[dict, str, str | None]:
         return raw, str(raw.get("_source", path)), shipped
     if isinstance(config, dict):
         return config, str(config.get("_source", "config dict")), None
-    raise TypeError(f"config must be a dict, a path to a config.json (str or os.PathLike) or a "
-                    f"shipped name, got {short(config)} ({type(config).__name__})")
+    raise TypeError(
+        f"config must be a dict, a path to a config.json (str or os.PathLike) or a "
+        f"shipped name, got {short(config)} ({type(config).__name__})"
+    )
 
 
 def _int(cfg: dict, field: str, default=_REQUIRED, hi: int | None = None):
@@ -106,11 +138,15 @@ def _int(cfg: dict, field: str, default=_REQUIRED, hi: int | None = None):
     value = cfg.get(field)
     if value is None:
         if default is _REQUIRED:
-            raise ValueError(f"config lacks {field} (absent or null); valid: an integer, {lo} <= {field} <= {hi}")
+            raise ValueError(
+                f"config lacks {field} (absent or null); valid: an integer, {lo} <= {field} <= {hi}"
+            )
         return default
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{field} must be an integer, got {short(value)} ({type(value).__name__}); "
-                        f"valid: {lo} <= {field} <= {hi}")
+        raise TypeError(
+            f"{field} must be an integer, got {short(value)} ({type(value).__name__}); "
+            f"valid: {lo} <= {field} <= {hi}"
+        )
     return as_int(field, value, lo, hi)
 
 
@@ -126,8 +162,10 @@ def _window_layers(cfg: dict, layers: int, window: int | None) -> int | None:
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
-            raise ValueError(f"layer_types={short(types)} must be a list of {layers} strings "
-                             f"(one per layer, e.g. 'sliding_attention', 'full_attention')")
+            raise ValueError(
+                f"layer_types={short(types)} must be a list of {layers} strings "
+                f"(one per layer, e.g. 'sliding_attention', 'full_attention')"
+            )
         return sum(t == "sliding_attention" for t in types)
     return (layers + 1) // 2 if str(cfg.get("model_type", "")).startswith("gemma") else None
 
@@ -139,14 +177,17 @@ def _params(cfg: dict, *, h, layers, q_heads, kv_heads, d, inter, vocab, mla) ->
     if mla:
         rank, rope, nope, v = mla
         q_lora = _int(cfg, "q_lora_rank", None)
-        q = h * q_heads * (nope + rope) if q_lora is None else \
-            h * q_lora + q_lora + q_lora * q_heads * (nope + rope)
+        q = (
+            h * q_heads * (nope + rope)
+            if q_lora is None
+            else h * q_lora + q_lora + q_lora * q_heads * (nope + rope)
+        )
         attn = q + h * (rank + rope) + rank + rank * q_heads * (nope + v) + q_heads * v * h
     else:
         attn = 2 * h * q_heads * d + 2 * h * kv_heads * d
         if _flag(cfg, "attention_bias", False):
             attn += q_heads * d + 2 * kv_heads * d + h
-        elif mtype.startswith("qwen2"):                    # Qwen2: biases on q, k, v only
+        elif mtype.startswith("qwen2"):  # Qwen2: biases on q, k, v only
             attn += q_heads * d + 2 * kv_heads * d
     norms = (4 if mtype.startswith("gemma2") else 2) * h
     experts = _int(cfg, "n_routed_experts", None) or _int(cfg, "num_local_experts", None)
@@ -198,8 +239,10 @@ def from_config(config, *, name: str | None = None, params: int | None = None) -
     q_heads = _int(cfg, "num_attention_heads")
     kv_config = _int(cfg, "num_key_value_heads", q_heads)
     if q_heads % kv_config:
-        raise ValueError(f"num_attention_heads={q_heads} is not a multiple of num_key_value_heads="
-                         f"{kv_config}; valid: num_key_value_heads dividing {q_heads}")
+        raise ValueError(
+            f"num_attention_heads={q_heads} is not a multiple of num_key_value_heads="
+            f"{kv_config}; valid: num_key_value_heads dividing {q_heads}"
+        )
     hidden = _int(cfg, "hidden_size")
     mla = tuple(_int(cfg, f) for f in _MLA) if cfg.get("kv_lora_rank") is not None else None
     if mla:
@@ -207,27 +250,49 @@ def from_config(config, *, name: str | None = None, params: int | None = None) -
     else:
         kv_heads = kv_config
         if cfg.get("head_dim") is None and hidden % q_heads:
-            raise ValueError(f"hidden_size={hidden} is not a multiple of num_attention_heads={q_heads} "
-                             f"and head_dim is absent; valid: give head_dim, or hidden_size a "
-                             f"multiple of {q_heads}")
+            raise ValueError(
+                f"hidden_size={hidden} is not a multiple of num_attention_heads={q_heads} "
+                f"and head_dim is absent; valid: give head_dim, or hidden_size a "
+                f"multiple of {q_heads}"
+            )
         head_dim = _int(cfg, "head_dim", hidden // q_heads)
     inter, vocab = _int(cfg, "intermediate_size"), _int(cfg, "vocab_size")
     window = _int(cfg, "sliding_window", None) if _flag(cfg, "use_sliding_window", True) else None
-    total, active = _params(cfg, h=hidden, layers=layers, q_heads=q_heads, kv_heads=kv_config,
-                            d=head_dim, inter=inter, vocab=vocab, mla=mla)
+    total, active = _params(
+        cfg,
+        h=hidden,
+        layers=layers,
+        q_heads=q_heads,
+        kv_heads=kv_config,
+        d=head_dim,
+        inter=inter,
+        vocab=vocab,
+        mla=mla,
+    )
     if params is not None:
         total = active = as_int("params", params, 1, None)
-    if name is None:                                    # the first of these that is not blank
+    if name is None:  # the first of these that is not blank
         path = str(cfg.get("_name_or_path") or "").strip().rstrip("/").split("/")[-1].strip()
         name = next(n for n in (shipped, path, str(cfg.get("model_type") or "").strip(), "my-model") if n)
     extra = {"model_type": cfg.get("model_type"), "active_params": active}
     if mla:
         extra |= dict(zip(_MLA, mla), config_kv_heads=kv_config, mla_equivalent_group=q_heads)
-    return Model(name=name.strip(), layers=layers, hidden=hidden, q_heads=q_heads, kv_heads=kv_heads,
-                 head_dim=head_dim, intermediate=inter, vocab=vocab, params=total, source=source,
-                 extra=freeze(extra), sliding_window=window,
-                 window_layers=_window_layers(cfg, layers, window),
-                 max_context=_int(cfg, "max_position_embeddings", None))
+    return Model(
+        name=name.strip(),
+        layers=layers,
+        hidden=hidden,
+        q_heads=q_heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=inter,
+        vocab=vocab,
+        params=total,
+        source=source,
+        extra=freeze(extra),
+        sliding_window=window,
+        window_layers=_window_layers(cfg, layers, window),
+        max_context=_int(cfg, "max_position_embeddings", None),
+    )
 
 
 def as_model(model) -> Model:
@@ -236,8 +301,10 @@ def as_model(model) -> Model:
     if isinstance(model, Model):
         return model
     if not isinstance(model, (str, os.PathLike, dict)):
-        raise TypeError(f"model must be a Model, a model's name, a config dict or a path to a "
-                        f"config.json, got {short(model)} ({type(model).__name__})")
+        raise TypeError(
+            f"model must be a Model, a model's name, a config dict or a path to a "
+            f"config.json, got {short(model)} ({type(model).__name__})"
+        )
     if isinstance(model, str) and not model.lower().endswith(".json") and "/" not in model:
         if key(model) in {key(n) for n in configs()}:
             return from_config(model)
@@ -280,5 +347,8 @@ def prefill_shape(model) -> Model:
     if not m.mla:
         return m
     e = m.extra
-    return replace(m, kv_heads=int(e["config_kv_heads"]),
-                   head_dim=int(e["qk_nope_head_dim"]) + int(e["qk_rope_head_dim"]))
+    return replace(
+        m,
+        kv_heads=int(e["config_kv_heads"]),
+        head_dim=int(e["qk_nope_head_dim"]) + int(e["qk_rope_head_dim"]),
+    )

@@ -24,6 +24,7 @@ read the same GPU record; each part is short. The decode time model (decode_time
 recommended_split) would split off by idea, but notebooks 04, 05 and 07 import it from here by
 name, and a re-export from here would make the two modules import each other.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,13 +37,30 @@ import numpy as np
 from attnlab.catalog import find, freeze, load
 from attnlab.validate import as_float, as_int, as_reals, short
 
-__all__ = ["GPU", "DTYPE_BYTES", "gpus", "get_gpu", "dtype_name", "peak", "ridge_point",
-           "sm_share_time", "WaveTime", "decode_time", "DecodeTime", "best_split", "SPLITS",
-           "attainable", "roofline_time", "recommended_split", "SPLIT_MARGIN"]
+__all__ = [
+    "GPU",
+    "DTYPE_BYTES",
+    "gpus",
+    "get_gpu",
+    "dtype_name",
+    "peak",
+    "ridge_point",
+    "sm_share_time",
+    "WaveTime",
+    "decode_time",
+    "DecodeTime",
+    "best_split",
+    "SPLITS",
+    "attainable",
+    "roofline_time",
+    "recommended_split",
+    "SPLIT_MARGIN",
+]
 
 #: Bytes per element of each dtype the course uses (fp4 packs two elements per byte).
 DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
-    {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp4": 0.5})
+    {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp4": 0.5}
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +89,9 @@ class GPU:
             as_int(f, getattr(self, f), 0, None)
         as_float("hbm_bandwidth", self.hbm_bandwidth, 0.0, None, lo_open=True)
         if not isinstance(self.peak_flops, Mapping) or not self.peak_flops:
-            raise TypeError(f"peak_flops must be a non-empty mapping dtype -> FLOP/s, got {self.peak_flops!r}")
+            raise TypeError(
+                f"peak_flops must be a non-empty mapping dtype -> FLOP/s, got {self.peak_flops!r}"
+            )
         for k, v in self.peak_flops.items():
             dtype_name(k)
             as_float(f"peak_flops[{k!r}]", v, 0.0, None, lo_open=True)
@@ -85,16 +105,32 @@ class GPU:
 @functools.lru_cache(maxsize=None)
 def _load() -> tuple[dict[str, GPU], dict[str, str]]:
     """(GPUs by name, lookup key -> name), read once."""
-    named = ("name", "sms", "hbm_bytes", "hbm_bandwidth", "sram_per_sm", "l2_bytes",
-             "peak_flops", "sources", "notes")
+    named = (
+        "name",
+        "sms",
+        "hbm_bytes",
+        "hbm_bandwidth",
+        "sram_per_sm",
+        "l2_bytes",
+        "peak_flops",
+        "sources",
+        "notes",
+    )
 
     def build(entry):
-        return GPU(name=entry["name"], sms=int(entry["sms"]), hbm_bytes=int(entry["hbm_bytes"]),
-                   hbm_bandwidth=float(entry["hbm_bandwidth"]),
-                   sram_per_sm=int(entry["sram_per_sm"]), l2_bytes=int(entry["l2_bytes"]),
-                   peak_flops=MappingProxyType({k: float(v) for k, v in entry["peak_flops"].items()}),
-                   sources=freeze(entry.get("sources", [])), notes=entry.get("notes", ""),
-                   extra=freeze({k: v for k, v in entry.items() if k not in named}))
+        return GPU(
+            name=entry["name"],
+            sms=int(entry["sms"]),
+            hbm_bytes=int(entry["hbm_bytes"]),
+            hbm_bandwidth=float(entry["hbm_bandwidth"]),
+            sram_per_sm=int(entry["sram_per_sm"]),
+            l2_bytes=int(entry["l2_bytes"]),
+            peak_flops=MappingProxyType({k: float(v) for k, v in entry["peak_flops"].items()}),
+            sources=freeze(entry.get("sources", [])),
+            notes=entry.get("notes", ""),
+            extra=freeze({k: v for k, v in entry.items() if k not in named}),
+        )
+
     return load("gpus.json", "gpus", build)
 
 
@@ -177,7 +213,7 @@ def attainable(intensity, gpu, dtype: str = "bf16"):
     g = get_gpu(gpu)
     p = peak(g, dtype)
     i = _nonneg("intensity", intensity)
-    with np.errstate(over="ignore"):               # intensity x bandwidth beyond 1.8e308: the peak
+    with np.errstate(over="ignore"):  # intensity x bandwidth beyond 1.8e308: the peak
         return _out(np.minimum(p, i * g.hbm_bandwidth))
 
 
@@ -232,14 +268,20 @@ def sm_share_time(n_blocks: int, block_bytes: float, gpu, *, sms: int | None = N
     block_bytes = as_float("block_bytes", block_bytes, 0.0, None)
     block_time = block_bytes / (g.hbm_bandwidth / sms)
     waves = -(-int(n_blocks) // sms)
-    return WaveTime(time=waves * block_time, utilization=n_blocks / (waves * sms), waves=waves,
-                    blocks=n_blocks, sms=sms, block_time=block_time)
+    return WaveTime(
+        time=waves * block_time,
+        utilization=n_blocks / (waves * sms),
+        waves=waves,
+        blocks=n_blocks,
+        sms=sms,
+        block_time=block_time,
+    )
 
 
 # --- decode attention on the simplified GPU -----------------------------------------------------
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
-_EXACT = 1 << 53              # sizes up to 2^53 stay exact in float64 seconds
+_EXACT = 1 << 53  # sizes up to 2^53 stay exact in float64 seconds
 
 
 @dataclass(frozen=True)
@@ -259,8 +301,17 @@ class DecodeTime:
     waves: int
 
 
-def decode_time(batch: int, context: int, kv_heads: int = 8, splits: int = 1, gpu="H100-SXM", *,
-                head_dim: int = 128, group: int = 4, dtype: str = "bf16") -> DecodeTime:
+def decode_time(
+    batch: int,
+    context: int,
+    kv_heads: int = 8,
+    splits: int = 1,
+    gpu="H100-SXM",
+    *,
+    head_dim: int = 128,
+    group: int = 4,
+    dtype: str = "bf16",
+) -> DecodeTime:
     """The lecture's simplified GPU for one layer of decode attention.
 
     - One work block per (request, KV head, split); it reads K and V of its chunk:
@@ -290,12 +341,23 @@ def decode_time(batch: int, context: int, kv_heads: int = 8, splits: int = 1, gp
     w = sm_share_time(batch * kv_heads * splits, 2 * chunk * head_dim * DTYPE_BYTES[dtype], g)
     merge_bytes = 2 * batch * kv_heads * group * splits * (head_dim + 1) * 4 if splits > 1 else 0
     merge_time = merge_bytes / g.hbm_bandwidth
-    return DecodeTime(batch, context, kv_heads, splits, w.time + merge_time, w.time, merge_time,
-                      w.utilization, w.blocks, w.waves)
+    return DecodeTime(
+        batch,
+        context,
+        kv_heads,
+        splits,
+        w.time + merge_time,
+        w.time,
+        merge_time,
+        w.utilization,
+        w.blocks,
+        w.waves,
+    )
 
 
-def best_split(batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM", *,
-               candidates=SPLITS, **kw) -> tuple[int, list[DecodeTime]]:
+def best_split(
+    batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM", *, candidates=SPLITS, **kw
+) -> tuple[int, list[DecodeTime]]:
     """The split count with the smallest `decode_time` among `candidates` (integers >= 1; those
     <= context are tried) and every run. Ties go to the earlier candidate.
 
@@ -318,8 +380,9 @@ def best_split(batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM", *,
 SPLIT_MARGIN = 0.01
 
 
-def recommended_split(batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM", *,
-                      margin: float = SPLIT_MARGIN, **kw):
+def recommended_split(
+    batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM", *, margin: float = SPLIT_MARGIN, **kw
+):
     """Notebook 04's rule for split-KV: the fewest splits whose `hardware.decode_time` is within
     `margin` (a fraction, default 1 %) of the fastest candidate's, so that no split is added for
     a gain the model cannot promise. Returns (splits, fastest splits, every run); `kw` goes to
@@ -331,10 +394,14 @@ def recommended_split(batch: int, context: int, kv_heads: int = 8, gpu="H100-SXM
     (4, 16)
     """
     if isinstance(margin, bool) or not isinstance(margin, (int, float, np.integer, np.floating)):
-        raise TypeError(f"margin must be a number, got {margin!r} ({type(margin).__name__}); valid: 0 <= margin < 1")
+        raise TypeError(
+            f"margin must be a number, got {margin!r} ({type(margin).__name__}); valid: 0 <= margin < 1"
+        )
     margin = float(margin)
     if not 0 <= margin < 1:
-        raise ValueError(f"margin={margin!r} is out of range; valid: 0 <= margin < 1 (a fraction of the best time)")
+        raise ValueError(
+            f"margin={margin!r} is out of range; valid: 0 <= margin < 1 (a fraction of the best time)"
+        )
     fastest, runs = best_split(batch, context, kv_heads, gpu, **kw)
     best = min(r.time for r in runs)
     chosen = min((r for r in runs if r.time <= best * (1 + margin)), key=lambda r: r.splits)

@@ -13,6 +13,7 @@ This file is long because the model catalogue and the prefill cost model (scalar
 equal field by field) belong together; each part is short. Notebooks 02 and 07 import
 `prefill_cost` from here by name; split off, it would come back through an import cycle.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,16 @@ from attnlab.validate import as_bool, as_counts, as_int, choice
 from attnlab.machine.hardware import DTYPE_BYTES, get_gpu, peak
 from attnlab.core.iomodel import flash_io, standard_io
 
-__all__ = ["Model", "PrefillCost", "models", "get_model", "linear_flops_per_token",
-           "attention_linear_crossover", "prefill_cost", "prefill_cost_curve"]
+__all__ = [
+    "Model",
+    "PrefillCost",
+    "models",
+    "get_model",
+    "linear_flops_per_token",
+    "attention_linear_crossover",
+    "prefill_cost",
+    "prefill_cost_curve",
+]
 
 
 @dataclass(frozen=True)
@@ -98,9 +107,13 @@ def _load() -> tuple[dict[str, Model], dict[str, str]]:
     named = ("name", "source", *_INT_FIELDS)
 
     def build(entry):
-        return Model(name=entry["name"], source=entry["source"],
-                     **{k: int(entry[k]) for k in _INT_FIELDS},
-                     extra=freeze({k: v for k, v in entry.items() if k not in named}))
+        return Model(
+            name=entry["name"],
+            source=entry["source"],
+            **{k: int(entry[k]) for k in _INT_FIELDS},
+            extra=freeze({k: v for k, v in entry.items() if k not in named}),
+        )
+
     return load("models.json", "models", build)
 
 
@@ -197,8 +210,17 @@ class PrefillCost:
     flash_s: float = 0.0
 
 
-def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16", order: str = "fa1",
-                 rule: str = "fa1", causal_skip: bool = True) -> PrefillCost:
+def prefill_cost(
+    model,
+    gpu,
+    N: int,
+    *,
+    sram: int = 100_000,
+    dtype: str = "bf16",
+    order: str = "fa1",
+    rule: str = "fa1",
+    causal_skip: bool = True,
+) -> PrefillCost:
     """Cost of one N-token prefill with standard attention and with FlashAttention.
 
     One accounting for both: the roofline applied to every kernel. A kernel takes
@@ -244,9 +266,12 @@ def prefill_cost(model, gpu, N: int, *, sram: int = 100_000, dtype: str = "bf16"
     m = get_model(model)
     g = get_gpu(gpu)
     N = as_int("N", N, 1, 1 << 53)
-    p = peak(g, dtype)                       # validates dtype for this chip
-    flash = (choice("order", order, ("fa1", "fa2")), choice("rule", rule, ("fa1", "fa2")),
-             as_bool("causal_skip", causal_skip))
+    p = peak(g, dtype)  # validates dtype for this chip
+    flash = (
+        choice("order", order, ("fa1", "fa2")),
+        choice("rule", rule, ("fa1", "fa2")),
+        as_bool("causal_skip", causal_skip),
+    )
     return PrefillCost(**_prefill(m, g, N, sram, p, DTYPE_BYTES[dtype.strip().lower()], flash))
 
 
@@ -265,29 +290,44 @@ def _prefill(m: Model, g, N, sram, p: float, bpe, flash=("fa1", "fa1", True)) ->
     scalar = not isinstance(N, np.ndarray)
     std = heads * (standard_io(N, d) if scalar else standard_io(N.astype(np.int64), d).astype(object))
     order, rule, skip = flash
-    fa = heads * (flash_io(N, d, sram, order, skip, rule=rule) if scalar else
-                  flash_io(N.astype(np.int64), d, sram, order, skip, rule=rule).astype(object))
+    fa = heads * (
+        flash_io(N, d, sram, order, skip, rule=rule)
+        if scalar
+        else flash_io(N.astype(np.int64), d, sram, order, skip, rule=rule).astype(object)
+    )
     linear_s = _float(linear_flops_per_token(m) * N) / p
-    attention_s = _float(2 * heads * N * N * d) / p          # causal QK^T and PV
-    gemm_s = _float(2 * heads * N * N * d) / p                # one full GEMM of Algorithm 0
-    qk_io = _float(heads * (2 * N * d + N * N) * bpe) / bw    # kernel 1: Q, K in, S out
-    soft_io = _float(heads * 2 * N * N * bpe) / bw            # kernel 2: S in, P out
-    pv_io = _float(heads * (N * N + 2 * N * d) * bpe) / bw    # kernel 3: P, V in, O out
+    attention_s = _float(2 * heads * N * N * d) / p  # causal QK^T and PV
+    gemm_s = _float(2 * heads * N * N * d) / p  # one full GEMM of Algorithm 0
+    qk_io = _float(heads * (2 * N * d + N * N) * bpe) / bw  # kernel 1: Q, K in, S out
+    soft_io = _float(heads * 2 * N * N * bpe) / bw  # kernel 2: S in, P out
+    pv_io = _float(heads * (N * N + 2 * N * d) * bpe) / bw  # kernel 3: P, V in, O out
     standard_io_s = _float(std * bpe) / bw
     flash_io_s = _float(fa * bpe) / bw
     compute_s = linear_s + attention_s
     flash_s = linear_s + np.maximum(attention_s, flash_io_s)
     standard_s = linear_s + np.maximum(gemm_s, qk_io) + soft_io + np.maximum(gemm_s, pv_io)
     s_bytes = m.q_heads * N * N * bpe
-    out = dict(N=N, compute_s=compute_s, extra_io_s=np.maximum(0.0, standard_s - flash_s),
-               total_ratio=standard_s / flash_s,
-               s_bytes_per_layer=s_bytes, sp_bytes_per_layer=2 * s_bytes,
-               fits=2 * s_bytes <= g.hbm_bytes, standard_io_s=standard_io_s, flash_io_s=flash_io_s,
-               standard_minus_flash_io_s=_float((std - fa) * bpe) / bw, flash_moves_more=fa > std,
-               flash_io_hidden=flash_io_s <= attention_s, standard_s=standard_s, flash_s=flash_s)
+    out = dict(
+        N=N,
+        compute_s=compute_s,
+        extra_io_s=np.maximum(0.0, standard_s - flash_s),
+        total_ratio=standard_s / flash_s,
+        s_bytes_per_layer=s_bytes,
+        sp_bytes_per_layer=2 * s_bytes,
+        fits=2 * s_bytes <= g.hbm_bytes,
+        standard_io_s=standard_io_s,
+        flash_io_s=flash_io_s,
+        standard_minus_flash_io_s=_float((std - fa) * bpe) / bw,
+        flash_moves_more=fa > std,
+        flash_io_hidden=flash_io_s <= attention_s,
+        standard_s=standard_s,
+        flash_s=flash_s,
+    )
     if scalar:
-        return {k: (bool(v) if isinstance(v, (bool, np.bool_)) else
-                    float(v) if isinstance(v, np.floating) else v) for k, v in out.items()}
+        return {
+            k: (bool(v) if isinstance(v, (bool, np.bool_)) else float(v) if isinstance(v, np.floating) else v)
+            for k, v in out.items()
+        }
     return out
 
 

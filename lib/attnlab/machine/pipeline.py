@@ -43,6 +43,7 @@ and read best together.
 What this leaves out on purpose: latencies (a load takes its bandwidth time, a GEMM its rate
 time), issue slots and register moves, the causal mask, the epilogue, and L2's own bandwidth.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,8 +52,17 @@ from attnlab.validate import as_bool, as_int, choice
 from attnlab.machine.hardware import get_gpu, peak
 from attnlab.machine.roofs import SOFTMAX_FMA_OPS, exp_rate, fma_rate
 
-__all__ = ["StageTimes", "stage_times", "Step", "Timeline", "schedule", "CONSUMERS", "RESOURCES",
-           "HEAD_DIMS", "WG_ROWS"]
+__all__ = [
+    "StageTimes",
+    "stage_times",
+    "Step",
+    "Timeline",
+    "schedule",
+    "CONSUMERS",
+    "RESOURCES",
+    "HEAD_DIMS",
+    "WG_ROWS",
+]
 
 CONSUMERS = ("lockstep", "independent", "pingpong")
 RESOURCES = ("copy", "tensor", "softmax")
@@ -70,15 +80,16 @@ def _block_n(d: int) -> int:
 @dataclass(frozen=True)
 class StageTimes:
     """Seconds each step of one tile takes on one SM (see the module docstring)."""
+
     gpu: str
     d: int
     block_n: int
     reuse: int
-    load: float             # K_j and V_j: 2 block_n d x 2 bytes at the SM's share of HBM, / reuse
-    qk: float               # one warpgroup's QK^T
-    exp: float              # one warpgroup's exp2 on the MUFU
-    fma: float              # one warpgroup's softmax arithmetic on the FMA pipe
-    pv: float               # one warpgroup's PV
+    load: float  # K_j and V_j: 2 block_n d x 2 bytes at the SM's share of HBM, / reuse
+    qk: float  # one warpgroup's QK^T
+    exp: float  # one warpgroup's exp2 on the MUFU
+    fma: float  # one warpgroup's softmax arithmetic on the FMA pipe
+    pv: float  # one warpgroup's PV
 
     @property
     def softmax(self) -> float:
@@ -109,16 +120,24 @@ def stage_times(gpu="H200", d: int = 128, *, reuse: int = 8) -> StageTimes:
     sm_exp = exp_rate(g) / g.sms
     sm_fma = fma_rate(g) / g.sms
     gemm = 2 * WG_ROWS * bn * d / sm_tensor
-    return StageTimes(gpu=g.name, d=d, block_n=bn, reuse=reuse,
-                      load=2 * bn * d * 2 / (g.hbm_bandwidth / g.sms) / reuse,
-                      qk=gemm, exp=WG_ROWS * bn / sm_exp,
-                      fma=(SOFTMAX_FMA_OPS * WG_ROWS * bn + WG_ROWS * d) / sm_fma, pv=gemm)
+    return StageTimes(
+        gpu=g.name,
+        d=d,
+        block_n=bn,
+        reuse=reuse,
+        load=2 * bn * d * 2 / (g.hbm_bandwidth / g.sms) / reuse,
+        qk=gemm,
+        exp=WG_ROWS * bn / sm_exp,
+        fma=(SOFTMAX_FMA_OPS * WG_ROWS * bn + WG_ROWS * d) / sm_fma,
+        pv=gemm,
+    )
 
 
 @dataclass(frozen=True)
 class Step:
     """One step of the timeline: what ("load", "qk", "softmax", "pv"), whose ("producer" for a
     load, else warpgroup 0 or 1), which tile, on which resource, and when (seconds)."""
+
     kind: str
     who: object
     tile: int
@@ -130,6 +149,7 @@ class Step:
 @dataclass(frozen=True)
 class Timeline:
     """A schedule: its steps, the switches and stage times that made it, and what they add to."""
+
     steps: tuple
     times: StageTimes
     tiles: int
@@ -145,8 +165,11 @@ class Timeline:
     def busy(self, resource: str) -> float:
         """Seconds the resource works (in lockstep, both warpgroups' work once)."""
         choice("resource", resource, RESOURCES)
-        return sum(s.end - s.start for s in self.steps if s.resource == resource
-                   and (self.consumers != "lockstep" or s.who in ("producer", 0)))
+        return sum(
+            s.end - s.start
+            for s in self.steps
+            if s.resource == resource and (self.consumers != "lockstep" or s.who in ("producer", 0))
+        )
 
     @property
     def total(self) -> float:
@@ -173,7 +196,7 @@ def _program(t: StageTimes, tiles: int, ws: bool, consumers: str, overlap: bool,
     """The steps as a graph: {id: (resource, duration, deps)} and, for lockstep and ping-pong, the
     fixed order in which each resource serves them."""
     wgs = (0,) if consumers == "lockstep" else (0, 1)
-    k = 2 if consumers == "lockstep" else 1          # lockstep: both warpgroups share each unit
+    k = 2 if consumers == "lockstep" else 1  # lockstep: both warpgroups share each unit
     g = {}
     order = {r: [] for r in RESOURCES}
 
@@ -194,7 +217,7 @@ def _program(t: StageTimes, tiles: int, ws: bool, consumers: str, overlap: bool,
     if not ws:
         for j in range(1, tiles - stages + 1):
             refill[j - 1 + stages] = (("softmax", 0, j) if overlap else ("pv", 0, j - 1), j)
-    blocked = {}                                     # wg 0's step that waits on a slot -> the tile
+    blocked = {}  # wg 0's step that waits on a slot -> the tile
     for m, (after, j) in refill.items():
         blocked[("qk", 0, j + 1) if overlap else ("qk", 0, j)] = j - 1
 
@@ -207,22 +230,28 @@ def _program(t: StageTimes, tiles: int, ws: bool, consumers: str, overlap: bool,
     for w in wgs:
         for j in range(tiles):
             qk_deps = [("load", "producer", j)] + ([top(w, j)] if top(w, j) else [])
-            if (w == 0 and ("qk", 0, j) in blocked):
+            if w == 0 and ("qk", 0, j) in blocked:
                 qk_deps += done(blocked[("qk", 0, j)])
             g[("qk", w, j)] = ("tensor", k * t.qk, qk_deps)
-            g[("softmax", w, j)] = ("softmax", k * t.softmax,
-                                    [("qk", w, j)] + ([("softmax", w, j - 1)] if j else []))
-            g[("pv", w, j)] = ("tensor", k * t.pv,
-                               [("softmax", w, j), ("load", "producer", j)] + ([("pv", w, j - 1)] if j else []))
+            g[("softmax", w, j)] = (
+                "softmax",
+                k * t.softmax,
+                [("qk", w, j)] + ([("softmax", w, j - 1)] if j else []),
+            )
+            g[("pv", w, j)] = (
+                "tensor",
+                k * t.pv,
+                [("softmax", w, j), ("load", "producer", j)] + ([("pv", w, j - 1)] if j else []),
+            )
     if consumers == "pingpong" or consumers == "lockstep":
-        for w_round in range(tiles + 1):             # GEMM groups: between two softmaxes of a warpgroup
+        for w_round in range(tiles + 1):  # GEMM groups: between two softmaxes of a warpgroup
             for w in wgs:
                 order["tensor"] += _gemm_group(w, w_round, tiles, overlap)
         for j in range(tiles):
             for w in wgs:
                 order["softmax"].append(("softmax", w, j))
     else:
-        order["tensor"] = order["softmax"] = None    # independent: the ready warpgroup first
+        order["tensor"] = order["softmax"] = None  # independent: the ready warpgroup first
     return g, order
 
 
@@ -271,12 +300,19 @@ def _solve(g, order):
             if waiting[u] == 0:
                 ready.add(u)
     if len(out) != len(g):
-        raise RuntimeError("the pipeline's step graph has a cycle")   # a bug, not an input
+        raise RuntimeError("the pipeline's step graph has a cycle")  # a bug, not an input
     return out
 
 
-def schedule(times: StageTimes, *, tiles: int = 6, warp_specialize: bool = True,
-             consumers: str = "pingpong", overlap: bool = True, stages: int = 2) -> Timeline:
+def schedule(
+    times: StageTimes,
+    *,
+    tiles: int = 6,
+    warp_specialize: bool = True,
+    consumers: str = "pingpong",
+    overlap: bool = True,
+    stages: int = 2,
+) -> Timeline:
     """One CTA's timeline over `tiles` K/V tiles with these FA3 steps on or off.
 
     With everything off the steps run one after another; with FA3's steps on, the Tensor Cores
@@ -298,21 +334,34 @@ def schedule(times: StageTimes, *, tiles: int = 6, warp_specialize: bool = True,
     overlap = as_bool("overlap", overlap)
     stages = as_int("stages", stages, 1, 8)
     if overlap and stages < 2:
-        raise ValueError(f"overlap=True with stages={stages}: the overlap issues QK^T of tile j + 1 "
-                         "while tile j's V is still in use, so it needs stages >= 2.")
+        raise ValueError(
+            f"overlap=True with stages={stages}: the overlap issues QK^T of tile j + 1 "
+            "while tile j's V is still in use, so it needs stages >= 2."
+        )
     if consumers == "pingpong" and stages < 2:
-        raise ValueError(f"consumers='pingpong' with stages={stages}: the turns put warpgroup 1's PV of "
-                         "tile j - 1 after warpgroup 0's QK^T of tile j, which needs the slot that PV "
-                         "frees, so ping-pong needs stages >= 2.")
+        raise ValueError(
+            f"consumers='pingpong' with stages={stages}: the turns put warpgroup 1's PV of "
+            "tile j - 1 after warpgroup 0's QK^T of tile j, which needs the slot that PV "
+            "frees, so ping-pong needs stages >= 2."
+        )
     if consumers == "pingpong" and not ws:
-        raise ValueError("consumers='pingpong' with warp_specialize=False: the warpgroup that refills "
-                         "the ring would wait for the other one's turn at every tile, so ping-pong "
-                         "needs the producer warp (warp_specialize=True).")
+        raise ValueError(
+            "consumers='pingpong' with warp_specialize=False: the warpgroup that refills "
+            "the ring would wait for the other one's turn at every tile, so ping-pong "
+            "needs the producer warp (warp_specialize=True)."
+        )
     g, order = _program(times, tiles, ws, consumers, overlap, stages)
     steps = []
     for (kind, who, j), res, start, end in _solve(g, order):
         steps.append(Step(kind, who, j, res, start, end))
-        if consumers == "lockstep" and who == 0:     # the second warpgroup, in step with the first
+        if consumers == "lockstep" and who == 0:  # the second warpgroup, in step with the first
             steps.append(Step(kind, 1, j, res, start, end))
-    return Timeline(steps=tuple(steps), times=times, tiles=tiles, warp_specialize=ws,
-                    consumers=consumers, overlap=overlap, stages=stages)
+    return Timeline(
+        steps=tuple(steps),
+        times=times,
+        tiles=tiles,
+        warp_specialize=ws,
+        consumers=consumers,
+        overlap=overlap,
+        stages=stages,
+    )

@@ -24,6 +24,7 @@ What this leaves out on purpose: the correction factor's own exp (one per row pe
 conversions of P to bf16, register and shared-memory limits, and every latency; FMA-pipe
 operations are counted as FP32 FMA instructions at half the fp32 FLOP peak.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,17 @@ from dataclasses import dataclass
 from attnlab.validate import as_float, as_int
 from attnlab.machine.hardware import get_gpu, peak
 
-__all__ = ["exp_rate", "fma_rate", "mma_flops_per_score", "score_times", "ScoreTimes",
-           "POLY_FMA_OPS", "SOFTMAX_FMA_OPS", "TILE_N", "UNITS"]
+__all__ = [
+    "exp_rate",
+    "fma_rate",
+    "mma_flops_per_score",
+    "score_times",
+    "ScoreTimes",
+    "POLY_FMA_OPS",
+    "SOFTMAX_FMA_OPS",
+    "TILE_N",
+    "UNITS",
+]
 
 #: FMA-pipe operations per exp computed by polynomial: 2 for the range reduction (x = n + f: a
 #: floor-to-integer and the subtraction), 3 for the degree-3 polynomial p(f) ~ 2^f by Horner's
@@ -85,17 +95,18 @@ def mma_flops_per_score(d: int) -> int:
 @dataclass(frozen=True)
 class ScoreTimes:
     """Seconds per score on each unit (see the module docstring) and which one binds."""
+
     gpu: str
     d: int
     poly_share: float
     skip: float
     tile_n: int
-    mma: float              # Tensor Cores: 4 d / bf16 peak
-    exp_mufu: float         # (1 - poly_share) / exp_rate
-    fma_softmax: float      # SOFTMAX_FMA_OPS / fma_rate
-    fma_poly: float         # poly_share x POLY_FMA_OPS / fma_rate
-    fma_rescale: float      # (1 - skip) d / tile_n / fma_rate
-    exp_all_mufu: float     # 1 / exp_rate: every exp on MUFU (FA3's choice)
+    mma: float  # Tensor Cores: 4 d / bf16 peak
+    exp_mufu: float  # (1 - poly_share) / exp_rate
+    fma_softmax: float  # SOFTMAX_FMA_OPS / fma_rate
+    fma_poly: float  # poly_share x POLY_FMA_OPS / fma_rate
+    fma_rescale: float  # (1 - skip) d / tile_n / fma_rate
+    exp_all_mufu: float  # 1 / exp_rate: every exp on MUFU (FA3's choice)
 
     @property
     def fma(self) -> float:
@@ -126,8 +137,9 @@ class ScoreTimes:
         return self.mma / self.total
 
 
-def score_times(gpu="B200", d: int = 128, poly_share: float = 0.0, skip: float = 0.0,
-                tile_n: int = TILE_N) -> ScoreTimes:
+def score_times(
+    gpu="B200", d: int = 128, poly_share: float = 0.0, skip: float = 0.0, tile_n: int = TILE_N
+) -> ScoreTimes:
     """Seconds per attention score on the Tensor Cores, the exp unit and the FMA pipe. O(1).
 
     H100, d = 128, every exp on MUFU: the Tensor Cores need 512 / 989.4e12 = 0.517 ps per
@@ -146,10 +158,16 @@ def score_times(gpu="B200", d: int = 128, poly_share: float = 0.0, skip: float =
     skip = as_float("skip", skip, 0.0, 1.0)
     tile_n = as_int("tile_n", tile_n, 1, 4096)
     r_exp, r_fma = exp_rate(g), fma_rate(g)
-    return ScoreTimes(gpu=g.name, d=d, poly_share=poly_share, skip=skip, tile_n=tile_n,
-                      mma=mma_flops_per_score(d) / peak(g, "bf16"),
-                      exp_mufu=(1.0 - poly_share) / r_exp,
-                      fma_softmax=SOFTMAX_FMA_OPS / r_fma,
-                      fma_poly=poly_share * POLY_FMA_OPS / r_fma,
-                      fma_rescale=(1.0 - skip) * d / tile_n / r_fma,
-                      exp_all_mufu=1.0 / r_exp)
+    return ScoreTimes(
+        gpu=g.name,
+        d=d,
+        poly_share=poly_share,
+        skip=skip,
+        tile_n=tile_n,
+        mma=mma_flops_per_score(d) / peak(g, "bf16"),
+        exp_mufu=(1.0 - poly_share) / r_exp,
+        fma_softmax=SOFTMAX_FMA_OPS / r_fma,
+        fma_poly=poly_share * POLY_FMA_OPS / r_fma,
+        fma_rescale=(1.0 - skip) * d / tile_n / r_fma,
+        exp_all_mufu=1.0 / r_exp,
+    )

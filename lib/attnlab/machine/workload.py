@@ -2,6 +2,7 @@
 notebook 05 uses, committed in data/request_lengths.json (written by `python -m attnlab.course.batches`,
 which records the seed and the generator's parameters beside every batch), and what a batch's
 query lengths do to FlashInfer's query tiles (`tile_waste`)."""
+
 from __future__ import annotations
 
 import functools
@@ -21,8 +22,9 @@ DISTS = ("constant", "uniform", "zipf", "longtail")
 MAX_BATCH = 1 << 20
 
 
-def lengths(dist: str, batch: int, *, seed: int, l_qo: int = 1, mean: int = 4096,
-            max_len: int = 131072) -> list[tuple[int, int]]:
+def lengths(
+    dist: str, batch: int, *, seed: int, l_qo: int = 1, mean: int = 4096, max_len: int = 131072
+) -> list[tuple[int, int]]:
     """A seeded batch of (l_qo, l_kv): 'constant' (every request `mean`), 'uniform' (1..2 mean),
     'zipf' (a = 1.5, scaled by mean / 4), 'longtail' (lognormal, sigma 1.2, median mean / 3),
     clipped to [1, max_len]. Lengths are int32 as FlashInfer's indptr arrays are: l_qo, mean and
@@ -37,8 +39,8 @@ def lengths(dist: str, batch: int, *, seed: int, l_qo: int = 1, mean: int = 4096
         kv = np.full(batch, mean)
     elif dist == "uniform":
         kv = rng.integers(1, 2 * mean + 1, batch)
-    elif dist == "zipf":                  # a draw past max_len / scale is clipped anyway: cut it
-        scale = max(1, mean // 4)         # first, so the product stays far inside int64
+    elif dist == "zipf":  # a draw past max_len / scale is clipped anyway: cut it
+        scale = max(1, mean // 4)  # first, so the product stays far inside int64
         kv = np.minimum(rng.zipf(1.5, batch), max_len // scale + 1) * scale
     else:
         kv = np.round(rng.lognormal(np.log(mean / 3), 1.2, batch))
@@ -67,20 +69,23 @@ def recorded_lengths(dist: str, batch: int) -> list[tuple[int, int]]:
     batch = as_int("batch", batch, 1, MAX_BATCH)
     table = _recorded()["batches"][dist]
     if str(batch) not in table:
-        raise ValueError(f"batch={batch} is not recorded in data/request_lengths.json; valid: "
-                         f"{', '.join(table)} (workload.lengths makes a batch of any size)")
+        raise ValueError(
+            f"batch={batch} is not recorded in data/request_lengths.json; valid: "
+            f"{', '.join(table)} (workload.lengths makes a batch of any size)"
+        )
     return [(int(q), int(k)) for q, k in table[str(batch)]]
 
 
 @dataclass(frozen=True, eq=False)
 class TileWaste:
     """A batch's packed query rows cut into T_q-row tiles, per request (arrays read-only)."""
-    tile_q: int
-    packed: np.ndarray        # l_qo x group rows
-    tiles: np.ndarray         # ceil(packed / tile_q): query tiles, each one pass over the request's KV
-    idle: np.ndarray          # tiles x tile_q - packed: tensor-core rows that compute nothing
 
-    __eq__ = fields_equal     # arrays compared as wholes
+    tile_q: int
+    packed: np.ndarray  # l_qo x group rows
+    tiles: np.ndarray  # ceil(packed / tile_q): query tiles, each one pass over the request's KV
+    idle: np.ndarray  # tiles x tile_q - packed: tensor-core rows that compute nothing
+
+    __eq__ = fields_equal  # arrays compared as wholes
     __hash__ = None
 
     @property
@@ -109,7 +114,7 @@ def tile_waste(l_qo, group: int = 1, head_dim: int = 128, tile_q=None) -> TileWa
         raise ValueError("l_qo is empty; valid: at least one request")
     if len(l_qo) > MAX_BATCH:
         raise ValueError(f"l_qo holds {len(l_qo):,} requests; valid: at most {MAX_BATCH:,}")
-    try:                                      # all at once; the loop below only names a bad entry
+    try:  # all at once; the loop below only names a bad entry
         qo = as_counts("l_qo", l_qo, 1, INT32_MAX)[0]
     except (TypeError, ValueError):
         qo = np.array([as_int(f"l_qo[{i}]", n, 1, INT32_MAX) for i, n in enumerate(l_qo)], np.int64)
@@ -117,11 +122,16 @@ def tile_waste(l_qo, group: int = 1, head_dim: int = 128, tile_q=None) -> TileWa
         raise TypeError(f"l_qo must be a list of query lengths (numbers), got shape {qo.shape}")
     top = int(qo.max())
     if top * group > INT32_MAX:
-        raise ValueError(f"group={group} packs {top} x {group} query rows; valid: l_qo x group "
-                         f"<= {INT32_MAX} (int32, as FlashInfer's arrays)")
+        raise ValueError(
+            f"group={group} packs {top} x {group} query rows; valid: l_qo x group "
+            f"<= {INT32_MAX} (int32, as FlashInfer's arrays)"
+        )
     packed = qo * group
-    tq = (query_tile(float(packed.mean()), head_dim) if tile_q is None
-          else as_int("tile_q", tile_q, 1, INT32_MAX))
+    tq = (
+        query_tile(float(packed.mean()), head_dim)
+        if tile_q is None
+        else as_int("tile_q", tile_q, 1, INT32_MAX)
+    )
     tiles = -(-packed // tq)
     idle = tiles * tq - packed
     for a in (packed, tiles, idle):

@@ -26,9 +26,17 @@ FlashInfer's pool is `[pages, page_size, kv_heads, d]` (NHD) or `[pages, kv_head
 What this leaves out on purpose: several KV heads per pool (a GQA group of query heads is
 supported: q may be (n, h, d)), eviction, and the page-size / fragmentation trade-off.
 """
+
 from attnlab.core.paged.bsr import BSRLayout, bsr_attention, to_bsr
 from attnlab.core.paged.cache import OutOfBlocks, PagedKVCache
 from attnlab.core.paged.composable import composable_attention, shared_prefix
 
-__all__ = ["OutOfBlocks", "PagedKVCache", "BSRLayout", "to_bsr", "bsr_attention", "shared_prefix",
-           "composable_attention"]
+__all__ = [
+    "OutOfBlocks",
+    "PagedKVCache",
+    "BSRLayout",
+    "to_bsr",
+    "bsr_attention",
+    "shared_prefix",
+    "composable_attention",
+]

@@ -1,5 +1,6 @@
 """The paged KV cache itself: a pool of fixed-size blocks handed out in a shuffled order, a block
 table per request, fork with copy-on-write. See `attnlab.core.paged` for the layout it feeds."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -33,8 +34,7 @@ class PagedKVCache:
     (10, 3, 61)
     """
 
-    def __init__(self, num_blocks: int, block_size: int, head_dim: int, *, dtype=np.float64,
-                 seed: int = 0):
+    def __init__(self, num_blocks: int, block_size: int, head_dim: int, *, dtype=np.float64, seed: int = 0):
         self.num_blocks = as_int("num_blocks", num_blocks, 1, 1 << 24)
         self.block_size = as_int("block_size", block_size, 1, 1 << 16)
         self.head_dim = as_int("head_dim", head_dim, 1, 1 << 16)
@@ -43,18 +43,21 @@ class PagedKVCache:
         except (TypeError, ValueError):
             self.dtype = None
         if self.dtype is None or self.dtype.kind != "f":
-            raise TypeError(f"dtype must be a float dtype (np.float16, np.float32, np.float64, ...), "
-                            f"got {short(dtype)}")
+            raise TypeError(
+                f"dtype must be a float dtype (np.float16, np.float32, np.float64, ...), got {short(dtype)}"
+            )
         self._max = float(np.finfo(self.dtype).max)
-        check_bytes(f"num_blocks={self.num_blocks} x block_size={self.block_size} x head_dim="
-                    f"{self.head_dim} x {self.dtype.itemsize} bytes ({self.dtype}) x 2 pools",
-                    2 * self.num_blocks * self.block_size * self.head_dim * self.dtype.itemsize,
-                    ARRAY_LIMIT)
+        check_bytes(
+            f"num_blocks={self.num_blocks} x block_size={self.block_size} x head_dim="
+            f"{self.head_dim} x {self.dtype.itemsize} bytes ({self.dtype}) x 2 pools",
+            2 * self.num_blocks * self.block_size * self.head_dim * self.dtype.itemsize,
+            ARRAY_LIMIT,
+        )
         self.k_pool = np.zeros((self.num_blocks, self.block_size, self.head_dim), self.dtype)
         self.v_pool = np.zeros_like(self.k_pool)
         order = np.random.default_rng(as_int("seed", seed, 0, None)).permutation(self.num_blocks)
-        self._free = order[::-1].copy()                  # a stack, its top at _top: hands out
-        self._top = self.num_blocks                       # order[0], order[1], ... (8 bytes a block)
+        self._free = order[::-1].copy()  # a stack, its top at _top: hands out
+        self._top = self.num_blocks  # order[0], order[1], ... (8 bytes a block)
         self._refs = np.zeros(self.num_blocks, np.int64)  # requests using each block
         self._tables: dict[int, list[int]] = {}
         self._lens: dict[int, int] = {}
@@ -73,9 +76,12 @@ class PagedKVCache:
         if isinstance(rid, (bool, np.bool_)) or not isinstance(rid, (int, np.integer)):
             raise TypeError(f"rid must be a request id (an int), got {short(rid)} ({type(rid).__name__})")
         if int(rid) not in self._tables:
-            ids = sorted(self._tables)                # the message stays short for any cache
-            valid = (", ".join(map(str, ids)) if len(ids) <= 10 else
-                     f"{len(ids):,} requests, {', '.join(map(str, ids[:5]))}, ..., {ids[-1]}")
+            ids = sorted(self._tables)  # the message stays short for any cache
+            valid = (
+                ", ".join(map(str, ids))
+                if len(ids) <= 10
+                else f"{len(ids):,} requests, {', '.join(map(str, ids[:5]))}, ..., {ids[-1]}"
+            )
             raise ValueError(f"rid={short(rid)} is not a request of this cache; valid: [{valid}]")
         return int(rid)
 
@@ -98,22 +104,28 @@ class PagedKVCache:
         k = as_array("k", k, ndim=2, shape="(n_tokens, head_dim)")
         v = as_array("v", v, ndim=2, shape="(n_tokens, head_dim)")
         if k.shape[1] != self.head_dim or v.shape != k.shape or k.shape[0] < 1:
-            raise ValueError(f"k and v must both be (n_tokens >= 1, head_dim={self.head_dim}); "
-                             f"got k {k.shape}, v {v.shape}")
+            raise ValueError(
+                f"k and v must both be (n_tokens >= 1, head_dim={self.head_dim}); "
+                f"got k {k.shape}, v {v.shape}"
+            )
         for name, a in (("k", k), ("v", v)):
-            top = max(float(a.max()), -float(a.min()))        # no abs: it wraps int64's min
+            top = max(float(a.max()), -float(a.min()))  # no abs: it wraps int64's min
             if top > self._max:
-                raise ValueError(f"{name} holds {top:.4g}, beyond dtype {self.dtype}'s largest finite "
-                                 f"value {self._max:.4g}; valid: |{name}| <= {self._max:.4g} (or a "
-                                 f"wider dtype)")
+                raise ValueError(
+                    f"{name} holds {top:.4g}, beyond dtype {self.dtype}'s largest finite "
+                    f"value {self._max:.4g}; valid: |{name}| <= {self._max:.4g} (or a "
+                    f"wider dtype)"
+                )
         return k, v
 
     def _take(self, n: int, what: str) -> list[int]:
         if n > self._top:
-            raise OutOfBlocks(f"{what} needs {n} free block(s) but the pool of num_blocks="
-                              f"{self.num_blocks} has {self._top} free; free requests or "
-                              f"make a larger cache")
-        blocks = self._free[self._top - n:self._top][::-1].tolist()     # popped, top first
+            raise OutOfBlocks(
+                f"{what} needs {n} free block(s) but the pool of num_blocks="
+                f"{self.num_blocks} has {self._top} free; free requests or "
+                f"make a larger cache"
+            )
+        blocks = self._free[self._top - n : self._top][::-1].tolist()  # popped, top first
         self._top -= n
         self._refs[blocks] = 1
         return blocks
@@ -122,32 +134,32 @@ class PagedKVCache:
         """Append tokens, filling the last block first (copied first if another request shares it),
         then whole new blocks at once: linear in the tokens, whatever the page size."""
         table, n, bs = self._tables[rid], self._lens[rid], self.block_size
-        used = n - bs * (len(table) - 1) if table else bs       # tokens in the last block
+        used = n - bs * (len(table) - 1) if table else bs  # tokens in the last block
         room = bs - used
         shared_partial = table and room > 0 and self._refs[table[-1]] > 1
         new = -(-max(len(k) - room, 0) // bs)
         fresh = deque(self._take(new + (1 if shared_partial else 0), f"request {rid}"))  # all or nothing
-        if shared_partial:                                      # copy-on-write of the last block
+        if shared_partial:  # copy-on-write of the last block
             old, copy = table[-1], fresh.popleft()
             self.k_pool[copy], self.v_pool[copy] = self.k_pool[old], self.v_pool[old]
             self._refs[old] -= 1
             table[-1] = copy
         m = min(room, len(k))
-        if m:                                                   # the rest of the last block
-            self.k_pool[table[-1], used:used + m] = k[:m]
-            self.v_pool[table[-1], used:used + m] = v[:m]
+        if m:  # the rest of the last block
+            self.k_pool[table[-1], used : used + m] = k[:m]
+            self.v_pool[table[-1], used : used + m] = v[:m]
         if new:
             pages = list(fresh)
             table.extend(pages)
             rest_k, rest_v = k[m:], v[m:]
-            full = len(rest_k) // bs                            # whole pages in one assignment
+            full = len(rest_k) // bs  # whole pages in one assignment
             if full:
-                self.k_pool[pages[:full]] = rest_k[:full * bs].reshape(full, bs, -1)
-                self.v_pool[pages[:full]] = rest_v[:full * bs].reshape(full, bs, -1)
+                self.k_pool[pages[:full]] = rest_k[: full * bs].reshape(full, bs, -1)
+                self.v_pool[pages[:full]] = rest_v[: full * bs].reshape(full, bs, -1)
             tail = len(rest_k) - full * bs
             if tail:
-                self.k_pool[pages[full], :tail] = rest_k[full * bs:]
-                self.v_pool[pages[full], :tail] = rest_v[full * bs:]
+                self.k_pool[pages[full], :tail] = rest_k[full * bs :]
+                self.v_pool[pages[full], :tail] = rest_v[full * bs :]
         self._lens[rid] = n + len(k)
 
     def add(self, k, v) -> int:
@@ -182,11 +194,9 @@ class PagedKVCache:
     def free(self, rid) -> None:
         """Release a request; a block returns to the pool when no request uses it any more."""
         rid = self._rid(rid)
-        table = np.array(self._tables.pop(rid), np.int64)    # distinct blocks: one update each
+        table = np.array(self._tables.pop(rid), np.int64)  # distinct blocks: one update each
         self._refs[table] -= 1
-        back = table[self._refs[table] == 0]                  # pushed in table order
-        self._free[self._top:self._top + len(back)] = back
+        back = table[self._refs[table] == 0]  # pushed in table order
+        self._free[self._top : self._top + len(back)] = back
         self._top += len(back)
         del self._lens[rid]
-
-

@@ -3,6 +3,7 @@ pages at the start of their block tables, so the sub-matrix "these requests x th
 dense: read it once, as ONE block row of all the group's queries, read each request's own pages
 with (1, page_size) blocks, and merge the two attention states with ⊕ (cascade attention, §4.4,
 on a paged cache). No data moves: it is a second set of indices over the same pool."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,7 +45,7 @@ def shared_prefix(cache: PagedKVCache, rids) -> tuple[int, int]:
     lens = [cache.seq_len(r) for r in rids]
     pages = tokens = 0
     while all(len(t) > pages for t in tables) and len({t[pages] for t in tables}) == 1:
-        valid = {min(bs, n - bs * pages) for n in lens}        # tokens each request uses there
+        valid = {min(bs, n - bs * pages) for n in lens}  # tokens each request uses there
         if len(valid) != 1:
             break
         pages, tokens = pages + 1, tokens + valid.pop()
@@ -82,23 +83,25 @@ def composable_attention(q, cache: PagedKVCache, rids, *, qo_indptr=None, hbm: H
     d = cache.head_dim
     q, spans = query_spans(q, len(rids), d, qo_indptr)
     pages, tokens = shared_prefix(cache, rids)
-    rows = q.size // d                                     # every query row of the group
-    check_bytes(f"composable_attention: {rows} query rows x {tokens} shared keys of scores",
-                rows * tokens * 8)
+    rows = q.size // d  # every query row of the group
+    check_bytes(
+        f"composable_attention: {rows} query rows x {tokens} shared keys of scores", rows * tokens * 8
+    )
     for r, (a, b) in zip(rids, spans):
         own = (q[a:b].size // d) * (cache.seq_len(r) - tokens)
         check_bytes(f"composable_attention: request {r}'s query rows x its own keys of scores", own * 8)
     tables = [cache.block_table(r) for r in rids]
     o = np.zeros(q.shape, np.result_type(q.dtype, cache.dtype, np.float32))
-    lse = np.full(q.shape[:-1], -np.inf, o.dtype)          # (0, -inf): the identity of ⊕
-    if pages and q.size:                                   # the shared block row, read once
+    lse = np.full(q.shape[:-1], -np.inf, o.dtype)  # (0, -inf): the identity of ⊕
+    if pages and q.size:  # the shared block row, read once
         k = cache.k_pool[tables[0][:pages]].reshape(-1, d)[:tokens]
         v = cache.v_pool[tables[0][:pages]].reshape(-1, d)[:tokens]
         if hbm is not None:
-            hbm.read("K", k); hbm.read("V", v)
-        o_s, lse_s = attention_state(q.reshape(-1, d), k, v)    # every query of the group
+            hbm.read("K", k)
+            hbm.read("V", v)
+        o_s, lse_s = attention_state(q.reshape(-1, d), k, v)  # every query of the group
         o, lse = o_s.reshape(o.shape), lse_s.reshape(lse.shape)
-    for r, t, (a, b) in zip(rids, tables, spans):          # each request's own pages
+    for r, t, (a, b) in zip(rids, tables, spans):  # each request's own pages
         qi = q[a:b].reshape(-1, d)
         n_own = cache.seq_len(r) - tokens
         if qi.shape[0] == 0 or n_own == 0:
@@ -106,7 +109,8 @@ def composable_attention(q, cache: PagedKVCache, rids, *, qo_indptr=None, hbm: H
         k = cache.k_pool[t[pages:]].reshape(-1, d)[:n_own]
         v = cache.v_pool[t[pages:]].reshape(-1, d)[:n_own]
         if hbm is not None:
-            hbm.read("K", k); hbm.read("V", v)
+            hbm.read("K", k)
+            hbm.read("V", v)
         shape = o[a:b].shape
         o_m, lse_m = merge((o[a:b].reshape(-1, d), lse[a:b].reshape(-1)), attention_state(qi, k, v))
         o[a:b], lse[a:b] = o_m.reshape(shape), lse_m.reshape(shape[:-1])

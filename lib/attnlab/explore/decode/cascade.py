@@ -5,6 +5,7 @@ the two states with ⊕. KV tokens read and the prefix part's intensity.
 Pure part: `cascade_numbers(n, prefix, unique, g, gpu)` -> CascadeNumbers, from
 `attnlab.core.decode.cascade_intensity`; `cascade_check` runs `attnlab.core.decode.cascade_attention`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,7 +22,15 @@ from attnlab.explore._controls import dropdown, slider, steps
 from attnlab.explore.decode.intensity import I_LIM
 from attnlab.explore.decode.merge import MERGE_BOUNDS
 
-__all__ = ["CascadeNumbers", "cascade_numbers", "CascadeCheck", "cascade_run", "cascade_check", "cascade_table", "CascadeExplorer"]
+__all__ = [
+    "CascadeNumbers",
+    "cascade_numbers",
+    "CascadeCheck",
+    "cascade_run",
+    "cascade_check",
+    "cascade_table",
+    "CascadeExplorer",
+]
 
 N_GRID = readonly(np.unique(np.round(np.geomspace(1, 256, 41)).astype(np.int64)))
 
@@ -29,20 +38,21 @@ N_GRID = readonly(np.unique(np.round(np.geomspace(1, 256, 41)).astype(np.int64))
 @dataclass(frozen=True)
 class CascadeNumbers:
     """KV tokens read by n requests sharing a prefix, naive against cascade, and intensities."""
+
     n: int
     prefix: int
     unique: int
     g: int
     gpu: str
-    tokens_naive: int           # n (prefix + unique)
-    tokens_cascade: int         # prefix + n unique
-    saving: float               # 1 - cascade / naive
-    i_prefix: float             # the prefix part: n g queries per KV element (bf16 FLOP/byte)
-    i_naive: float              # one request alone
+    tokens_naive: int  # n (prefix + unique)
+    tokens_cascade: int  # prefix + n unique
+    saving: float  # 1 - cascade / naive
+    i_prefix: float  # the prefix part: n g queries per KV element (bf16 FLOP/byte)
+    i_naive: float  # one request alone
     i_unique: float
-    ridge: float                # bf16 ridge point of `gpu`
-    curve_n: np.ndarray         # request counts ...
-    curve_i: np.ndarray         # ... and the prefix part's intensity at each
+    ridge: float  # bf16 ridge point of `gpu`
+    curve_n: np.ndarray  # request counts ...
+    curve_i: np.ndarray  # ... and the prefix part's intensity at each
 
     @property
     def naive_prefix(self) -> int:
@@ -61,8 +71,9 @@ class CascadeNumbers:
         return self.n * self.unique
 
 
-def cascade_numbers(n: int = 64, prefix: int = 4096, unique: int = 256, g: int = 4,
-                    gpu="H100-SXM") -> CascadeNumbers:
+def cascade_numbers(
+    n: int = 64, prefix: int = 4096, unique: int = 256, g: int = 4, gpu="H100-SXM"
+) -> CascadeNumbers:
     """KV tokens and intensities of cascade attention against the naive per-request kernel.
 
     >>> r = cascade_numbers(64, 4096, 256, 4)
@@ -75,9 +86,22 @@ def cascade_numbers(n: int = 64, prefix: int = 4096, unique: int = 256, g: int =
     g = as_int("g", g, 1, None)
     ci = cascade_intensity(n, prefix, unique, g)
     G = get_gpu(gpu)
-    return CascadeNumbers(n, prefix, unique, g, G.name, ci["tokens_naive"], ci["tokens_cascade"],
-                          ci["saving"], ci["prefix"], ci["naive"], ci["unique"],
-                          ridge_point(G, "bf16"), N_GRID, readonly(intensity(g, N_GRID, prefix)))
+    return CascadeNumbers(
+        n,
+        prefix,
+        unique,
+        g,
+        G.name,
+        ci["tokens_naive"],
+        ci["tokens_cascade"],
+        ci["saving"],
+        ci["prefix"],
+        ci["naive"],
+        ci["unique"],
+        ridge_point(G, "bf16"),
+        N_GRID,
+        readonly(intensity(g, N_GRID, prefix)),
+    )
 
 
 @dataclass(frozen=True)
@@ -86,6 +110,7 @@ class CascadeCheck:
     (float64), against the bound MERGE_BOUNDS["float64"] (16 units of roundoff), and the KV tokens
     each kernel reads. str() is the notebook's statement: the bound, not the digits, which move
     with the CPU's BLAS kernel."""
+
     n: int
     prefix: int
     unique: int
@@ -104,17 +129,24 @@ class CascadeCheck:
 
     def __str__(self) -> str:
         bound = f"{self.bound:.1e}".replace("e-0", "e-")
-        diff = (f"< {bound} (16 units of float64 roundoff)" if self.within_bound else
-                f"= {style.magnitude(self.max_diff)}, above the bound {bound}")
+        diff = (
+            f"< {bound} (16 units of float64 roundoff)"
+            if self.within_bound
+            else f"= {style.magnitude(self.max_diff)}, above the bound {bound}"
+        )
         saving = 1 - self.tokens_read / self.tokens_naive
-        return (f"{self.n} requests, shared prefix {self.prefix:,} + {self.unique:,} unique tokens each, "
-                f"d = {self.d}, float64\n"
-                f"max |cascade - per-request attention| {diff}\n"
-                f"KV tokens read: naive {self.tokens_naive:,}, cascade {self.tokens_read:,} "
-                f"({saving:.1%} fewer)")
+        return (
+            f"{self.n} requests, shared prefix {self.prefix:,} + {self.unique:,} unique tokens each, "
+            f"d = {self.d}, float64\n"
+            f"max |cascade - per-request attention| {diff}\n"
+            f"KV tokens read: naive {self.tokens_naive:,}, cascade {self.tokens_read:,} "
+            f"({saving:.1%} fewer)"
+        )
 
 
-def cascade_run(n: int = 64, prefix: int = 4096, unique: int = 256, d: int = 64, seed: int = 0) -> CascadeCheck:
+def cascade_run(
+    n: int = 64, prefix: int = 4096, unique: int = 256, d: int = 64, seed: int = 0
+) -> CascadeCheck:
     """Run `attnlab.core.decode.cascade_attention` on random float64 data (seeded) and compare it with
     each request's own attention over prefix + unique keys.
 
@@ -126,7 +158,9 @@ def cascade_run(n: int = 64, prefix: int = 4096, unique: int = 256, d: int = 64,
     prefix = as_int("prefix", prefix, 0, None)
     unique = as_int("unique", unique, 0, None)
     if prefix + unique == 0:
-        raise ValueError("prefix=0 and unique=0 leave each request no key to attend to; valid: prefix + unique >= 1")
+        raise ValueError(
+            "prefix=0 and unique=0 leave each request no key to attend to; valid: prefix + unique >= 1"
+        )
     d = as_int("d", d, 1, None)
     seed = as_int("seed", seed, 0, None)
     rng = np.random.default_rng(seed)
@@ -134,10 +168,12 @@ def cascade_run(n: int = 64, prefix: int = 4096, unique: int = 256, d: int = 64,
     pk, pv = rng.standard_normal((prefix, d)), rng.standard_normal((prefix, d))
     uniq = [(rng.standard_normal((unique, d)), rng.standard_normal((unique, d))) for _ in range(n)]
     res = cascade_attention(q, pk, pv, uniq)
-    ref = np.stack([attention_state(q[i], np.vstack([pk, k]), np.vstack([pv, v]))[0]
-                    for i, (k, v) in enumerate(uniq)])
-    return CascadeCheck(n, prefix, unique, d, float(np.abs(res.o - ref).max()), int(res.tokens_naive),
-                        int(res.tokens_read))
+    ref = np.stack(
+        [attention_state(q[i], np.vstack([pk, k]), np.vstack([pv, v]))[0] for i, (k, v) in enumerate(uniq)]
+    )
+    return CascadeCheck(
+        n, prefix, unique, d, float(np.abs(res.o - ref).max()), int(res.tokens_naive), int(res.tokens_read)
+    )
 
 
 def cascade_check(n: int = 64, prefix: int = 4096, unique: int = 256, d: int = 64, seed: int = 0) -> str:
@@ -146,17 +182,27 @@ def cascade_check(n: int = 64, prefix: int = 4096, unique: int = 256, d: int = 6
     return str(cascade_run(n, prefix, unique, d, seed))
 
 
-def cascade_table(ns=(1, 8, 64, 256), prefix: int = 4096, unique: int = 256, g: int = 4,
-                  gpu="H100-SXM") -> str:
+def cascade_table(
+    ns=(1, 8, 64, 256), prefix: int = 4096, unique: int = 256, g: int = 4, gpu="H100-SXM"
+) -> str:
     """`cascade_numbers` for several request counts: tokens read, saving, intensities."""
     rows = [vars(cascade_numbers(n, prefix, unique, g, gpu)) for n in ns]
-    head = (f"prefix {prefix:,} + {unique:,} unique tokens per request, g = {g}; "
-            f"{rows[0]['gpu']} bf16 ridge point {rows[0]['ridge']:.0f} FLOP/byte\n")
+    head = (
+        f"prefix {prefix:,} + {unique:,} unique tokens per request, g = {g}; "
+        f"{rows[0]['gpu']} bf16 ridge point {rows[0]['ridge']:.0f} FLOP/byte\n"
+    )
     return head + style.table(
-        rows, {"n": "requests", "tokens_naive": "KV tokens naive", "tokens_cascade": "cascade",
-               "saving": "saving", "i_naive": "naive FLOP/byte", "i_prefix": "prefix part FLOP/byte"},
-        {"tokens_naive": ",", "tokens_cascade": ",", "saving": ".1%", "i_naive": ".1f", "i_prefix": ".1f"})
-
+        rows,
+        {
+            "n": "requests",
+            "tokens_naive": "KV tokens naive",
+            "tokens_cascade": "cascade",
+            "saving": "saving",
+            "i_naive": "naive FLOP/byte",
+            "i_prefix": "prefix part FLOP/byte",
+        },
+        {"tokens_naive": ",", "tokens_cascade": ",", "saving": ".1%", "i_naive": ".1f", "i_prefix": ".1f"},
+    )
 
 
 class CascadeExplorer(Explorer):
@@ -167,19 +213,21 @@ class CascadeExplorer(Explorer):
     parts stacked; absolute counts on the bars). Right: the prefix part's intensity against n for
     this prefix and g, the naive per-request intensity and the GPU's ridge point.
     """
+
     name = "cascade"
     size = (style.WIDTH, 4.4)
 
-    def __init__(self, n: int = 64, prefix: int = 4096, unique: int = 256, g: int = 4,
-                 gpu: str = "H100-SXM"):
+    def __init__(self, n: int = 64, prefix: int = 4096, unique: int = 256, g: int = 4, gpu: str = "H100-SXM"):
         super().__init__(n=n, prefix=prefix, unique=unique, g=g, gpu=get_gpu(gpu).name)
 
     def controls(self):
-        return {"n": slider("requests n", 64, 1, 256),
-                "prefix": slider("shared prefix (tokens)", 4096, 256, 32768),
-                "unique": slider("unique tokens per request", 256, 0, 4096),
-                "g": steps("group size g", (1, 2, 4, 8, 16), 4),
-                "gpu": dropdown("GPU", gpus(), "H100-SXM")}
+        return {
+            "n": slider("requests n", 64, 1, 256),
+            "prefix": slider("shared prefix (tokens)", 4096, 256, 32768),
+            "unique": slider("unique tokens per request", 256, 0, 4096),
+            "g": steps("group size g", (1, 2, 4, 8, 16), 4),
+            "gpu": dropdown("GPU", gpus(), "H100-SXM"),
+        }
 
     def compute(self, n, prefix, unique, g, gpu):
         return cascade_numbers(n, prefix, unique, g, gpu)
@@ -191,8 +239,9 @@ class CascadeExplorer(Explorer):
         self.pre = ax_b.bar(x, [1, 1], width=0.55, color=c["fa1"], label="prefix tokens")
         self.uni = ax_b.bar(x, [0, 0], width=0.55, color=c["fa2"], label="unique tokens")
         self.tops = [ax_b.text(i, 0, "", ha="center", va="bottom", fontsize=style.SMALL) for i in x]
-        ax_b.set_xticks(x, ["naive: each request\nreads prefix + unique",
-                            "cascade: prefix once,\nthen each unique part"])
+        ax_b.set_xticks(
+            x, ["naive: each request\nreads prefix + unique", "cascade: prefix once,\nthen each unique part"]
+        )
         ax_b.set_xlim(-0.6, 1.6)
         ax_b.set_ylim(0, 135)
         ax_b.set_yticks([0, 25, 50, 75, 100])
@@ -205,14 +254,26 @@ class CascadeExplorer(Explorer):
         ax_i.grid(True, alpha=0.25)
         ax_i.set_xlabel("requests sharing the prefix, n")
         ax_i.set_ylabel("intensity (FLOP/byte, bf16)")
-        self.curve, = ax_i.plot([], [], color=c["fa1"], lw=2, label="prefix part (n g queries per KV element)")
+        (self.curve,) = ax_i.plot(
+            [], [], color=c["fa1"], lw=2, label="prefix part (n g queries per KV element)"
+        )
         self.naive = ax_i.axhline(1, color=c["standard"], ls=":", lw=1.5, label="naive: each request alone")
         self.ridge = ax_i.axhline(1, color=c["bound"], ls="--", lw=1, label="ridge point of the GPU")
-        self.dot, = ax_i.plot([], [], "*", ms=15, color=c["highlight"], mec="k", mew=0.8)
+        (self.dot,) = ax_i.plot([], [], "*", ms=15, color=c["highlight"], mec="k", mew=0.8)
         self.dot_txt = ax_i.text(0, 0, "", fontsize=style.SMALL, ha="left", va="top")
         ax_i.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-        return [*self.pre, *self.uni, *self.tops, self.curve, self.naive, self.ridge, self.dot,
-                self.dot_txt, ax_b.title, ax_i.title]
+        return [
+            *self.pre,
+            *self.uni,
+            *self.tops,
+            self.curve,
+            self.naive,
+            self.ridge,
+            self.dot,
+            self.dot_txt,
+            ax_b.title,
+            ax_i.title,
+        ]
 
     def draw(self, r: CascadeNumbers) -> str:
         tn = r.tokens_naive
@@ -220,7 +281,8 @@ class CascadeExplorer(Explorer):
         upct = [100 * r.naive_unique / tn, 100 * r.cascade_unique / tn]
         for i in (0, 1):
             self.pre[i].set_height(pct[i])
-            self.uni[i].set_y(pct[i]); self.uni[i].set_height(upct[i])
+            self.uni[i].set_y(pct[i])
+            self.uni[i].set_height(upct[i])
         self.tops[0].set_position((0, pct[0] + upct[0] + 1.5))
         self.tops[0].set_text(f"{tn:,} tokens")
         self.tops[1].set_position((1, pct[1] + upct[1] + 1.5))
@@ -235,8 +297,10 @@ class CascadeExplorer(Explorer):
         self.dot_txt.set_text(f"{r.i_prefix:.0f}" if r.i_prefix >= 100 else f"{r.i_prefix:.1f}")
         self.ax_b.set_title(f"KV read: n={r.n}, prefix {r.prefix:,} + unique {r.unique:,}")
         self.ax_i.set_title(f"prefix-part intensity (prefix {r.prefix:,}, g={r.g}, {r.gpu})")
-        return (f"Naive: {r.n} × ({r.prefix:,} + {r.unique:,}) = {tn:,} KV tokens; cascade: "
-                f"{r.prefix:,} + {r.n} × {r.unique:,} = {r.tokens_cascade:,}: <b>{r.saving:.1%} "
-                f"fewer</b>. Prefix part: {r.n} × {r.g} = {r.n * r.g} queries share each KV element, "
-                f"<b>{r.i_prefix:.1f} FLOP/byte</b> against {r.i_naive:.1f} for a request alone "
-                f"(ridge {r.ridge:.0f}).")
+        return (
+            f"Naive: {r.n} × ({r.prefix:,} + {r.unique:,}) = {tn:,} KV tokens; cascade: "
+            f"{r.prefix:,} + {r.n} × {r.unique:,} = {r.tokens_cascade:,}: <b>{r.saving:.1%} "
+            f"fewer</b>. Prefix part: {r.n} × {r.g} = {r.n * r.g} queries share each KV element, "
+            f"<b>{r.i_prefix:.1f} FLOP/byte</b> against {r.i_naive:.1f} for a request alone "
+            f"(ridge {r.ridge:.0f})."
+        )

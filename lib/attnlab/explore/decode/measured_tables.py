@@ -3,6 +3,7 @@ decode kernel beside the time model (`split_measured_table`), and the KV bandwid
 kernel at its best split (`bandwidth_table`). The rows come from the run file through
 `attnlab.explore.measured`; the header names the device, date, versions and ceilings (the commit
 and the history of a section stay in the run file and in docs/gpu-notes.md)."""
+
 from __future__ import annotations
 
 import textwrap
@@ -20,36 +21,73 @@ def run_header(res: dict, name: str | None = None) -> str:
     `name` where the run records them per section), wrapped at 100 characters."""
     sec = {} if name is None else res.get("sections", {}).get(name, {})
     c = res.get("ceilings_by_section", {}).get(name, res["ceilings"])
-    text = (f"{res['device']} ({res['sms']} SMs), measured {sec.get('date', res['date'])}: torch {res['torch']}, "
-            f"Triton {res['triton']}, FlashInfer {res.get('flashinfer')}; ceilings measured in the same run: "
-            f"copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} "
-            f"TFLOP/s [{res.get('file', '')}]")
+    text = (
+        f"{res['device']} ({res['sms']} SMs), measured {sec.get('date', res['date'])}: torch {res['torch']}, "
+        f"Triton {res['triton']}, FlashInfer {res.get('flashinfer')}; ceilings measured in the same run: "
+        f"copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} "
+        f"TFLOP/s [{res.get('file', '')}]"
+    )
     return textwrap.fill(text, WIDTH)
 
 
 def split_measured_table(sec: dict) -> str:
     """The decode section (`runs.section(run, "decode")`): per (batch, context, splits) the
     measured time beside the model's, in µs, with the speedup over no split and the KV bandwidth."""
-    head = (f"{sec['device']} ({sec['sms']} SMs), torch {sec['torch']}, Triton {sec['triton']}, measured "
-            f"{sec['date']}; Llama-3-8B layer (32 query heads, 8 KV heads, d = 128, bf16); time per call "
-            f"from CUDA-graph replay. model: attnlab.machine.hardware.decode_time for the {sec['model_gpu']} "
-            f"at its datasheet bandwidth; model@copy: at the copy bandwidth measured in the run, "
-            f"{sec['copy_bytes_per_s'] / 1e12:.2f} TB/s; ratio: measured / model@copy; speedup: against no "
-            f"split; TB/s: KV bytes over the measured time.")
+    head = (
+        f"{sec['device']} ({sec['sms']} SMs), torch {sec['torch']}, Triton {sec['triton']}, measured "
+        f"{sec['date']}; Llama-3-8B layer (32 query heads, 8 KV heads, d = 128, bf16); time per call "
+        f"from CUDA-graph replay. model: attnlab.machine.hardware.decode_time for the {sec['model_gpu']} "
+        f"at its datasheet bandwidth; model@copy: at the copy bandwidth measured in the run, "
+        f"{sec['copy_bytes_per_s'] / 1e12:.2f} TB/s; ratio: measured / model@copy; speedup: against no "
+        f"split; TB/s: KV bytes over the measured time."
+    )
     errs = [r["rel_err"] for r in sec["rows"] if r["rel_err"] is not None]
-    head += (f" checked: the {len(errs)} configurations with batch x context <= 64K, against an fp32 "
-             f"reference, worst relative error {max(errs):.1e}.")
+    head += (
+        f" checked: the {len(errs)} configurations with batch x context <= 64K, against an fp32 "
+        f"reference, worst relative error {max(errs):.1e}."
+    )
     rows = []
     for r in sec["rows"]:
-        base = next(x for x in sec["rows"] if (x["batch"], x["context"], x["splits"]) == (r["batch"], r["context"], 1))
-        rows.append(dict(r, speedup=base["us"] / r["us"], ratio=r["us"] / r["model_us_measured_bw"],
-                         tbs=r["achieved_bytes_per_s"] / 1e12, checked="yes" if r["rel_err"] is not None else "-"))
-    return textwrap.fill(head, WIDTH) + "\n" + style.table(
-        rows, {"batch": "batch", "context": "context", "splits": "splits", "blocks": "blocks",
-               "us": "measured µs", "model_us": "model", "model_us_measured_bw": "model@copy",
-               "ratio": "ratio", "speedup": "speedup", "tbs": "TB/s", "checked": "checked"},
-        {"us": ".1f", "model_us": ".1f", "model_us_measured_bw": ".1f", "ratio": ".2f", "speedup": ".2f",
-         "tbs": ".2f"})
+        base = next(
+            x for x in sec["rows"] if (x["batch"], x["context"], x["splits"]) == (r["batch"], r["context"], 1)
+        )
+        rows.append(
+            dict(
+                r,
+                speedup=base["us"] / r["us"],
+                ratio=r["us"] / r["model_us_measured_bw"],
+                tbs=r["achieved_bytes_per_s"] / 1e12,
+                checked="yes" if r["rel_err"] is not None else "-",
+            )
+        )
+    return (
+        textwrap.fill(head, WIDTH)
+        + "\n"
+        + style.table(
+            rows,
+            {
+                "batch": "batch",
+                "context": "context",
+                "splits": "splits",
+                "blocks": "blocks",
+                "us": "measured µs",
+                "model_us": "model",
+                "model_us_measured_bw": "model@copy",
+                "ratio": "ratio",
+                "speedup": "speedup",
+                "tbs": "TB/s",
+                "checked": "checked",
+            },
+            {
+                "us": ".1f",
+                "model_us": ".1f",
+                "model_us_measured_bw": ".1f",
+                "ratio": ".2f",
+                "speedup": ".2f",
+                "tbs": ".2f",
+            },
+        )
+    )
 
 
 def bandwidth_table(res: dict) -> str:
@@ -65,18 +103,38 @@ def bandwidth_table(res: dict) -> str:
         def best(impl, ps=None):
             us = [r["us"] for r in at if r["impl"] == impl and r.get("page_size") == ps]
             return min(us) if us else float("nan")
-        t = {"contig": best("contiguous"), "paged": best("paged", 16), "cudnn": best("sdpa-cudnn"),
-             "fi": best("flashinfer-tc", 16)}
+
+        t = {
+            "contig": best("contiguous"),
+            "paged": best("paged", 16),
+            "cudnn": best("sdpa-cudnn"),
+            "fi": best("flashinfer-tc", 16),
+        }
         nbytes = at[0]["bytes"]
         row = {"case": f"{b} x {n // 1024}K", "MB": nbytes / 1e6}
         row.update({k: nbytes / (v * 1e-6) / 1e12 for k, v in t.items()})
         row["frac"] = max(row[k] for k in t) * 1e12 / copy
         rows.append(row)
-    head = (run_header(res, "paged") + "\n" + textwrap.fill(
-        "Llama-3-8B decode (32/8 heads, d = 128, bf16); TB/s of bytes = K, V, q read and o written once; "
-        "best split of each kernel; FlashInfer and our paged kernel at page size 16", WIDTH) + "\n")
-    return head + style.table(rows, {"case": "batch x context", "MB": "MB moved", "contig": "ours contiguous",
-                                     "paged": "ours paged", "cudnn": "cuDNN", "fi": "FlashInfer TC",
-                                     "frac": "best / copy ceiling"},
-                              {"MB": ".0f", "contig": ".2f", "paged": ".2f", "cudnn": ".2f", "fi": ".2f",
-                               "frac": ".2f"})
+    head = (
+        run_header(res, "paged")
+        + "\n"
+        + textwrap.fill(
+            "Llama-3-8B decode (32/8 heads, d = 128, bf16); TB/s of bytes = K, V, q read and o written once; "
+            "best split of each kernel; FlashInfer and our paged kernel at page size 16",
+            WIDTH,
+        )
+        + "\n"
+    )
+    return head + style.table(
+        rows,
+        {
+            "case": "batch x context",
+            "MB": "MB moved",
+            "contig": "ours contiguous",
+            "paged": "ours paged",
+            "cudnn": "cuDNN",
+            "fi": "FlashInfer TC",
+            "frac": "best / copy ceiling",
+        },
+        {"MB": ".0f", "contig": ".2f", "paged": ".2f", "cudnn": ".2f", "fi": ".2f", "frac": ".2f"},
+    )

@@ -6,6 +6,7 @@ same additions changes the last bits: why deterministic kernels fix the merge or
 Pure part: `merge_errors(splits, dtype, order, seed)` -> MergeErrors. The states and the merge are
 `attnlab.core.decode.split_kv_attention` and `attnlab.core.softmax.merge_states`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,31 +21,41 @@ from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import slider, toggle
 
-__all__ = ["merge_data", "MergeErrors", "merge_errors", "MergeExplorer", "MERGE_ORDERS", "MERGE_DTYPES", "MERGE_GRID", "MERGE_BOUNDS"]
+__all__ = [
+    "merge_data",
+    "MergeErrors",
+    "merge_errors",
+    "MergeExplorer",
+    "MERGE_ORDERS",
+    "MERGE_DTYPES",
+    "MERGE_GRID",
+    "MERGE_BOUNDS",
+]
 
 MERGE_ORDERS = ("forward", "reverse", "random")
 MERGE_DTYPES = ("float32", "float64")
 MERGE_KEYS, MERGE_D = 10_000, 64
 MERGE_MAX_SPLITS = 256
-MERGE_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)         # split counts of the error curve
-ERR_FLOOR = 1e-19                                       # an exact 0 is drawn here on log axes
+MERGE_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # split counts of the error curve
+ERR_FLOOR = 1e-19  # an exact 0 is drawn here on log axes
 #: The bound the merge table asserts, absolute, per dtype: 16 units of roundoff u (2^-53, 2^-24).
 #: The inputs are of order 1 and the output is a convex combination of the values, so its error
 #: is a few u; the digits below that bound move with the CPU's BLAS kernel and SIMD width.
-MERGE_BOUNDS = {"float64": 16 * 2.0 ** -53, "float32": 16 * 2.0 ** -24}
+MERGE_BOUNDS = {"float64": 16 * 2.0**-53, "float32": 16 * 2.0**-24}
 
 
 @dataclass(frozen=True)
 class MergeErrors:
     """Merged split states against the float64 one-pass output o_ref (absolute differences)."""
+
     splits: int
     dtype: str
     order: str
     seed: int
-    fwd: np.ndarray             # per output element: forward merge vs o_ref
-    other: np.ndarray           # `order` merge vs o_ref
-    diff: np.ndarray            # forward vs `order`
-    curve: tuple | None         # (splits grid, fwd max, other max, diff max) over MERGE_GRID
+    fwd: np.ndarray  # per output element: forward merge vs o_ref
+    other: np.ndarray  # `order` merge vs o_ref
+    diff: np.ndarray  # forward vs `order`
+    curve: tuple | None  # (splits grid, fwd max, other max, diff max) over MERGE_GRID
 
     @property
     def fwd_max(self) -> float:
@@ -57,8 +68,6 @@ class MergeErrors:
     @property
     def diff_max(self) -> float:
         return float(self.diff.max())
-
-
 
 
 @functools.lru_cache(maxsize=16)
@@ -149,8 +158,16 @@ def _curve(dtype: str, seed: int, order: str, n_keys: int, d: int) -> tuple:
     return readonly(np.array(_grid(n_keys)), fwd, oth, diff)
 
 
-def merge_errors(splits: int = 64, dtype: str = "float32", order: str = "reverse", seed: int = 0,
-                 *, n_keys: int = MERGE_KEYS, d: int = MERGE_D, curve: bool = True) -> MergeErrors:
+def merge_errors(
+    splits: int = 64,
+    dtype: str = "float32",
+    order: str = "reverse",
+    seed: int = 0,
+    *,
+    n_keys: int = MERGE_KEYS,
+    d: int = MERGE_D,
+    curve: bool = True,
+) -> MergeErrors:
     """Split n_keys keys into `splits` chunks, compute each chunk's attention state in `dtype`,
     merge them forward and in `order` ('forward', 'reverse' or 'random': a permutation seeded by
     (seed, splits), as atomics finishing in any order would give), and compare with the float64
@@ -174,15 +191,20 @@ def merge_errors(splits: int = 64, dtype: str = "float32", order: str = "reverse
     curve = as_bool("curve", curve)
     ref = merge_data(seed, n_keys, d)[3]
     grid = _grid(n_keys)
-    if curve and splits in grid:               # the curve's own folds: the ring sits on its line
+    if curve and splits in grid:  # the curve's own folds: the ring sits on its line
         a, b = (x[grid.index(splits)] for x in _grid_merged(dtype, seed, order, n_keys, d))
     else:
         a = _merged(dtype, seed, splits, "forward", n_keys, d)
         b = _merged(dtype, seed, splits, order, n_keys, d)
     errors = readonly(np.abs(a - ref), np.abs(b - ref), np.abs(a - b))
-    return MergeErrors(splits, dtype, order, seed, *errors,
-                       _with_point(_curve(dtype, seed, order, n_keys, d), splits, errors)
-                       if curve else None)
+    return MergeErrors(
+        splits,
+        dtype,
+        order,
+        seed,
+        *errors,
+        _with_point(_curve(dtype, seed, order, n_keys, d), splits, errors) if curve else None,
+    )
 
 
 def _with_point(curve, splits, errors):
@@ -204,6 +226,7 @@ class MergeExplorer(Explorer):
     your split count ringed. Right: the same three differences per output element (d = 64) at
     your split count. An exact 0 is drawn at the bottom of the axis.
     """
+
     name = "merge"
     size = (style.WIDTH, 4.4)
 
@@ -216,10 +239,12 @@ class MergeExplorer(Explorer):
         _curve(other, self.values["seed"], self.values["order"], MERGE_KEYS, MERGE_D)
 
     def controls(self):
-        return {"splits": slider("splits", 8, 1, MERGE_MAX_SPLITS),
-                "dtype": toggle("dtype", MERGE_DTYPES, "float32"),
-                "order": toggle("merge order", MERGE_ORDERS, "reverse"),
-                "seed": slider("seed", 0, 0, 9)}
+        return {
+            "splits": slider("splits", 8, 1, MERGE_MAX_SPLITS),
+            "dtype": toggle("dtype", MERGE_DTYPES, "float32"),
+            "order": toggle("merge order", MERGE_ORDERS, "reverse"),
+            "seed": slider("seed", 0, 0, 9),
+        }
 
     def compute(self, splits, dtype, order, seed):
         return merge_errors(splits, dtype, order, seed)
@@ -228,7 +253,7 @@ class MergeExplorer(Explorer):
         ax_c, ax_e = self.ax_c, self.ax_e = fig.subplots(1, 2)
         c = style.COLORS
         exp_label = lambda y, _p: "0" if y < ERR_FLOOR * 1.5 else f"1e{int(round(np.log10(y)))}"  # noqa: E731
-        ticks = [10.0 ** e for e in range(-19, -4, 2)]
+        ticks = [10.0**e for e in range(-19, -4, 2)]
         style.log_axis(ax_c, "x", 0.8, 320, ticks=MERGE_GRID)
         for ax in (ax_c, ax_e):
             style.log_axis(ax, "y", ERR_FLOOR / 2, 1e-5, ticks=ticks, formatter=exp_label)
@@ -243,23 +268,42 @@ class MergeExplorer(Explorer):
         ax_c.text(0.9, 1.1e-16 * 2.5, "float64 unit roundoff, 1.1e-16", fontsize=style.SMALL, color=c["fa2"])
         ax_c.text(0.9, 6e-8 * 2.5, "float32 unit roundoff, 6e-8", fontsize=style.SMALL, color=c["fa1"])
         styles = {"fwd": ("-o", c["fa2"]), "other": ("-s", c["fa1"]), "diff": ("-^", c["standard"])}
-        self.lines = {k: ax_c.plot([], [], fmt, ms=4, color=col, lw=1.3)[0] for k, (fmt, col) in styles.items()}
-        self.marks = {k: ax_c.plot([], [], "o", ms=10, mfc="none", mec=c["highlight"], mew=2)[0]
-                      for k in styles}
+        self.lines = {
+            k: ax_c.plot([], [], fmt, ms=4, color=col, lw=1.3)[0] for k, (fmt, col) in styles.items()
+        }
+        self.marks = {
+            k: ax_c.plot([], [], "o", ms=10, mfc="none", mec=c["highlight"], mew=2)[0] for k in styles
+        }
         self.vline = ax_c.axvline(1, color=c["highlight"], lw=2, alpha=0.7)
-        self.pts = {k: ax_e.plot([], [], fmt[1:], ms=4, color=col, alpha=0.8, ls="none")[0]
-                    for k, (fmt, col) in styles.items()}
-        fig.legend([self.lines["fwd"], self.lines["other"], self.lines["diff"], self.marks["fwd"]],
-                   ["forward order vs the fp64 one-pass output", "your order vs the fp64 one-pass output",
-                    "forward vs your order (what a rerun in your order changes)", "your split count"],
-                   loc="outside lower center", ncol=2, frameon=False)
-        return [*self.lines.values(), *self.marks.values(), self.vline, *self.pts.values(),
-                ax_c.title, ax_e.title]
+        self.pts = {
+            k: ax_e.plot([], [], fmt[1:], ms=4, color=col, alpha=0.8, ls="none")[0]
+            for k, (fmt, col) in styles.items()
+        }
+        fig.legend(
+            [self.lines["fwd"], self.lines["other"], self.lines["diff"], self.marks["fwd"]],
+            [
+                "forward order vs the fp64 one-pass output",
+                "your order vs the fp64 one-pass output",
+                "forward vs your order (what a rerun in your order changes)",
+                "your split count",
+            ],
+            loc="outside lower center",
+            ncol=2,
+            frameon=False,
+        )
+        return [
+            *self.lines.values(),
+            *self.marks.values(),
+            self.vline,
+            *self.pts.values(),
+            ax_c.title,
+            ax_e.title,
+        ]
 
     def draw(self, r: MergeErrors) -> str:
-        floor = lambda x: np.maximum(np.asarray(x, dtype=float), ERR_FLOOR)      # noqa: E731
+        floor = lambda x: np.maximum(np.asarray(x, dtype=float), ERR_FLOOR)  # noqa: E731
         grid, fwd, oth, diff = r.curve
-        same_order = r.order == "forward"          # your order is forward: one line, no difference
+        same_order = r.order == "forward"  # your order is forward: one line, no difference
         for k, ys in (("fwd", fwd), ("other", oth), ("diff", diff)):
             self.lines[k].set_data(grid, floor(ys))
             self.marks[k].set_data([r.splits], [max(getattr(r, k + "_max"), ERR_FLOOR)])
@@ -270,8 +314,13 @@ class MergeExplorer(Explorer):
         self.ax_c.set_title(f"merged vs one pass\n{r.dtype}, {r.order} order, seed {r.seed}")
         self.ax_e.set_title(f"per output element\n{r.splits} splits, {r.dtype}, {r.order} order")
         same = r.diff_max == 0
-        return (f"{r.splits} split(s), {r.dtype}: forward merge vs the fp64 one-pass output "
-                f"{style.magnitude(r.fwd_max)}; {r.order} merge {style.magnitude(r.other_max)}; "
-                f"forward vs {r.order}: <b>{'identical bits' if same else style.magnitude(r.diff_max)}</b>"
-                + ("" if same or r.dtype == "float64" else
-                   " &mdash; same inputs, same math, a different order of additions, different last bits."))
+        return (
+            f"{r.splits} split(s), {r.dtype}: forward merge vs the fp64 one-pass output "
+            f"{style.magnitude(r.fwd_max)}; {r.order} merge {style.magnitude(r.other_max)}; "
+            f"forward vs {r.order}: <b>{'identical bits' if same else style.magnitude(r.diff_max)}</b>"
+            + (
+                ""
+                if same or r.dtype == "float64"
+                else " &mdash; same inputs, same math, a different order of additions, different last bits."
+            )
+        )

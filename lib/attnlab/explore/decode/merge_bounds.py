@@ -4,6 +4,7 @@ against MERGE_BOUNDS (16 units of roundoff), and whether the two float32 orders 
 `merge_digits` prints the differences themselves, for a cell whose output is not compared.
 The numbers come from `merge.merge_errors`.
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -21,6 +22,7 @@ class MergeRow:
     """One split count of the merge table: the largest |difference| over the output of the float64
     merge against the one-pass output (both orders), of the float32 merge against it (forward),
     and of float32 forward against reverse order."""
+
     splits: int
     f64: float
     f32: float
@@ -29,8 +31,11 @@ class MergeRow:
     @property
     def within_bounds(self) -> bool:
         """Every difference below MERGE_BOUNDS of its dtype."""
-        return (self.f64 < MERGE_BOUNDS["float64"] and self.f32 < MERGE_BOUNDS["float32"]
-                and self.f32_orders < MERGE_BOUNDS["float32"])
+        return (
+            self.f64 < MERGE_BOUNDS["float64"]
+            and self.f32 < MERGE_BOUNDS["float32"]
+            and self.f32_orders < MERGE_BOUNDS["float32"]
+        )
 
     @property
     def orders_equal(self) -> bool:
@@ -64,16 +69,29 @@ def merge_table(splits=(2, 8, 64), seed: int = 0) -> str:
     bound (MERGE_BOUNDS, 16 units of roundoff), and whether the two float32 orders agree bit for
     bit. `merge_digits` prints the differences themselves."""
     rows = merge_rows(splits, seed)
-    head = (f"one query, {MERGE_KEYS:,} keys, d = {MERGE_D}, seed {seed}: max |difference| over the output, "
-            f"against 16 units of roundoff u of the dtype")
+    head = (
+        f"one query, {MERGE_KEYS:,} keys, d = {MERGE_D}, seed {seed}: max |difference| over the output, "
+        f"against 16 units of roundoff u of the dtype"
+    )
     head = textwrap.fill(head, 100) + "\n"
     return head + style.table(
-        [{"splits": r.splits, "f64": _bounded(r.f64, "float64"), "f32": _bounded(r.f32, "float32"),
-          "f32r": "bitwise equal" if r.orders_equal else "differ, " + _bounded(r.f32_orders, "float32")}
-         for r in rows],
-        {"splits": "splits", "f64": "fp64 merged vs one pass", "f32": "fp32 merged vs fp64 one pass",
-         "f32r": "fp32 forward vs reverse"},
-        {"f64": str, "f32": str, "f32r": str})
+        [
+            {
+                "splits": r.splits,
+                "f64": _bounded(r.f64, "float64"),
+                "f32": _bounded(r.f32, "float32"),
+                "f32r": "bitwise equal" if r.orders_equal else "differ, " + _bounded(r.f32_orders, "float32"),
+            }
+            for r in rows
+        ],
+        {
+            "splits": "splits",
+            "f64": "fp64 merged vs one pass",
+            "f32": "fp32 merged vs fp64 one pass",
+            "f32r": "fp32 forward vs reverse",
+        },
+        {"f64": str, "f32": str, "f32r": str},
+    )
 
 
 def merge_digits(splits=(2, 8, 64), seed: int = 0) -> str:
@@ -81,11 +99,18 @@ def merge_digits(splits=(2, 8, 64), seed: int = 0) -> str:
     depend on the CPU's BLAS kernel and SIMD width: print them in a cell whose output is not
     compared."""
     rows = merge_rows(splits, seed)
-    head = (f"one query, {MERGE_KEYS:,} keys, d = {MERGE_D}, seed {seed}: max |difference| over the output "
-            f"(this machine's digits)")
+    head = (
+        f"one query, {MERGE_KEYS:,} keys, d = {MERGE_D}, seed {seed}: max |difference| over the output "
+        f"(this machine's digits)"
+    )
     head = textwrap.fill(head, 100) + "\n"
     return head + style.table(
         [vars(r) for r in rows],
-        {"splits": "splits", "f64": "fp64 merged vs one pass", "f32": "fp32 merged vs fp64 one pass",
-         "f32_orders": "fp32 forward vs reverse"},
-        {"f64": style.magnitude, "f32": style.magnitude, "f32_orders": style.magnitude})
+        {
+            "splits": "splits",
+            "f64": "fp64 merged vs one pass",
+            "f32": "fp32 merged vs fp64 one pass",
+            "f32_orders": "fp32 forward vs reverse",
+        },
+        {"f64": style.magnitude, "f32": style.magnitude, "f32_orders": style.magnitude},
+    )

@@ -5,6 +5,7 @@ waves"), the SM occupancy over time, and the tables notebook 04 prints.
 
 Pure part: `split_kv_plan(batch, context, kv_heads, splits, gpu)` -> SplitPlan.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from attnlab.explore.decode.intensity import BATCHES
 
 __all__ = ["SplitPlan", "split_kv_plan", "SplitKVExplorer", "CONTEXTS", "KV_HEADS", "MODEL"]
 
-CONTEXTS = tuple(1024 << i for i in range(8))           # 1K .. 128K tokens
+CONTEXTS = tuple(1024 << i for i in range(8))  # 1K .. 128K tokens
 KV_HEADS = (1, 2, 4, 8, 16)
 #: The layer shape: Llama-3-8B's query heads and head dim; the explorer varies the KV heads.
 MODEL = "Llama-3-8B"
@@ -33,19 +34,20 @@ MODEL = "Llama-3-8B"
 @dataclass(frozen=True)
 class SplitPlan:
     """One layer of decode attention under every candidate split count."""
+
     batch: int
     context: int
     kv_heads: int
     splits: int
     gpu: str
     sms: int
-    runs: tuple                 # DecodeTime per candidate split count (those <= context)
-    chosen: DecodeTime          # the run for `splits`
-    base: DecodeTime            # no split
-    best: DecodeTime            # the fastest run
-    occupancy: tuple            # (time µs, busy SMs) outline of the chosen run's waves
-    base_occupancy: tuple       # the same for no split
-    x_max: float                # µs: the slowest candidate, so a fixed time axis holds them all
+    runs: tuple  # DecodeTime per candidate split count (those <= context)
+    chosen: DecodeTime  # the run for `splits`
+    base: DecodeTime  # no split
+    best: DecodeTime  # the fastest run
+    occupancy: tuple  # (time µs, busy SMs) outline of the chosen run's waves
+    base_occupancy: tuple  # the same for no split
+    x_max: float  # µs: the slowest candidate, so a fixed time axis holds them all
 
     @property
     def speedup(self) -> float:
@@ -57,8 +59,6 @@ class SplitPlan:
         return self.chosen.attn_time / self.chosen.waves
 
 
-
-
 def _occupancy(run, sms: int) -> tuple[np.ndarray, np.ndarray]:
     """Outline (time in µs, busy SMs) of one run's attention waves: full waves at `sms`, then the
     last, partial wave."""
@@ -66,13 +66,14 @@ def _occupancy(run, sms: int) -> tuple[np.ndarray, np.ndarray]:
     full, rem = divmod(run.blocks, sms)
     x, y = [0.0], [0.0]
     if full:
-        x += [0.0, full * bt]; y += [sms, sms]
+        x += [0.0, full * bt]
+        y += [sms, sms]
     if rem:
-        x += [full * bt, (full + 1) * bt]; y += [rem, rem]
-    x.append(run.attn_time * 1e6); y.append(0.0)
+        x += [full * bt, (full + 1) * bt]
+        y += [rem, rem]
+    x.append(run.attn_time * 1e6)
+    y.append(0.0)
     return readonly(np.array(x), np.array(y, dtype=float))
-
-
 
 
 def _us(t: float) -> str:
@@ -81,8 +82,15 @@ def _us(t: float) -> str:
     return f"{us:.3g}" if us < 1000 else f"{us:,.0f}"
 
 
-def split_kv_plan(batch: int = 1, context: int = 32768, kv_heads: int = 8, splits: int = 16,
-                  gpu="H100-SXM", *, candidates=SPLITS) -> SplitPlan:
+def split_kv_plan(
+    batch: int = 1,
+    context: int = 32768,
+    kv_heads: int = 8,
+    splits: int = 16,
+    gpu="H100-SXM",
+    *,
+    candidates=SPLITS,
+) -> SplitPlan:
     """One layer of decode attention (MODEL's query heads and head dim, shared by `kv_heads` KV
     heads) on the simplified GPU of `attnlab.machine.hardware.decode_time`, for every split count in
     `candidates` (those <= context). ValueError if `splits` is not a candidate or exceeds the
@@ -100,14 +108,26 @@ def split_kv_plan(batch: int = 1, context: int = 32768, kv_heads: int = 8, split
     if splits not in cands:
         raise ValueError(f"splits={splits} is not a candidate; valid: {cands}")
     G = get_gpu(gpu)
-    group = max(1, get_model(MODEL).q_heads // kv_heads)   # the merge traffic scales with query heads
+    group = max(1, get_model(MODEL).q_heads // kv_heads)  # the merge traffic scales with query heads
     runs = [decode_time(batch, context, kv_heads, s, G, group=group) for s in cands if s <= context]
     chosen = next(r for r in runs if r.splits == splits)
     base = decode_time(batch, context, kv_heads, 1, G, group=group)
     best = min(runs, key=lambda r: r.time)
-    return SplitPlan(batch, context, kv_heads, splits, G.name, G.sms, tuple(runs), chosen, base, best,
-                     _occupancy(chosen, G.sms), _occupancy(base, G.sms),
-                     max(max(r.time for r in runs), base.time) * 1e6)
+    return SplitPlan(
+        batch,
+        context,
+        kv_heads,
+        splits,
+        G.name,
+        G.sms,
+        tuple(runs),
+        chosen,
+        base,
+        best,
+        _occupancy(chosen, G.sms),
+        _occupancy(base, G.sms),
+        max(max(r.time for r in runs), base.time) * 1e6,
+    )
 
 
 class SplitKVExplorer(Explorer):
@@ -118,20 +138,25 @@ class SplitKVExplorer(Explorer):
     Right: the predicted time of every split count (attention + merge), the chosen one highlighted
     and the best one marked. Moving the split slider redraws only the moving artists.
     """
+
     name = "split_kv"
     size = (style.WIDTH, 4.4)
 
-    def __init__(self, batch: int = 1, context: int = 32768, kv_heads: int = 8, splits: int = 1,
-                 gpu: str = "H100-SXM"):
-        super().__init__(batch=batch, context=context, kv_heads=kv_heads, splits=splits,
-                         gpu=get_gpu(gpu).name)
+    def __init__(
+        self, batch: int = 1, context: int = 32768, kv_heads: int = 8, splits: int = 1, gpu: str = "H100-SXM"
+    ):
+        super().__init__(
+            batch=batch, context=context, kv_heads=kv_heads, splits=splits, gpu=get_gpu(gpu).name
+        )
 
     def controls(self):
-        return {"batch": steps("batch (requests)", BATCHES, 1),
-                "context": steps("context (tokens)", CONTEXTS, 32768),
-                "kv_heads": steps("KV heads", KV_HEADS, 8),
-                "splits": steps("KV splits", SPLITS, 1),
-                "gpu": dropdown("GPU", gpus(), "H100-SXM")}
+        return {
+            "batch": steps("batch (requests)", BATCHES, 1),
+            "context": steps("context (tokens)", CONTEXTS, 32768),
+            "kv_heads": steps("KV heads", KV_HEADS, 8),
+            "splits": steps("KV splits", SPLITS, 1),
+            "gpu": dropdown("GPU", gpus(), "H100-SXM"),
+        }
 
     def compute(self, batch, context, kv_heads, splits, gpu):
         return split_kv_plan(batch, context, kv_heads, splits, gpu)
@@ -142,31 +167,74 @@ class SplitKVExplorer(Explorer):
         ax_o.set_xlabel("time (µs)")
         ax_o.set_ylabel("busy SMs")
         ax_o.grid(True, axis="x", alpha=0.25)
-        ax_o.xaxis.set_major_locator(MaxNLocator(5))          # few ticks: a full redraw stays cheap
+        ax_o.xaxis.set_major_locator(MaxNLocator(5))  # few ticks: a full redraw stays cheap
         self.busy = Polygon(np.zeros((2, 2)), closed=True, fc=c["fa1"], ec=c["fa1"], lw=0.8, alpha=0.85)
         ax_o.add_patch(self.busy)
         self.merge_r = Rectangle((0, 0), 0, 1, fc=c["memory"], ec=c["memory"], hatch="///", alpha=0.8, lw=0.5)
         ax_o.add_patch(self.merge_r)
         self.waves = LineCollection([], colors="white", lw=0.8)
         ax_o.add_collection(self.waves)
-        self.ghost, = ax_o.plot([], [], color="k", ls="--", lw=1)
+        (self.ghost,) = ax_o.plot([], [], color="k", ls="--", lw=1)
         self.sm_line = ax_o.axhline(1, color=c["standard"], lw=1)
-        self.sm_text = ax_o.text(0.99, 0, "", transform=ax_o.get_yaxis_transform(), ha="right", va="bottom",
-                            fontsize=style.SMALL, color=c["standard"])
-        self.occ_text = ax_o.text(0.99, 0.98, "", transform=ax_o.transAxes, ha="right", va="top", fontsize=style.SMALL,
-                             bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": c["muted"]})
-        ax_o.legend([Patch(fc=c["fa1"]), Patch(fc=c["memory"], hatch="///"),
-                     ax_o.plot([], [], color="k", ls="--", lw=1)[0]],
-                    ["attention (white lines: waves)", "merge of the states", "no split"],
-                    loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
+        self.sm_text = ax_o.text(
+            0.99,
+            0,
+            "",
+            transform=ax_o.get_yaxis_transform(),
+            ha="right",
+            va="bottom",
+            fontsize=style.SMALL,
+            color=c["standard"],
+        )
+        self.occ_text = ax_o.text(
+            0.99,
+            0.98,
+            "",
+            transform=ax_o.transAxes,
+            ha="right",
+            va="top",
+            fontsize=style.SMALL,
+            bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": c["muted"]},
+        )
+        ax_o.legend(
+            [
+                Patch(fc=c["fa1"]),
+                Patch(fc=c["memory"], hatch="///"),
+                ax_o.plot([], [], color="k", ls="--", lw=1)[0],
+            ],
+            ["attention (white lines: waves)", "merge of the states", "no split"],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.17),
+            ncol=2,
+            frameon=False,
+        )
 
         idx = np.arange(len(SPLITS))
         self.attn_bars = ax_t.bar(idx, np.ones(len(SPLITS)), color=c["muted"], width=0.7)
         self.merge_bars = ax_t.bar(idx, np.zeros(len(SPLITS)), color=c["memory"], width=0.7)
-        self.labels = [ax_t.annotate("", (i, 1), xytext=(0, 2), textcoords="offset points", ha="center",
-                                va="bottom", fontsize=style.SMALL) for i in idx]
-        self.best_txt = ax_t.annotate("best", (0, 1), xytext=(0, 22), textcoords="offset points", ha="center",
-                                 va="bottom", fontsize=style.SMALL, fontweight="bold", color=c["fa2"])
+        self.labels = [
+            ax_t.annotate(
+                "",
+                (i, 1),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=style.SMALL,
+            )
+            for i in idx
+        ]
+        self.best_txt = ax_t.annotate(
+            "best",
+            (0, 1),
+            xytext=(0, 22),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=style.SMALL,
+            fontweight="bold",
+            color=c["fa2"],
+        )
         ax_t.set_yscale("log")
         ax_t.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax_t.yaxis.set_minor_locator(NullLocator())
@@ -179,8 +247,7 @@ class SplitKVExplorer(Explorer):
 
         # the bar labels, the SM line and the right title change with batch, context, heads and
         # GPU only (background_key): they stay in the background while the split slider moves
-        return [self.busy, self.merge_r, self.waves, self.ghost, self.occ_text, *self.attn_bars,
-                ax_o.title]
+        return [self.busy, self.merge_r, self.waves, self.ghost, self.occ_text, *self.attn_bars, ax_o.title]
 
     def background_key(self, p: SplitPlan):
         return (p.batch, p.context, p.kv_heads, p.gpu)
@@ -197,7 +264,7 @@ class SplitKVExplorer(Explorer):
         self.merge_r.set_bounds(r.attn_time * 1e6, 0, r.merge_time * 1e6, sms)
         self.merge_r.set_visible(r.merge_time > 0)
         bt = p.block_time * 1e6
-        segs = ([[(k * bt, 0), (k * bt, sms)] for k in range(1, r.waves)] if 1 < r.waves <= 40 else [])
+        segs = [[(k * bt, 0), (k * bt, sms)] for k in range(1, r.waves)] if 1 < r.waves <= 40 else []
         self.waves.set_segments(segs)
         gx, gy = p.base_occupancy
         self.ghost.set_data(gx, gy)
@@ -205,9 +272,11 @@ class SplitKVExplorer(Explorer):
         self.sm_line.set_ydata([sms, sms])
         self.sm_text.set_position((0.99, sms))
         self.sm_text.set_text(f"{sms} SMs ({p.gpu})")
-        self.occ_text.set_text(f"{r.blocks:,} blocks, {r.waves:,} wave{'s' if r.waves > 1 else ''}\n"
-                          f"{r.utilization:.0%} of SM time busy\n"
-                          f"{style.seconds(r.time)}, {p.speedup:.1f}x vs no split")
+        self.occ_text.set_text(
+            f"{r.blocks:,} blocks, {r.waves:,} wave{'s' if r.waves > 1 else ''}\n"
+            f"{r.utilization:.0%} of SM time busy\n"
+            f"{style.seconds(r.time)}, {p.speedup:.1f}x vs no split"
+        )
         times = {q.splits: q for q in p.runs}
         tmin = min(q.attn_time for q in p.runs) * 1e6
         lo, hi = tmin / 2, xmax * 3
@@ -219,22 +288,31 @@ class SplitKVExplorer(Explorer):
             if q is None:
                 continue
             a, m = q.attn_time * 1e6, q.merge_time * 1e6
-            self.attn_bars[i].set_y(lo); self.attn_bars[i].set_height(a - lo)
+            self.attn_bars[i].set_y(lo)
+            self.attn_bars[i].set_height(a - lo)
             self.attn_bars[i].set_color(c["fa1"] if s == r.splits else c["muted"])
-            self.merge_bars[i].set_y(a); self.merge_bars[i].set_height(m)
+            self.merge_bars[i].set_y(a)
+            self.merge_bars[i].set_height(m)
             self.labels[i].xy = (i, q.time * 1e6)
             self.labels[i].set_text(f"{_us(q.time)}\n{q.utilization:.0%}")
         bi = SPLITS.index(p.best.splits)
         self.best_txt.xy = (bi, p.best.time * 1e6)
-        ax_o.set_title(f"SM occupancy: batch {batch}, context {context:,}\n{kv_heads} KV heads, "
-                       f"{splits} split{'s' if splits > 1 else ''}")
+        ax_o.set_title(
+            f"SM occupancy: batch {batch}, context {context:,}\n{kv_heads} KV heads, "
+            f"{splits} split{'s' if splits > 1 else ''}"
+        )
         ax_t.set_title(f"predicted time per split count\n{p.gpu} (orange: merge)")
-        return (f"{r.blocks:,} work blocks (batch {batch} x {kv_heads} KV heads x {splits} splits) on "
-                f"{sms} SMs: {r.waves:,} wave(s), <b>{r.utilization:.0%}</b> utilization; "
-                f"time {style.seconds(r.time)} (attention {style.seconds(r.attn_time)}"
-                + (f" + merge {style.seconds(r.merge_time)}" if r.merge_time else "")
-                + f"), <b>{p.speedup:.1f}x</b> vs no split ({style.seconds(p.base.time)}). "
-                f"Best split count here: <b>{p.best.splits}</b> ({style.seconds(p.best.time)})."
-                + (" <i>Below ~5 µs the model is optimistic: it has no launch cost, and a real "
-                   "kernel launch alone takes a few µs.</i>" if r.time < 5e-6 else ""))
-
+        return (
+            f"{r.blocks:,} work blocks (batch {batch} x {kv_heads} KV heads x {splits} splits) on "
+            f"{sms} SMs: {r.waves:,} wave(s), <b>{r.utilization:.0%}</b> utilization; "
+            f"time {style.seconds(r.time)} (attention {style.seconds(r.attn_time)}"
+            + (f" + merge {style.seconds(r.merge_time)}" if r.merge_time else "")
+            + f"), <b>{p.speedup:.1f}x</b> vs no split ({style.seconds(p.base.time)}). "
+            f"Best split count here: <b>{p.best.splits}</b> ({style.seconds(p.best.time)})."
+            + (
+                " <i>Below ~5 µs the model is optimistic: it has no launch cost, and a real "
+                "kernel launch alone takes a few µs.</i>"
+                if r.time < 5e-6
+                else ""
+            )
+        )

@@ -9,6 +9,7 @@ table uses and under which the FA2 count stops falling with M.
 Pure part: `io_curves(...)` -> IOCurves; every count is `attnlab.core.iomodel`'s closed form, called
 once per curve on an array of N (or of M).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,16 @@ from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import checkbox, steps, toggle
 
-__all__ = ["IOCurves", "io_curves", "IOExplorer", "SRAM_STEPS", "N_MAX_STEPS", "HEAD_DIMS",
-           "FA2_TILES", "fa2_label"]
+__all__ = [
+    "IOCurves",
+    "io_curves",
+    "IOExplorer",
+    "SRAM_STEPS",
+    "N_MAX_STEPS",
+    "HEAD_DIMS",
+    "FA2_TILES",
+    "fa2_label",
+]
 
 SRAM_STEPS = [12_500, 25_000, 50_000, 100_000, 200_000, 400_000, 800_000]
 N_MAX_STEPS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
@@ -45,22 +54,23 @@ def fa2_label(rule: str) -> str:
 @dataclass(frozen=True)
 class IOCurves:
     """HBM accesses (elements, one head) against N and against M. Arrays are read-only."""
+
     d: int
-    sram: int                 # M, elements
+    sram: int  # M, elements
     n_max: int
     causal: bool
-    N: np.ndarray             # 128 .. n_max: powers of two and their geometric midpoints
-    standard: np.ndarray      # standard_io(N, d)
-    fa1: np.ndarray           # flash_io(N, d, M, "fa1", causal): the paper's rule
-    fa2: np.ndarray           # flash_io(N, d, M, "fa2", causal, rule=fa2_rule)
-    bound: np.ndarray         # N² d² / M
-    M: np.ndarray             # SRAM sizes >= 4d (the smallest that holds a row of Q, K, V, O)
-    fa1_M: np.ndarray         # FA1 at N = n_max for each M
-    fa2_M: np.ndarray         # FA2 (under fa2_rule) at N = n_max for each M
-    block_r: int              # the paper's rule at M (FA1's blocks)
+    N: np.ndarray  # 128 .. n_max: powers of two and their geometric midpoints
+    standard: np.ndarray  # standard_io(N, d)
+    fa1: np.ndarray  # flash_io(N, d, M, "fa1", causal): the paper's rule
+    fa2: np.ndarray  # flash_io(N, d, M, "fa2", causal, rule=fa2_rule)
+    bound: np.ndarray  # N² d² / M
+    M: np.ndarray  # SRAM sizes >= 4d (the smallest that holds a row of Q, K, V, O)
+    fa1_M: np.ndarray  # FA1 at N = n_max for each M
+    fa2_M: np.ndarray  # FA2 (under fa2_rule) at N = n_max for each M
+    block_r: int  # the paper's rule at M (FA1's blocks)
     block_c: int
-    fa2_rule: str = "fa2"     # the tile rule of the FA2 curves: "fa2" (its own) or "fa1"
-    fa2_block_r: int = 0      # FA2's blocks under fa2_rule at M
+    fa2_rule: str = "fa2"  # the tile rule of the FA2 curves: "fa2" (its own) or "fa1"
+    fa2_block_r: int = 0  # FA2's blocks under fa2_rule at M
     fa2_block_c: int = 0
 
     @property
@@ -77,8 +87,9 @@ class IOCurves:
         return float(self.standard[-1] / self.fa2[-1])
 
 
-def io_curves(d: int = 64, sram: int = 100_000, n_max: int = 32768, causal: bool = False,
-              fa2_rule: str = "fa2") -> IOCurves:
+def io_curves(
+    d: int = 64, sram: int = 100_000, n_max: int = 32768, causal: bool = False, fa2_rule: str = "fa2"
+) -> IOCurves:
     """The curves of the IO explorer; `fa2_rule` is the FA2 curves' tile rule ("fa2", its own,
     or "fa1", the paper's cap B_r <= d of the lecture's table).
 
@@ -93,17 +104,35 @@ def io_curves(d: int = 64, sram: int = 100_000, n_max: int = 32768, causal: bool
     n_max = as_int("n_max", n_max, N_MIN, 1 << 20)
     causal = as_bool("causal", causal)
     fa2_rule = choice("fa2_rule", fa2_rule, RULES)
-    Ns = np.unique(np.round(np.geomspace(N_MIN, n_max, 2 * int(np.log2(n_max / N_MIN)) + 1))
-                   .astype(np.int64))
+    Ns = np.unique(np.round(np.geomspace(N_MIN, n_max, 2 * int(np.log2(n_max / N_MIN)) + 1)).astype(np.int64))
     Ms = M_GRID[M_GRID >= 4 * d]
     br, bc = block_sizes(d, sram)
     br2, bc2 = block_sizes(d, sram, fa2_rule)
-    curves = (standard_io(Ns, d), flash_io(Ns, d, sram, "fa1", causal),
-              flash_io(Ns, d, sram, "fa2", causal, rule=fa2_rule), lower_bound(Ns, d, sram))
-    by_m = [np.array([flash_io(n_max, d, int(m), o, causal, rule=r) for m in Ms])
-            for o, r in (("fa1", "fa1"), ("fa2", fa2_rule))]
-    return IOCurves(d, sram, n_max, causal, readonly(Ns), *readonly(*curves), readonly(Ms),
-                    *readonly(*by_m), br, bc, fa2_rule, br2, bc2)
+    curves = (
+        standard_io(Ns, d),
+        flash_io(Ns, d, sram, "fa1", causal),
+        flash_io(Ns, d, sram, "fa2", causal, rule=fa2_rule),
+        lower_bound(Ns, d, sram),
+    )
+    by_m = [
+        np.array([flash_io(n_max, d, int(m), o, causal, rule=r) for m in Ms])
+        for o, r in (("fa1", "fa1"), ("fa2", fa2_rule))
+    ]
+    return IOCurves(
+        d,
+        sram,
+        n_max,
+        causal,
+        readonly(Ns),
+        *readonly(*curves),
+        readonly(Ms),
+        *readonly(*by_m),
+        br,
+        bc,
+        fa2_rule,
+        br2,
+        bc2,
+    )
 
 
 def _fewer(ratio: float) -> str:
@@ -119,21 +148,30 @@ class IOExplorer(Explorer):
     list the loop orders shown, the FA2 entry names its tile rule, and the 1/M guide follows the
     flash curve it is drawn under.
     """
+
     name = "io_vs_n"
     size = (style.WIDTH, 4.3)
 
-    def __init__(self, d: int = 64, sram: int = 100_000, n_max: int = 32768, order: str = "both",
-                 causal: bool = False, fa2_tiles: str = "own"):
-        super().__init__(d=d, sram=sram, n_max=n_max, order=order, fa2_tiles=fa2_tiles,
-                         causal=causal)
+    def __init__(
+        self,
+        d: int = 64,
+        sram: int = 100_000,
+        n_max: int = 32768,
+        order: str = "both",
+        causal: bool = False,
+        fa2_tiles: str = "own",
+    ):
+        super().__init__(d=d, sram=sram, n_max=n_max, order=order, fa2_tiles=fa2_tiles, causal=causal)
 
     def controls(self):
-        return {"sram": steps("SRAM M (elements)", SRAM_STEPS, 100_000),
-                "d": steps("head dim d", HEAD_DIMS, 64),
-                "n_max": steps("largest N (tokens)", N_MAX_STEPS, 32768),
-                "order": toggle("loop order", ["both", "fa1", "fa2"], "both"),
-                "fa2_tiles": toggle("FA2's tiles", list(FA2_TILES), "own"),
-                "causal": checkbox("causal (skip fully masked blocks)", False)}
+        return {
+            "sram": steps("SRAM M (elements)", SRAM_STEPS, 100_000),
+            "d": steps("head dim d", HEAD_DIMS, 64),
+            "n_max": steps("largest N (tokens)", N_MAX_STEPS, 32768),
+            "order": toggle("loop order", ["both", "fa1", "fa2"], "both"),
+            "fa2_tiles": toggle("FA2's tiles", list(FA2_TILES), "own"),
+            "causal": checkbox("causal (skip fully masked blocks)", False),
+        }
 
     def compute(self, sram, d, n_max, order, fa2_tiles, causal):
         choice("order", order, ("both", "fa1", "fa2"))
@@ -143,18 +181,28 @@ class IOExplorer(Explorer):
         ax_n, ax_m = self.ax_n, self.ax_m = fig.subplots(1, 2)
         c = style.COLORS
         # FA2 dashed: where its count nearly equals FA1's, both must stay visible
-        self.lines = {k: ax_n.plot([], [], "--" if k == "fa2" else "-", marker="o", ms=3, color=c[k])[0]
-                      for k in ("standard", "fa1", "fa2")}
+        self.lines = {
+            k: ax_n.plot([], [], "--" if k == "fa2" else "-", marker="o", ms=3, color=c[k])[0]
+            for k in ("standard", "fa1", "fa2")
+        }
         self.lines["bound"] = ax_n.plot([], [], "--", color=c["bound"])[0]
-        self.m_lines = {k: ax_m.plot([], [], "--" if k == "fa2" else "-", marker="o", ms=3, color=c[k])[0]
-                        for k in ("standard", "fa1", "fa2")}
-        self.m_inv, = ax_m.plot([], [], ":", color="k", lw=1.5)
+        self.m_lines = {
+            k: ax_m.plot([], [], "--" if k == "fa2" else "-", marker="o", ms=3, color=c[k])[0]
+            for k in ("standard", "fa1", "fa2")
+        }
+        (self.m_inv,) = ax_m.plot([], [], ":", color="k", lw=1.5)
         self.m_mark = ax_m.axvline(100_000, color=c["highlight"], lw=2, alpha=0.8)
         style.log_axis(ax_n, "y", 1e4, 1e12, formatter=style.count)
         style.pow2_axis(ax_n, N_MIN, N_MAX_STEPS[-1], every=2)
-        ax_n.set_xlim(N_MIN / 1.3, N_MAX_STEPS[-1] * 1.3)   # fixed: every setting fits
-        style.log_axis(ax_m, "x", M_GRID[0] / 1.3, M_GRID[-1] * 1.3, ticks=[1e4, 1e5, 1e6],
-                       formatter=lambda x, _p: style.si(x))
+        ax_n.set_xlim(N_MIN / 1.3, N_MAX_STEPS[-1] * 1.3)  # fixed: every setting fits
+        style.log_axis(
+            ax_m,
+            "x",
+            M_GRID[0] / 1.3,
+            M_GRID[-1] * 1.3,
+            ticks=[1e4, 1e5, 1e6],
+            formatter=lambda x, _p: style.si(x),
+        )
         style.log_axis(ax_m, "y", 1e5, 1e12, formatter=style.count)
         for ax in (ax_n, ax_m):
             ax.grid(True, alpha=0.25)
@@ -164,27 +212,44 @@ class IOExplorer(Explorer):
         # one pair of legends per loop-order setting, only the current one visible: a legend
         # lists exactly the curves drawn
         self.legends = {}
-        for order in ("fa1", "fa2", "both"):      # the last (largest) stays each axis' own legend,
+        for order in ("fa1", "fa2", "both"):  # the last (largest) stays each axis' own legend,
             # the one constrained layout makes room for; the others are added as artists
             shown = [k for k in ("fa1", "fa2") if order in ("both", k)]
             guide = "FA2" if order == "fa2" else "FA1"
-            left = style.legend_below(ax_n, [self.lines["standard"], *(self.lines[k] for k in shown),
-                                             self.lines["bound"]],
-                                      ["standard (Alg. 0)", *(("FA1 order" if k == "fa1" else fa2_label("fa2"))
-                                                              for k in shown), "N²d²/M (bound's order)"])
-            right = style.legend_below(ax_m, [self.m_lines["standard"], *(self.m_lines[k] for k in shown),
-                                              self.m_inv, self.m_mark],
-                                       ["standard", *(("FA1 order" if k == "fa1" else fa2_label("fa2"))
-                                                      for k in shown),
-                                        f"∝ 1/M (×{GUIDE_SHIFT}, below {guide})", "your M"])
+            left = style.legend_below(
+                ax_n,
+                [self.lines["standard"], *(self.lines[k] for k in shown), self.lines["bound"]],
+                [
+                    "standard (Alg. 0)",
+                    *(("FA1 order" if k == "fa1" else fa2_label("fa2")) for k in shown),
+                    "N²d²/M (bound's order)",
+                ],
+            )
+            right = style.legend_below(
+                ax_m,
+                [self.m_lines["standard"], *(self.m_lines[k] for k in shown), self.m_inv, self.m_mark],
+                [
+                    "standard",
+                    *(("FA1 order" if k == "fa1" else fa2_label("fa2")) for k in shown),
+                    f"∝ 1/M (×{GUIDE_SHIFT}, below {guide})",
+                    "your M",
+                ],
+            )
             if order != "both":
                 for ax, leg in ((ax_n, left), (ax_m, right)):
                     ax.add_artist(leg)
-                    leg.set_clip_on(False)        # add_artist clips to the axes: undo it, so it
+                    leg.set_clip_on(False)  # add_artist clips to the axes: undo it, so it
                     # is drawn below the panel and counted by the layout while visible
             self.legends[order] = (left, right)
-        return [*self.lines.values(), *self.m_lines.values(), self.m_inv, self.m_mark, ax_n.title,
-                ax_m.title, *(leg for pair in self.legends.values() for leg in pair)]
+        return [
+            *self.lines.values(),
+            *self.m_lines.values(),
+            self.m_inv,
+            self.m_mark,
+            ax_n.title,
+            ax_m.title,
+            *(leg for pair in self.legends.values() for leg in pair),
+        ]
 
     def draw(self, r: IOCurves) -> str:
         order = self.values["order"]
@@ -208,12 +273,21 @@ class IOExplorer(Explorer):
         mask = ", causal" if r.causal else ""
         self.ax_n.set_title(f"HBM accesses vs N\nd={r.d}, M={r.sram:,} elements{mask}")
         self.ax_m.set_title(f"HBM accesses vs SRAM size\nN={r.n_max:,}, d={r.d}{mask}")
-        tiles = ("its own tiles, B<sub>r</sub> = ⌈M/4d⌉" if r.fa2_rule == "fa2" else
-                 "FA1's tiles, B<sub>r</sub> ≤ d")
-        fa1 = (f"FA1 ({r.block_r} × {r.block_c} tiles, the paper's rule) {style.si(r.fa1[-1])} "
-               f"(<b>{_fewer(r.ratio)}</b>)")
-        fa2 = (f"FA2 order ({tiles}, {r.fa2_block_r} × {r.fa2_block_c}) {style.si(r.fa2[-1])} "
-               f"({_fewer(r.ratio_fa2)})")
+        tiles = (
+            "its own tiles, B<sub>r</sub> = ⌈M/4d⌉"
+            if r.fa2_rule == "fa2"
+            else "FA1's tiles, B<sub>r</sub> ≤ d"
+        )
+        fa1 = (
+            f"FA1 ({r.block_r} × {r.block_c} tiles, the paper's rule) {style.si(r.fa1[-1])} "
+            f"(<b>{_fewer(r.ratio)}</b>)"
+        )
+        fa2 = (
+            f"FA2 order ({tiles}, {r.fa2_block_r} × {r.fa2_block_c}) {style.si(r.fa2[-1])} "
+            f"({_fewer(r.ratio_fa2)})"
+        )
         shown = {"both": f"{fa1}, {fa2}", "fa1": fa1, "fa2": fa2}[order]
-        return (f"Tiles B<sub>r</sub> × B<sub>c</sub> at M = {r.sram:,}. At N = {r.n_max:,}: "
-                f"standard {style.si(r.standard[-1])}, {shown}.")
+        return (
+            f"Tiles B<sub>r</sub> × B<sub>c</sub> at M = {r.sram:,}. At N = {r.n_max:,}: "
+            f"standard {style.si(r.standard[-1])}, {shown}."
+        )

@@ -5,6 +5,7 @@ applies to what was summed before.
 Pure part: `softmax_steps(x, chunk)` -> SoftmaxSteps. The steps themselves come from
 `attnlab.core.softmax.online_softmax_trace`; nothing here re-derives them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,15 @@ from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import slider, text
 
-__all__ = ["parse_vector", "SoftmaxSteps", "softmax_steps", "softmax_table", "OnlineSoftmaxExplorer",
-           "LECTURE_X", "MAX_VALUES"]
+__all__ = [
+    "parse_vector",
+    "SoftmaxSteps",
+    "softmax_steps",
+    "softmax_table",
+    "OnlineSoftmaxExplorer",
+    "LECTURE_X",
+    "MAX_VALUES",
+]
 
 LECTURE_X = "1, 3, 2, 5, 4"
 MAX_VALUES = 32
@@ -58,11 +66,12 @@ def parse_vector(text: str) -> np.ndarray:
 @dataclass(frozen=True)
 class SoftmaxSteps:
     """The online pass over x in chunks of `chunk` numbers."""
-    x: np.ndarray                 # the vector (read-only)
-    chunk: int                    # numbers per step
+
+    x: np.ndarray  # the vector (read-only)
+    chunk: int  # numbers per step
     steps: tuple[SoftmaxStep, ...]  # one per chunk: its max and sum, rescale factors, new m and l
-    p: np.ndarray                 # softmax from the final (m, l)
-    error: float                  # max |p - one-pass softmax|
+    p: np.ndarray  # softmax from the final (m, l)
+    error: float  # max |p - one-pass softmax|
 
 
 def softmax_steps(x, chunk: int = 2) -> SoftmaxSteps:
@@ -76,34 +85,70 @@ def softmax_steps(x, chunk: int = 2) -> SoftmaxSteps:
     chunk = as_int("chunk", chunk, 1, MAX_VALUES)
     trace = tuple(online_softmax_trace(x, chunk))
     p = online_softmax(x, chunk)
-    err = float(np.abs(p - softmax(x)).max())         # an all -inf row: both are zeros
+    err = float(np.abs(p - softmax(x)).max())  # an all -inf row: both are zeros
     return SoftmaxSteps(readonly(x), chunk, trace, readonly(p), err)
 
 
 def softmax_table(trace) -> str:
     """The online pass as a text table: one row per step (chunk, its max and sum, rescale, m, l)."""
-    rows = [{"step": i, "chunk": ", ".join(f"{v:g}" for v in s.chunk), "m_chunk": s.m_chunk,
-             "l_chunk": s.l_chunk, "rescale": s.rescale, "chunk_scale": s.chunk_scale, "m": s.m,
-             "l": s.l} for i, s in enumerate(trace, 1)]
-    return style.table(rows, {"step": "step", "chunk": "chunk", "m_chunk": "chunk max",
-                              "l_chunk": "chunk sum", "m": "new m", "rescale": "x old l",
-                              "chunk_scale": "x chunk sum", "l": "new l"},
-                       {"m_chunk": "g", "l_chunk": ".4f", "rescale": ".4f", "chunk_scale": ".4f",
-                        "m": "g", "l": ".4f"})
+    rows = [
+        {
+            "step": i,
+            "chunk": ", ".join(f"{v:g}" for v in s.chunk),
+            "m_chunk": s.m_chunk,
+            "l_chunk": s.l_chunk,
+            "rescale": s.rescale,
+            "chunk_scale": s.chunk_scale,
+            "m": s.m,
+            "l": s.l,
+        }
+        for i, s in enumerate(trace, 1)
+    ]
+    return style.table(
+        rows,
+        {
+            "step": "step",
+            "chunk": "chunk",
+            "m_chunk": "chunk max",
+            "l_chunk": "chunk sum",
+            "m": "new m",
+            "rescale": "x old l",
+            "chunk_scale": "x chunk sum",
+            "l": "new l",
+        },
+        {"m_chunk": "g", "l_chunk": ".4f", "rescale": ".4f", "chunk_scale": ".4f", "m": "g", "l": ".4f"},
+    )
 
 
 def _html_table(r: SoftmaxSteps) -> str:
     cell = "style='padding:2px 10px;text-align:right'"
-    head = "".join(f"<th {cell}>{h}</th>" for h in ("step", "chunk", "chunk max", "chunk sum",
-                                                      "new m", "× old l", "× chunk sum", "new l"))
+    head = "".join(
+        f"<th {cell}>{h}</th>"
+        for h in ("step", "chunk", "chunk max", "chunk sum", "new m", "× old l", "× chunk sum", "new l")
+    )
     rows = "".join(
-        "<tr>" + "".join(f"<td {cell}>{v}</td>" for v in (
-            i, ", ".join(f"{v:g}" for v in s.chunk), f"{s.m_chunk:g}", f"{s.l_chunk:.4f}", f"{s.m:g}",
-            f"{s.rescale:.4f}", f"{s.chunk_scale:.4f}", f"{s.l:.4f}")) + "</tr>"
-        for i, s in enumerate(r.steps, 1))
-    return (f"<table style='border-collapse:collapse'><tr>{head}</tr>{rows}</table>"
-            f"softmax = [{', '.join(f'{v:.4f}' for v in r.p)}]; largest difference from the "
-            f"one-pass softmax: {style.magnitude(r.error)}")
+        "<tr>"
+        + "".join(
+            f"<td {cell}>{v}</td>"
+            for v in (
+                i,
+                ", ".join(f"{v:g}" for v in s.chunk),
+                f"{s.m_chunk:g}",
+                f"{s.l_chunk:.4f}",
+                f"{s.m:g}",
+                f"{s.rescale:.4f}",
+                f"{s.chunk_scale:.4f}",
+                f"{s.l:.4f}",
+            )
+        )
+        + "</tr>"
+        for i, s in enumerate(r.steps, 1)
+    )
+    return (
+        f"<table style='border-collapse:collapse'><tr>{head}</tr>{rows}</table>"
+        f"softmax = [{', '.join(f'{v:.4f}' for v in r.p)}]; largest difference from the "
+        f"one-pass softmax: {style.magnitude(r.error)}"
+    )
 
 
 class OnlineSoftmaxExplorer(Explorer):
@@ -112,6 +157,7 @@ class OnlineSoftmaxExplorer(Explorer):
     Left: the entries as bars (colour: which step reads them), masked entries as crosses, and the
     running max m as a step line. Right: l and the rescale factor e^(m_old - m_new) per step.
     """
+
     name = "online_softmax"
     size = (style.WIDTH, 3.6)
 
@@ -129,20 +175,22 @@ class OnlineSoftmaxExplorer(Explorer):
         c = style.COLORS
         idx = np.arange(MAX_VALUES)
         self.bars = ax_x.bar(idx, np.zeros(MAX_VALUES), alpha=0.6, color=c["fa1"])
-        self.m_line, = ax_x.step([], [], where="post", color=c["standard"], lw=2)
-        self.masked, = ax_x.plot([], [], "x", color=c["bound"], ms=9, mew=2)
+        (self.m_line,) = ax_x.step([], [], where="post", color=c["standard"], lw=2)
+        (self.masked,) = ax_x.plot([], [], "x", color=c["bound"], ms=9, mew=2)
         ax_x.set_xlabel("position i in x")
         ax_x.set_ylabel("value")
-        style.legend_below(ax_x, [self.bars[0], self.m_line, self.masked],
-                           ["x (colour: its step)", "running max m", "masked entry (-inf)"])
-        self.l_line, = ax_l.plot([], [], "-o", color=c["fa1"], label="running sum l")
-        self.r_line, = ax_l.plot([], [], "s:", color=c["memory"], label="rescale e^(m_old - m_new)")
+        style.legend_below(
+            ax_x,
+            [self.bars[0], self.m_line, self.masked],
+            ["x (colour: its step)", "running max m", "masked entry (-inf)"],
+        )
+        (self.l_line,) = ax_l.plot([], [], "-o", color=c["fa1"], label="running sum l")
+        (self.r_line,) = ax_l.plot([], [], "s:", color=c["memory"], label="rescale e^(m_old - m_new)")
         ax_l.set_xlabel("step (chunks seen)")
         ax_l.set_ylabel("l and the rescale factor")
         style.legend_below(ax_l)
         ax_l.grid(True, alpha=0.25)
-        return [*self.bars, self.m_line, self.masked, self.l_line, self.r_line, ax_x.title,
-                ax_l.title]
+        return [*self.bars, self.m_line, self.masked, self.l_line, self.r_line, ax_x.title, ax_l.title]
 
     def draw(self, r: SoftmaxSteps) -> str:
         c = style.COLORS
@@ -155,15 +203,16 @@ class OnlineSoftmaxExplorer(Explorer):
                 bar.set_color(c["fa1"] if (i // r.chunk) % 2 == 0 else c["fa2"])
         masked = np.flatnonzero(~finite)
         self.masked.set_data(masked, np.zeros(masked.size))
-        seen = x[finite] if finite.any() else np.zeros(1)       # an all -inf row: only crosses
+        seen = x[finite] if finite.any() else np.zeros(1)  # an all -inf row: only crosses
         lo, hi = min(seen.min(), 0.0), max(seen.max(), 0.0)
         pad = 0.12 * (hi - lo) if hi > lo else 1.0
         self.ax_x.set_ylim(lo - pad, hi + pad)
         self.ax_x.set_xlim(-0.6, n - 0.4)
         trace = r.steps
         ends = [s.stop - 0.5 for s in trace]
-        self.m_line.set_data([s.start - 0.5 for s in trace] + [ends[-1]],
-                             [s.m for s in trace] + [trace[-1].m])
+        self.m_line.set_data(
+            [s.start - 0.5 for s in trace] + [ends[-1]], [s.m for s in trace] + [trace[-1].m]
+        )
         k = np.arange(1, len(trace) + 1)
         self.l_line.set_data(k, [s.l for s in trace])
         self.r_line.set_data(k, [s.rescale for s in trace])

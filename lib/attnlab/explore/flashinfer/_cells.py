@@ -4,6 +4,7 @@ are set in place. Presentation only: which block belongs to whom comes from attn
 
 Labels are glyph outlines (`TextPath`, cached per string) in one PathCollection: a few dozen
 numbers draw in a few milliseconds, where as many Text artists would take ten times longer."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -20,9 +21,9 @@ __all__ = ["COLORS", "EMPTY", "FREE", "LABEL_PT", "tint", "ink", "Cells", "gap_f
 
 #: one colour per request (rows of every block picture), tab10 order
 COLORS = np.array([mpl.colormaps["tab10"](i)[:3] for i in range(10)])
-EMPTY = np.array([0.96, 0.96, 0.96])        # axes background: no block there
-FREE = np.array([0.84, 0.84, 0.84])         # a free block of the pool
-LABEL_PT = 9.5                               # labels: at least style.SMALL
+EMPTY = np.array([0.96, 0.96, 0.96])  # axes background: no block there
+FREE = np.array([0.84, 0.84, 0.84])  # a free block of the pool
+LABEL_PT = 9.5  # labels: at least style.SMALL
 
 
 def tint(rgb, amount: float = 0.72) -> np.ndarray:
@@ -47,8 +48,10 @@ def _boxes(x, y, w, h) -> np.ndarray:
 
 #: diagonal stripes in two corners of a unit cell (u, v in [-0.5, 0.5]), the middle left free
 #: for a label: the mark of a shared block
-_STRIPES = np.array([[(c - 0.5, -0.5), (0.5, 0.5 - c)] for c in (0.5, 0.75)]
-                    + [[(-0.5, -0.5 - c), (0.5 + c, 0.5)] for c in (-0.5, -0.75)])
+_STRIPES = np.array(
+    [[(c - 0.5, -0.5), (0.5, 0.5 - c)] for c in (0.5, 0.75)]
+    + [[(-0.5, -0.5 - c), (0.5 + c, 0.5)] for c in (-0.5, -0.75)]
+)
 
 
 class Cells:
@@ -106,9 +109,17 @@ class Labels:
     """Short centred labels at data positions, all in one PathCollection."""
 
     def __init__(self, ax):
-        self.pc = ax.add_collection(PathCollection([], sizes=[1.0], offsets=np.zeros((0, 2)),
-                                                   offset_transform=ax.transData, edgecolors="none",
-                                                   transform=IdentityTransform(), zorder=5))
+        self.pc = ax.add_collection(
+            PathCollection(
+                [],
+                sizes=[1.0],
+                offsets=np.zeros((0, 2)),
+                offset_transform=ax.transData,
+                edgecolors="none",
+                transform=IdentityTransform(),
+                zorder=5,
+            )
+        )
         self.artists = [self.pc]
 
     def set(self, xy, texts, colors="black") -> None:
@@ -122,4 +133,3 @@ def warm(texts) -> None:
     """Build the glyph paths of `texts` ahead of time (once per process)."""
     for t in texts:
         _glyphs(str(t))
-

@@ -3,6 +3,7 @@
 and sentences read from the recorded GPU run (what FlashInfer's design buys, what its `plan()`
 costs on the host). Every check returns a `checks.Checked`: portable text (counts, verdicts,
 bounds) with the measured errors beside it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +15,15 @@ from attnlab.core.variants import Variant, variant_attention
 from attnlab.explore import style
 from attnlab.explore.flashinfer.checks import Checked, attention_bound
 
-__all__ = ["mixed_batch_check", "tree_mask", "tree_check", "paged_lesson", "host_costs",
-           "CUDA_GRAPH_SNIPPET", "cuda_graph_buffers"]
+__all__ = [
+    "mixed_batch_check",
+    "tree_mask",
+    "tree_check",
+    "paged_lesson",
+    "host_costs",
+    "CUDA_GRAPH_SNIPPET",
+    "cuda_graph_buffers",
+]
 
 #: FlashInfer's decode wrapper under a CUDA graph, as notebook 05 shows it (static: not run here).
 #: Every buffer the graph reads has a fixed address and the size of the largest batch; plan()
@@ -49,9 +57,16 @@ def _dense_masked(q, k, v, mask):
     return (e / e.sum(axis=1, keepdims=True)) @ v
 
 
-def mixed_batch_check(chunk: int = 512, cached: int = 512, decode_lens=(300, 700, 129, 1000),
-                      page_size: int = 16, d: int = 64, kv_heads: int = 8, group: int = 4,
-                      seed: int = 0) -> Checked:
+def mixed_batch_check(
+    chunk: int = 512,
+    cached: int = 512,
+    decode_lens=(300, 700, 129, 1000),
+    page_size: int = 16,
+    d: int = 64,
+    kv_heads: int = 8,
+    group: int = 4,
+    seed: int = 0,
+) -> Checked:
     """One batch that mixes a prefill chunk with decode steps (chunked prefill): request 0 has
     `cached` tokens in the cache and brings `chunk` new queries (their K/V appended first, causal
     bottom-right), every other request brings one query over its `decode_lens` tokens. The
@@ -64,8 +79,10 @@ def mixed_batch_check(chunk: int = 512, cached: int = 512, decode_lens=(300, 700
     (True, 'qo_indptr = [0, 40, 41, 42]')
     """
     chunk, cached = as_int("chunk", chunk, 1, 4096), as_int("cached", cached, 0, 65536)
-    dec = [as_int(f"decode_lens[{i}]", n, 1, 65536)
-           for i, n in enumerate(as_sequence("decode_lens", decode_lens, "a list of KV lengths"))]
+    dec = [
+        as_int(f"decode_lens[{i}]", n, 1, 65536)
+        for i, n in enumerate(as_sequence("decode_lens", decode_lens, "a list of KV lengths"))
+    ]
     page_size, d = as_int("page_size", page_size, 1, 1024), as_int("d", d, 1, 1024)
     kv_heads, group = as_int("kv_heads", kv_heads, 1, 1024), as_int("group", group, 1, 1024)
     rng = np.random.default_rng(as_int("seed", seed, 0, None))
@@ -81,25 +98,48 @@ def mixed_batch_check(chunk: int = 512, cached: int = 512, decode_lens=(300, 700
     o = bsr_attention(q, cache, layout, qo_indptr=qo_indptr, causal=True)
     errs, ok = [], True
     for i, ((k, v), nq) in enumerate(zip(kvs, q_lens)):
-        qi = q[qo_indptr[i]:qo_indptr[i + 1]]
-        rows = np.arange(nq)[:, None] + len(k) - nq                # bottom-right causal
+        qi = q[qo_indptr[i] : qo_indptr[i + 1]]
+        rows = np.arange(nq)[:, None] + len(k) - nq  # bottom-right causal
         want = _dense_masked(qi, k, v, np.arange(len(k))[None, :] <= rows)
-        err, bound = float(np.abs(o[qo_indptr[i]:qo_indptr[i + 1]] - want).max()), 2 * attention_bound(qi, k, v)
+        err, bound = (
+            float(np.abs(o[qo_indptr[i] : qo_indptr[i + 1]] - want).max()),
+            2 * attention_bound(qi, k, v),
+        )
         errs.append(err)
         ok = ok and err <= bound
     plan = plan_balanced(list(zip(q_lens, kv_lens)), kv_heads=kv_heads, num_ctas=132, group=group)
-    rows = [{"r": i, "kind": "prefill chunk" if i == 0 else "decode", "q": nq, "kv": n,
-             "pages": len(layout.pages(i))} for i, (nq, n) in enumerate(zip(q_lens, kv_lens))]
+    rows = [
+        {
+            "r": i,
+            "kind": "prefill chunk" if i == 0 else "decode",
+            "q": nq,
+            "kv": n,
+            "pages": len(layout.pages(i)),
+        }
+        for i, (nq, n) in enumerate(zip(q_lens, kv_lens))
+    ]
     return Checked(
-        style.table(rows, {"r": "request", "kind": "step", "q": "queries", "kv": "KV tokens",
-                           "pages": f"pages of {page_size}"}) + "\n"
+        style.table(
+            rows,
+            {
+                "r": "request",
+                "kind": "step",
+                "q": "queries",
+                "kv": "KV tokens",
+                "pages": f"pages of {page_size}",
+            },
+        )
+        + "\n"
         f"qo_indptr = {qo_indptr.tolist()}\n"
         f"kv_indptr = {layout.kv_indptr.tolist()}\n"
         f"paged attention (causal, bottom-right per request) vs dense float64 attention:\n"
         f"  each request within its rounding bound: {'yes' if ok else 'NO'}\n"
         f"balanced plan ({kv_heads} KV heads, g = {group}, 132 CTAs): {len(plan.work)} work items,\n"
         f"  query tile {plan.tile_q} rows for the whole batch; a decode request fills {group} of its "
-        f"tile's {plan.tile_q} rows", ok, {f"request {i}": e for i, e in enumerate(errs)})
+        f"tile's {plan.tile_q} rows",
+        ok,
+        {f"request {i}": e for i, e in enumerate(errs)},
+    )
 
 
 def _ancestors(parents) -> np.ndarray:
@@ -139,6 +179,7 @@ def tree_mask(parents, prefix: int) -> Variant:
         qi, kj = np.asarray(qi), np.asarray(kj)
         a = anc[np.clip(qi - prefix, 0, t - 1), np.clip(kj - prefix, 0, t - 1)]
         return (kj < prefix) | ((kj >= prefix) & (kj < prefix + t) & (qi >= prefix) & a)
+
     return Variant(name=f"tree({t} drafts after {prefix})", logits_mask=mask)
 
 
@@ -160,16 +201,21 @@ def tree_check(parents=(-1, 0, 0, 1, 1, 2, 2), prefix: int = 20, d: int = 32, se
     ref_mask[:, :prefix] = True
     for i in range(t):
         j = i
-        while j >= 0:                                   # the chain i, parent, grandparent, ...
+        while j >= 0:  # the chain i, parent, grandparent, ...
             ref_mask[i, prefix + j] = True
             j = pars[j]
     err = float(np.abs(o - _dense_masked(q, k, v, ref_mask)).max())
     bound = 2 * attention_bound(q, k, v)
     lines = [f"draft tree: parents {pars} after {prefix} cached tokens (float64, d = {d})"]
-    lines += [f"draft {i} sees the {prefix} cached tokens and drafts "
-              f"{np.flatnonzero(ref_mask[i, prefix:]).tolist()}" for i in range(t)]
-    lines.append(f"tree-masked kernel vs dense attention with the walked mask: within the rounding "
-                 f"bound {style.magnitude(bound)}: {'yes' if err <= bound else 'NO'}")
+    lines += [
+        f"draft {i} sees the {prefix} cached tokens and drafts "
+        f"{np.flatnonzero(ref_mask[i, prefix:]).tolist()}"
+        for i in range(t)
+    ]
+    lines.append(
+        f"tree-masked kernel vs dense attention with the walked mask: within the rounding "
+        f"bound {style.magnitude(bound)}: {'yes' if err <= bound else 'NO'}"
+    )
     return Checked("\n".join(lines), err <= bound, {"tree": err})
 
 
@@ -187,18 +233,29 @@ def paged_lesson(sec: dict) -> str:
     cases = sorted({(r["batch"], r["page_size"]) for r in rows})
 
     def us(impl, b, ps):
-        at = [r["us"] for r in rows if r["impl"] == impl and r["batch"] == b and r["page_size"] == ps
-              and not (impl == "paged" and r.get("auto"))]
+        at = [
+            r["us"]
+            for r in rows
+            if r["impl"] == impl
+            and r["batch"] == b
+            and r["page_size"] == ps
+            and not (impl == "paged" and r.get("auto"))
+        ]
         return min(at)
-    contig = {b: min(r["us"] for r in sec["rows"] if r["impl"] == "contiguous" and r["batch"] == b)
-              for b, _ in cases}
+
+    contig = {
+        b: min(r["us"] for r in sec["rows"] if r["impl"] == "contiguous" and r["batch"] == b)
+        for b, _ in cases
+    }
     cc = [us("flashinfer", b, ps) / us("flashinfer-tc", b, ps) for b, ps in cases]
     paging = [us("paged", b, ps) / contig[b] for b, ps in cases if b >= 64]
     ours = [us("flashinfer-tc", b, ps) / us("paged", b, ps) for b, ps in cases]
-    return (f"FlashInfer's CUDA-core decode over its tensor-core one (GQA heads packed in a tile): "
-            f"{_span(cc)}x\n  the time, all {len(cases)} cases.\n"
-            f"Paged over contiguous KV (best split, batch 64 and up): {_span(paging)}x.\n"
-            f"FlashInfer's tensor-core decode over our paged kernel: {_span(ours)}x (above 1: ours is faster).")
+    return (
+        f"FlashInfer's CUDA-core decode over its tensor-core one (GQA heads packed in a tile): "
+        f"{_span(cc)}x\n  the time, all {len(cases)} cases.\n"
+        f"Paged over contiguous KV (best split, batch 64 and up): {_span(paging)}x.\n"
+        f"FlashInfer's tensor-core decode over our paged kernel: {_span(ours)}x (above 1: ours is faster)."
+    )
 
 
 def host_costs(res: dict) -> str:
@@ -210,14 +267,22 @@ def host_costs(res: dict) -> str:
     sched = secs["scheduled"]["rows"]
     fi_sched = [r["plan_us"] / 1e3 for r in sched if r["impl"] == "flashinfer-tc"]
     ours = [r for r in sched if r["impl"] == "sched balanced"]
-    return (f"FlashInfer plan(), paged section: {_span(fi_paged)} ms per call ({len(fi_paged)} batches)\n"
-            f"FlashInfer plan(), scheduled section: {_span(fi_sched)} ms per call ({len(fi_sched)} batches)\n"
-            f"balanced plan, planned and packed in Python: {_span([r['plan_us'] / 1e3 for r in ours])} ms per step\n"
-            f"balanced plan, copied into the graph's buffers: {_span([r['load_us'] / 1e3 for r in ours])} ms")
+    return (
+        f"FlashInfer plan(), paged section: {_span(fi_paged)} ms per call ({len(fi_paged)} batches)\n"
+        f"FlashInfer plan(), scheduled section: {_span(fi_sched)} ms per call ({len(fi_sched)} batches)\n"
+        f"balanced plan, planned and packed in Python: {_span([r['plan_us'] / 1e3 for r in ours])} ms per step\n"
+        f"balanced plan, copied into the graph's buffers: {_span([r['load_us'] / 1e3 for r in ours])} ms"
+    )
 
 
-def cuda_graph_buffers(max_batch: int = 256, max_pages: int = 256 * 512, max_ctas: int = 132,
-                       max_items: int = 32, kv_heads: int = 8, group: int = 4) -> str:
+def cuda_graph_buffers(
+    max_batch: int = 256,
+    max_pages: int = 256 * 512,
+    max_ctas: int = 132,
+    max_items: int = 32,
+    kv_heads: int = 8,
+    group: int = 4,
+) -> str:
     """What `CUDA_GRAPH_SNIPPET`'s fixed buffers hold, beside the course's fixed-size workspace
     (`fixed_size_workspace`) that plays the same part for the persistent kernel of notebook 05:
     each row names FlashInfer's buffer, its shape for the largest batch, and the Workspace arrays
@@ -232,6 +297,7 @@ def cuda_graph_buffers(max_batch: int = 256, max_pages: int = 256 * 512, max_cta
 
     def shape(*names):
         return ", ".join(f"{n} {tuple(getattr(ws, n).shape)}" for n in names)
+
     rows = [
         {"fi": "paged_kv_indptr_buffer", "fs": f"({max_batch + 1},)", "ours": "kv_indptr (core.paged)"},
         {"fi": "paged_kv_indices_buffer", "fs": f"({max_pages:,},)", "ours": "kv_indices: the block tables"},
@@ -239,8 +305,14 @@ def cuda_graph_buffers(max_batch: int = 256, max_pages: int = 256 * 512, max_cta
         {"fi": "int workspace: the work items", "fs": "8 MiB", "ours": shape("items", "valid", "count")},
         {"fi": "int workspace: the merge", "fs": "", "ours": shape("merge_indptr", "merge_slots")},
         {"fi": "int workspace: the outputs", "fs": "", "ours": shape("merge_out")},
-        {"fi": "float workspace ws", "fs": "128 MiB", "ours": f"partial (o, lse): {max_ctas * max_items:,} slots"},
+        {
+            "fi": "float workspace ws",
+            "fs": "128 MiB",
+            "ours": f"partial (o, lse): {max_ctas * max_items:,} slots",
+        },
     ]
-    return (f"CUDA-graph buffers for a captured batch of {max_batch} decode requests, {kv_heads} KV heads, "
-            f"g = {group}\n" + style.table(rows, {"fi": "FlashInfer buffer", "fs": "size",
-                                                   "ours": "the course's counterpart"}))
+    return (
+        f"CUDA-graph buffers for a captured batch of {max_batch} decode requests, {kv_heads} KV heads, "
+        f"g = {group}\n"
+        + style.table(rows, {"fi": "FlashInfer buffer", "fs": "size", "ours": "the course's counterpart"})
+    )

@@ -12,6 +12,7 @@ tiled kernel is from it. Queries and keys share one direction plus noise (d = 16
 often do: without positions every query scores the keys alike, and RoPE turns the shared part into
 a function of q_idx - kv_idx (diagonal stripes).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,25 +29,46 @@ from matplotlib.ticker import FuncFormatter
 
 from attnlab.validate import as_int
 from attnlab.core.softmax import softmax
-from attnlab.core.variants import (TILE_KINDS, Variant, alibi, causal, rope, sigmoid, sink_window, sliding_window,
-                         soft_cap, tile_io, tile_mask, variant_attention, variant_mask)
+from attnlab.core.variants import (
+    TILE_KINDS,
+    Variant,
+    alibi,
+    causal,
+    rope,
+    sigmoid,
+    sink_window,
+    sliding_window,
+    soft_cap,
+    tile_io,
+    tile_mask,
+    variant_attention,
+    variant_mask,
+)
 from attnlab.core.variants.core import variant_of
 from attnlab.explore import style
 from attnlab.explore._base import Explorer, readonly
 from attnlab.explore._controls import dropdown, steps
 
-__all__ = ["GalleryNumbers", "variant_gallery_numbers", "dense_weights",
-           "VariantGalleryExplorer", "KINDS", "SECOND", "N_STOPS", "TILES"]
+__all__ = [
+    "GalleryNumbers",
+    "variant_gallery_numbers",
+    "dense_weights",
+    "VariantGalleryExplorer",
+    "KINDS",
+    "SECOND",
+    "N_STOPS",
+    "TILES",
+]
 
-D = 16                      # head dim of the pattern's q and k
-MAX_N = 256                 # the weights are an N x N picture, from a kernel run with V = I (N columns)
-WEIGHT_TILE = 32            # tiles of that run (no weight depends on them; tested): P_ij V_j stays
-                            # small enough for one BLAS thread (threads on 2 busy cores: 3x slower)
-TRAFFIC_D = 128             # head dim of the traffic panel (tile_io is exact at any d)
+D = 16  # head dim of the pattern's q and k
+MAX_N = 256  # the weights are an N x N picture, from a kernel run with V = I (N columns)
+WEIGHT_TILE = 32  # tiles of that run (no weight depends on them; tested): P_ij V_j stays
+# small enough for one BLAS thread (threads on 2 busy cores: 3x slower)
+TRAFFIC_D = 128  # head dim of the traffic panel (tile_io is exact at any d)
 TENSORS = ("Q", "K", "V", "O")
 N_STOPS = (64, 128, 192, 256)
 TILES = (16, 32, 64, 128)
-SINKS = 4                   # sink keys of "sink + window" (StreamingLLM keeps 4)
+SINKS = 4  # sink keys of "sink + window" (StreamingLLM keeps 4)
 W_STOPS = (1, 8, 16, 32, 48, 64, 96, 128, 256)
 NO_PARAM = (("no parameter", 0),)
 
@@ -56,16 +78,37 @@ KINDS = {
     "sliding window": (sliding_window, "window w (keys)", W_STOPS, 64),
     "sink + window": (lambda w: sink_window(SINKS, w), f"window w (+ {SINKS} sink keys)", W_STOPS, 64),
     "soft-cap": (soft_cap, "cap c (|logit| < c)", (1, 2, 3, 5, 10, 30, 50), 2),
-    "ALiBi": (alibi, "ALiBi slope", tuple((f"1/{2 ** k}" if k else "1", 2.0 ** -k)
-                                          for k in range(8, -1, -1)), 0.0625),
+    "ALiBi": (
+        alibi,
+        "ALiBi slope",
+        tuple((f"1/{2**k}" if k else "1", 2.0**-k) for k in range(8, -1, -1)),
+        0.0625,
+    ),
     "sigmoid": (sigmoid, "bias b (weight = σ(s + b))", (-8, -6, -4, -2, 0, 2), -4),
-    "RoPE": (rope, "RoPE base θ", (("10", 10), ("100", 100), ("1e3", 1000), ("1e4", 10000), ("1e5", 100000)),
-             10000),      # short labels: the slider's readout shows five digits cut off
+    "RoPE": (
+        rope,
+        "RoPE base θ",
+        (("10", 10), ("100", 100), ("1e3", 1000), ("1e4", 10000), ("1e5", 100000)),
+        10000,
+    ),  # short labels: the slider's readout shows five digits cut off
     "none": (lambda _: None, None, NO_PARAM, 0),
 }
 #: the variant composed with &, at fixed parameters, by name
-SECOND = {"none": None, **{v.name: v for v in (causal(), sliding_window(64), sink_window(SINKS, 64),
-                                               soft_cap(2), alibi(0.0625), sigmoid(-4), rope(10000))}}
+SECOND = {
+    "none": None,
+    **{
+        v.name: v
+        for v in (
+            causal(),
+            sliding_window(64),
+            sink_window(SINKS, 64),
+            soft_cap(2),
+            alibi(0.0625),
+            sigmoid(-4),
+            rope(10000),
+        )
+    },
+}
 
 
 @lru_cache(maxsize=1)
@@ -100,16 +143,17 @@ def dense_weights(variant: Variant, q, k) -> np.ndarray:
 @dataclass(frozen=True)
 class GalleryNumbers:
     """One variant (or a composition) at N_q = N_k = N with square tiles."""
-    name: str                   # the composed name ("plain" for no variant)
+
+    name: str  # the composed name ("plain" for no variant)
     N: int
     tile: int
-    softmax: bool               # False: sigmoid attention (rows are not normalised)
-    weights: np.ndarray         # (N, N): variant_attention(q, k, I) = the weights; 0 where masked
-    kinds: np.ndarray           # (tiles, tiles): index into TILE_KINDS (0 empty, 1 partial, 2 full)
-    traffic: tuple              # HBM elements of Q, K, V, O, one head at d = TRAFFIC_D, empty tiles skipped
-    traffic_plain: tuple        # the same for plain attention (every tile loaded)
-    max_diff: float             # max |kernel weights - dense_weights|
-    row_sums: tuple             # (min, max) of the rows' sums of weights: 1 with softmax
+    softmax: bool  # False: sigmoid attention (rows are not normalised)
+    weights: np.ndarray  # (N, N): variant_attention(q, k, I) = the weights; 0 where masked
+    kinds: np.ndarray  # (tiles, tiles): index into TILE_KINDS (0 empty, 1 partial, 2 full)
+    traffic: tuple  # HBM elements of Q, K, V, O, one head at d = TRAFFIC_D, empty tiles skipped
+    traffic_plain: tuple  # the same for plain attention (every tile loaded)
+    max_diff: float  # max |kernel weights - dense_weights|
+    row_sums: tuple  # (min, max) of the rows' sums of weights: 1 with softmax
 
     @property
     def counts(self) -> dict:
@@ -148,16 +192,23 @@ def variant_gallery_numbers(variants=(), N: int = 256, tile: int = 32) -> Galler
     kinds = np.argmax(tile_mask(var, N, N, tile, tile)[..., None] == np.array(TILE_KINDS), axis=-1)
     sums = w.sum(axis=1)
     return GalleryNumbers(
-        var.name, N, tile, var.use_softmax, readonly(w), readonly(kinds.astype(np.int8)),
+        var.name,
+        N,
+        tile,
+        var.use_softmax,
+        readonly(w),
+        readonly(kinds.astype(np.int8)),
         _elements(tile_io(var, N, N, tile, tile, TRAFFIC_D)),
         _elements(tile_io([], N, N, tile, tile, TRAFFIC_D)),
-        float(np.abs(w - dense_weights(var, q, k)).max()), (float(sums.min()), float(sums.max())))
+        float(np.abs(w - dense_weights(var, q, k)).max()),
+        (float(sums.min()), float(sums.max())),
+    )
 
 
-_KIND_COLORS = ("#e8e8e8", "#fdae61", "#2c7bb6")          # empty, partial, full
+_KIND_COLORS = ("#e8e8e8", "#fdae61", "#2c7bb6")  # empty, partial, full
 _KIND_LABELS = ("empty: skipped (no K/V loads)", "partial: masked per element", "full: no mask needed")
 _WEIGHTS = LogNorm(1e-4, 1.0)
-_CMAP = mpl.colormaps["viridis"].with_extremes(bad=_KIND_COLORS[0])    # masked (weight 0): as empty
+_CMAP = mpl.colormaps["viridis"].with_extremes(bad=_KIND_COLORS[0])  # masked (weight 0): as empty
 
 
 def _grid(n: int, tile: int):
@@ -180,27 +231,31 @@ class VariantGalleryExplorer(Explorer):
     Middle: the tile mask: empty tiles (skipped), partial (masked per element) and full ones.
     Right: HBM elements moved per tensor, every tile against empty tiles skipped (one head, d = 128).
     """
+
     name = "variant_gallery"
     size = (style.WIDTH, 4.4)
 
-    def __init__(self, variant: str = "sliding window", param=None, second: str = "none", N: int = 256,
-                 tile: int = 32):
-        given = {} if param is None else {"param": param}       # None: the variant's own default
+    def __init__(
+        self, variant: str = "sliding window", param=None, second: str = "none", N: int = 256, tile: int = 32
+    ):
+        given = {} if param is None else {"param": param}  # None: the variant's own default
         super().__init__(variant=variant, **given, second=second, N=N, tile=tile)
 
     def controls(self):
         variant = dropdown("variant", list(KINDS), "sliding window")
         second = dropdown("& second variant", list(SECOND), "none")
-        for w in (variant, second):            # a dropdown ends short of the slider beside it
+        for w in (variant, second):  # a dropdown ends short of the slider beside it
             w.layout.width, w.layout.margin = "400px", "2px 40px 2px 2px"
-        return {"variant": variant,
-                "param": steps(KINDS["sliding window"][1], W_STOPS, 64),
-                "second": second,
-                "N": steps("N = N_q = N_k (tokens)", N_STOPS, 256),
-                "tile": steps("tile size B_r = B_c", TILES, 32)}
+        return {
+            "variant": variant,
+            "param": steps(KINDS["sliding window"][1], W_STOPS, 64),
+            "second": second,
+            "N": steps("N = N_q = N_k (tokens)", N_STOPS, 256),
+            "tile": steps("tile size B_r = B_c", TILES, 32),
+        }
 
     def linked(self, name, value):
-        if name == "variant":              # the slider takes the new variant's parameter
+        if name == "variant":  # the slider takes the new variant's parameter
             _, label, stops, default = KINDS[value]
             w = self.widgets["param"]
             # One state message (hold_sync), and index 0 before the new stops: a browser slider
@@ -223,35 +278,61 @@ class VariantGalleryExplorer(Explorer):
             ax.set(xlabel="key position kv_idx", ylabel="query position q_idx")
         # colours are computed in draw (an RGBA image draws 3x faster than one normed and mapped)
         self.weights_im = ax_w.imshow(np.ones((2, 2, 4)), interpolation="nearest", extent=(0, 2, 2, 0))
-        self.kinds = ax_t.imshow(np.zeros((2, 2)), cmap=ListedColormap(_KIND_COLORS), vmin=-0.5,
-                                 vmax=2.5, interpolation="nearest", extent=(0, 2, 2, 0))
-        self.lines = [ax.add_collection(LineCollection([], colors="white", lw=0.7, alpha=0.8))
-                      for ax in (ax_w, ax_t)]
-        style.legend_below(ax_w, [Patch(fc=_CMAP(_WEIGHTS(x))) for x in (1, 0.1, 0.01, 1e-3, 1e-4)]
-                           + [Patch(fc=_KIND_COLORS[0], ec="0.6"), Line2D([], [], color="0.6", lw=1)],
-                           ["1", "0.1", "0.01", "1e-3", "≤1e-4", "masked", "tile edge"], ncol=4,
-                           title="weight (log colour)")
+        self.kinds = ax_t.imshow(
+            np.zeros((2, 2)),
+            cmap=ListedColormap(_KIND_COLORS),
+            vmin=-0.5,
+            vmax=2.5,
+            interpolation="nearest",
+            extent=(0, 2, 2, 0),
+        )
+        self.lines = [
+            ax.add_collection(LineCollection([], colors="white", lw=0.7, alpha=0.8)) for ax in (ax_w, ax_t)
+        ]
+        style.legend_below(
+            ax_w,
+            [Patch(fc=_CMAP(_WEIGHTS(x))) for x in (1, 0.1, 0.01, 1e-3, 1e-4)]
+            + [Patch(fc=_KIND_COLORS[0], ec="0.6"), Line2D([], [], color="0.6", lw=1)],
+            ["1", "0.1", "0.01", "1e-3", "≤1e-4", "masked", "tile edge"],
+            ncol=4,
+            title="weight (log colour)",
+        )
         style.legend_below(ax_t, [Patch(fc=c, ec="0.6") for c in _KIND_COLORS], _KIND_LABELS, ncol=1)
         x = np.arange(len(TENSORS))
-        self.plain = ax_h.bar(x - 0.2, np.ones(4), 0.4, color=style.COLORS["muted"], label="plain: every tile")
-        self.skip = ax_h.bar(x + 0.2, np.ones(4), 0.4, color=style.COLORS["fa2"],
-                             label="variant: empty tiles skipped")
+        self.plain = ax_h.bar(
+            x - 0.2, np.ones(4), 0.4, color=style.COLORS["muted"], label="plain: every tile"
+        )
+        self.skip = ax_h.bar(
+            x + 0.2, np.ones(4), 0.4, color=style.COLORS["fa2"], label="variant: empty tiles skipped"
+        )
         self.pct = [ax_h.text(i + 0.2, 0, "", ha="center", va="bottom", fontsize=style.SMALL) for i in x]
         ax_h.set_xticks(x, TENSORS)
         ax_h.set(xlim=(-0.6, 3.6), xlabel="tensor", ylabel=f"HBM elements (one head, d = {TRAFFIC_D})")
         ax_h.yaxis.set_major_formatter(FuncFormatter(style.count))
-        ax_h.yaxis.set_label_coords(-0.22, 0.5)     # fixed: tick labels change width with the limits
+        ax_h.yaxis.set_label_coords(-0.22, 0.5)  # fixed: tick labels change width with the limits
         ax_h.grid(True, axis="y", alpha=0.25)
         style.legend_below(ax_h, ncol=1)
-        return [self.weights_im, self.kinds, *self.lines, *self.plain, *self.skip, *self.pct,
-                ax_w.title, ax_t.title, ax_h.title]
+        return [
+            self.weights_im,
+            self.kinds,
+            *self.lines,
+            *self.plain,
+            *self.skip,
+            *self.pct,
+            ax_w.title,
+            ax_t.title,
+            ax_h.title,
+        ]
 
     def draw(self, r: GalleryNumbers) -> str:
         n, c, name = r.N, r.counts, ("none (plain attention)" if r.name == "plain" else r.name)
         self.weights_im.set_data(_CMAP(_WEIGHTS(np.where(r.weights > 0, r.weights, np.nan)), bytes=True))
-        g = math.gcd(n, r.tile)                     # a last tile that is cut short stays exact
-        self.kinds.set_data(r.kinds.repeat(r.tile // g, 0).repeat(r.tile // g, 1)[:n // g, :n // g])
-        for ax, im, lines in ((self.ax_w, self.weights_im, self.lines[0]), (self.ax_t, self.kinds, self.lines[1])):
+        g = math.gcd(n, r.tile)  # a last tile that is cut short stays exact
+        self.kinds.set_data(r.kinds.repeat(r.tile // g, 0).repeat(r.tile // g, 1)[: n // g, : n // g])
+        for ax, im, lines in (
+            (self.ax_w, self.weights_im, self.lines[0]),
+            (self.ax_t, self.kinds, self.lines[1]),
+        ):
             im.set_extent((0, n, n, 0))
             lines.set_segments(_grid(n, r.tile))
             ax.set(xlim=(0, n), ylim=(n, 0))
@@ -261,15 +342,18 @@ class VariantGalleryExplorer(Explorer):
             self.pct[i].set_position((i + 0.2, b))
             self.pct[i].set_text(f"−{1 - b / a:.0%}" if b < a else "")
         self.ax_h.set_ylim(0, max(r.traffic_plain) * 1.12)
-        self.ax_w.set_title(f"{name}\n" + ("weights: rows sum to 1" if r.softmax else
-                                           "σ weights: rows not normalised"))
+        self.ax_w.set_title(
+            f"{name}\n" + ("weights: rows sum to 1" if r.softmax else "σ weights: rows not normalised")
+        )
         self.ax_t.set_title(f"tile mask: {c['empty']} empty,\n{c['partial']} partial, {c['full']} full")
         self.ax_h.set_title(f"HBM traffic: {r.saved:.1%} saved\n(K and V: {r.kv_saved:.1%})")
         lo, hi = r.row_sums
-        rows = ("each row sums to 1" if r.softmax else f"rows sum to {lo:.3g}–{hi:.3g}, not normalised")
-        return (f"<b>{name}</b>, N = {n}: {r.kinds.shape[0]} × {r.kinds.shape[1]} tiles of {r.tile} × "
-                f"{r.tile}: {c['empty']} empty, {c['partial']} partial, {c['full']} full: <b>{r.skipped:.1%} "
-                f"of the tiles skipped</b>. HBM traffic of one head at d = {TRAFFIC_D}: "
-                f"{sum(r.traffic):,} of {sum(r.traffic_plain):,} elements, <b>{r.saved:.1%} saved</b> "
-                f"(K/V {r.kv_saved:.1%}). The weights are the kernel's output with V = I ({rows}); they "
-                f"equal the dense definition to {style.magnitude(r.max_diff)}.")
+        rows = "each row sums to 1" if r.softmax else f"rows sum to {lo:.3g}–{hi:.3g}, not normalised"
+        return (
+            f"<b>{name}</b>, N = {n}: {r.kinds.shape[0]} × {r.kinds.shape[1]} tiles of {r.tile} × "
+            f"{r.tile}: {c['empty']} empty, {c['partial']} partial, {c['full']} full: <b>{r.skipped:.1%} "
+            f"of the tiles skipped</b>. HBM traffic of one head at d = {TRAFFIC_D}: "
+            f"{sum(r.traffic):,} of {sum(r.traffic_plain):,} elements, <b>{r.saved:.1%} saved</b> "
+            f"(K/V {r.kv_saved:.1%}). The weights are the kernel's output with V = I ({rows}); they "
+            f"equal the dense definition to {style.magnitude(r.max_diff)}."
+        )

@@ -10,6 +10,7 @@
 The notebooks import it as `from attnlab.explore import measured`. A run made on this machine
 (`attnlab.gpubench.live`, the optional GPU cells) is handed to these views through `view`.
 """
+
 from __future__ import annotations
 
 from attnlab.explore.measured.decode import *  # noqa: F401,F403

@@ -20,6 +20,7 @@ Example: on an H100 SXM in bf16 the ridge point is 989.4e12 / 3.35e12 = 295 FLOP
 (5 FLOPs per element, 2 bytes in and 2 out) sits at 1.25 FLOP/byte and can use at most 0.4 % of
 the Tensor Cores' peak.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +31,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.validate import as_float, as_int
-from attnlab.machine.hardware import DTYPE_BYTES, attainable, dtype_name, get_gpu, gpus, peak, ridge_point, roofline_time
+from attnlab.machine.hardware import (
+    DTYPE_BYTES,
+    attainable,
+    dtype_name,
+    get_gpu,
+    gpus,
+    peak,
+    ridge_point,
+    roofline_time,
+)
 from attnlab.core.iomodel import flash_io, standard_io
 from attnlab.machine.models import get_model, linear_flops_per_token
 from attnlab.explore._base import readonly
@@ -38,14 +48,28 @@ from attnlab.explore._base import readonly
 #: the widest line of a printed list (a URL, which cannot break, may be longer)
 WIDTH = 100
 
-__all__ = ["attention_share", "memory_levels", "spec_sources", "Operator", "operators",
-           "RooflinePoints", "roofline_points", "fusion_traffic", "fusion_rows", "MEMORY_FIELDS",
-           "I_MIN", "I_MAX", "GRID", "SOFTMAX_FLOPS", "as_dtype"]
+__all__ = [
+    "attention_share",
+    "memory_levels",
+    "spec_sources",
+    "Operator",
+    "operators",
+    "RooflinePoints",
+    "roofline_points",
+    "fusion_traffic",
+    "fusion_rows",
+    "MEMORY_FIELDS",
+    "I_MIN",
+    "I_MAX",
+    "GRID",
+    "SOFTMAX_FLOPS",
+    "as_dtype",
+]
 
-I_MIN, I_MAX = 0.1, 10_000.0          # FLOP/byte: the x range of every roofline drawn here
+I_MIN, I_MAX = 0.1, 10_000.0  # FLOP/byte: the x range of every roofline drawn here
 GRID = np.geomspace(I_MIN, I_MAX, 201)
 GRID.setflags(write=False)
-SOFTMAX_FLOPS = 5                     # per element: max, subtract, exp, sum, scale by 1/l
+SOFTMAX_FLOPS = 5  # per element: max, subtract, exp, sum, scale by 1/l
 
 
 #: A compute dtype name ('bf16', 'FP8', ...) as its key in hardware.DTYPE_BYTES.
@@ -54,8 +78,10 @@ as_dtype = dtype_name
 
 # --- 1.1 attention's share of the work ---------------------------------------------------------
 
-def attention_share(model="Llama-3-8B", Ns=(1024, 4096, 16384, 32768, 131072),
-                    dtype: str = "bf16") -> list[dict]:
+
+def attention_share(
+    model="Llama-3-8B", Ns=(1024, 4096, 16384, 32768, 131072), dtype: str = "bf16"
+) -> list[dict]:
     """Per N: FLOPs per token of the linear layers and of attention in a causal prefill, and the
     bytes attention must hold or read.
 
@@ -81,13 +107,21 @@ def attention_share(model="Llama-3-8B", Ns=(1024, 4096, 16384, 32768, 131072),
     for N in Ns:
         N = as_int("N", N, 1, None)
         attn = 4 * m.layers * m.q_heads * m.head_dim * (N + 1) / 2
-        rows.append({"N": N, "linear_flops": float(linear), "attn_flops": attn,
-                     "attn_share": attn / (attn + linear), "score_bytes": N * N * b,
-                     "kv_bytes": 2 * m.layers * m.kv_heads * m.head_dim * N * b})
+        rows.append(
+            {
+                "N": N,
+                "linear_flops": float(linear),
+                "attn_flops": attn,
+                "attn_share": attn / (attn + linear),
+                "score_bytes": N * N * b,
+                "kv_bytes": 2 * m.layers * m.kv_heads * m.head_dim * N * b,
+            }
+        )
     return rows
 
 
 # --- 1.2 the two memory levels ------------------------------------------------------------------
+
 
 def memory_levels(names=None) -> list[dict]:
     """One row per GPU: HBM capacity and bandwidth, on-chip SRAM (per SM, SMs, total), L2, and
@@ -98,13 +132,22 @@ def memory_levels(names=None) -> list[dict]:
     Example: A100-80GB-SXM: 80 GiB at 2.04 TB/s; 192 KiB x 108 SMs = 20.25 MiB of SRAM at ~19 TB/s.
     """
     rows = []
-    for name in (gpus() if names is None else names):
+    for name in gpus() if names is None else names:
         g = get_gpu(name)
         sram_bw = g.extra.get("sram_bandwidth")
-        rows.append({"gpu": g.name, "hbm_bytes": g.hbm_bytes, "hbm_bandwidth": g.hbm_bandwidth,
-                     "sram_per_sm": g.sram_per_sm, "sms": g.sms, "sram_total": g.sram_per_sm * g.sms,
-                     "l2_bytes": g.l2_bytes, "hbm_per_l2": g.hbm_bytes / g.l2_bytes,
-                     "sram_bandwidth": float(sram_bw) if sram_bw is not None else float("nan")})
+        rows.append(
+            {
+                "gpu": g.name,
+                "hbm_bytes": g.hbm_bytes,
+                "hbm_bandwidth": g.hbm_bandwidth,
+                "sram_per_sm": g.sram_per_sm,
+                "sms": g.sms,
+                "sram_total": g.sram_per_sm * g.sms,
+                "l2_bytes": g.l2_bytes,
+                "hbm_per_l2": g.hbm_bytes / g.l2_bytes,
+                "sram_bandwidth": float(sram_bw) if sram_bw is not None else float("nan"),
+            }
+        )
     return rows
 
 
@@ -120,20 +163,27 @@ def spec_sources(gpu, fields=MEMORY_FIELDS) -> str:
     """
     g = get_gpu(gpu)
     docs = list(g.sources)
-    present = [f for f in fields if f in ("hbm_bytes", "hbm_bandwidth", "sms", "sram_per_sm",
-                                          "l2_bytes") or f in g.extra]
+    present = [
+        f
+        for f in fields
+        if f in ("hbm_bytes", "hbm_bandwidth", "sms", "sram_per_sm", "l2_bytes") or f in g.extra
+    ]
     lines = [g.name]
     used = sorted({i for f in present for i, s in enumerate(docs) if f in s["supports"]})
     for i in used:
         url = docs[i]["url"] or "(no URL: measured)"
-        lines.append(textwrap.fill(f"[{i + 1}] {docs[i]['document']}", WIDTH, initial_indent="  ",
-                                   subsequent_indent="      ") + f"\n      {url}")
+        lines.append(
+            textwrap.fill(
+                f"[{i + 1}] {docs[i]['document']}", WIDTH, initial_indent="  ", subsequent_indent="      "
+            )
+            + f"\n      {url}"
+        )
     cites = []
     for f in present:
         idx = [str(i + 1) for i, s in enumerate(docs) if f in s["supports"]]
         cites.append(f"{f} [{','.join(idx) if idx else 'none'}]")
     row = ""
-    for c in cites:                                   # whole citations per line, lines of <= WIDTH
+    for c in cites:  # whole citations per line, lines of <= WIDTH
         if row and len(row) + 3 + len(c) > WIDTH - 2:
             lines.append("  " + row)
             row = ""
@@ -144,28 +194,70 @@ def spec_sources(gpu, fields=MEMORY_FIELDS) -> str:
 
 # --- 1.3 operators on the roofline --------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=None)
 def _operators(dtype: str, N: int, d: int, sram: int, matmul_n: int, context: int) -> tuple:
     b = DTYPE_BYTES[dtype]
-    mm = 2 * matmul_n ** 3
+    mm = 2 * matmul_n**3
     attn = 4 * N * N * d
-    nn = N * N                                    # elementwise ops run over the N x N scores
+    nn = N * N  # elementwise ops run over the N x N scores
     ops = (
-        ("elementwise", "elementwise", f"elementwise op over {N}x{N}", float(nn), 2 * nn * b,
-         "1 FLOP per element; each element read and written once"),
-        ("softmax", "softmax", f"softmax over {N}x{N}", float(SOFTMAX_FLOPS * nn), 2 * nn * b,
-         f"{SOFTMAX_FLOPS} FLOPs per element (max, subtract, exp, sum, scale); read + write once"),
-        ("decode", "decode", f"decode attention, MHA, {context:,} keys", 4.0 * context * d,
-         (2 * context * d + 2 * d) * b, "4Ld FLOPs; K, V read once, q read, o written"),
-        ("standard", "std attn", f"standard attention, N={N:,}", float(attn),
-         standard_io(N, d) * b, "4N²d FLOPs; Q, K, V, O once + S, P written and read back"),
-        ("flash", "FA", f"FlashAttention, N={N:,} (HBM model)", float(attn),
-         flash_io(N, d, sram, "fa2") * b,
-         f"4N²d FLOPs; flash_io, FA2 order, M={sram:,}: K, V re-read per Q block"),
-        ("matmul", "matmul", f"matmul {matmul_n}x{matmul_n}x{matmul_n}", float(mm),
-         3 * matmul_n ** 2 * b, "2n³ FLOPs; A, B read and C written once"),
-        ("flash_l2", "FA, L2", f"FlashAttention, N={N:,} (L2 re-reads)", float(attn),
-         4 * N * d * b, "4N²d FLOPs; Q, K, V read and O written once"),
+        (
+            "elementwise",
+            "elementwise",
+            f"elementwise op over {N}x{N}",
+            float(nn),
+            2 * nn * b,
+            "1 FLOP per element; each element read and written once",
+        ),
+        (
+            "softmax",
+            "softmax",
+            f"softmax over {N}x{N}",
+            float(SOFTMAX_FLOPS * nn),
+            2 * nn * b,
+            f"{SOFTMAX_FLOPS} FLOPs per element (max, subtract, exp, sum, scale); read + write once",
+        ),
+        (
+            "decode",
+            "decode",
+            f"decode attention, MHA, {context:,} keys",
+            4.0 * context * d,
+            (2 * context * d + 2 * d) * b,
+            "4Ld FLOPs; K, V read once, q read, o written",
+        ),
+        (
+            "standard",
+            "std attn",
+            f"standard attention, N={N:,}",
+            float(attn),
+            standard_io(N, d) * b,
+            "4N²d FLOPs; Q, K, V, O once + S, P written and read back",
+        ),
+        (
+            "flash",
+            "FA",
+            f"FlashAttention, N={N:,} (HBM model)",
+            float(attn),
+            flash_io(N, d, sram, "fa2") * b,
+            f"4N²d FLOPs; flash_io, FA2 order, M={sram:,}: K, V re-read per Q block",
+        ),
+        (
+            "matmul",
+            "matmul",
+            f"matmul {matmul_n}x{matmul_n}x{matmul_n}",
+            float(mm),
+            3 * matmul_n**2 * b,
+            "2n³ FLOPs; A, B read and C written once",
+        ),
+        (
+            "flash_l2",
+            "FA, L2",
+            f"FlashAttention, N={N:,} (L2 re-reads)",
+            float(attn),
+            4 * N * d * b,
+            "4N²d FLOPs; Q, K, V read and O written once",
+        ),
     )
     return tuple(Operator(k, sh, lab, f, float(by), f / by, how) for k, sh, lab, f, by, how in ops)
 
@@ -174,21 +266,29 @@ def _operators(dtype: str, N: int, d: int, sram: int, matmul_n: int, context: in
 class Operator:
     """One operator counted from first principles, and (once placed on a roofline) what it can
     reach there."""
-    key: str                    # 'softmax', 'flash', ...
-    short: str                  # plot label
-    label: str                  # table label
+
+    key: str  # 'softmax', 'flash', ...
+    short: str  # plot label
+    label: str  # table label
     flops: float
-    bytes: float                # HBM bytes moved
-    intensity: float            # FLOP/byte
-    counted: str                # how, in words
+    bytes: float  # HBM bytes moved
+    intensity: float  # FLOP/byte
+    counted: str  # how, in words
     attainable: float = float("nan")  # FLOP/s on the roofline (nan until placed)
-    fraction: float = float("nan")    # of the peak
-    bound: str = ""             # 'memory-bound' or 'compute-bound'
-    time_s: float = float("nan")      # the roofline's lower bound on its time
+    fraction: float = float("nan")  # of the peak
+    bound: str = ""  # 'memory-bound' or 'compute-bound'
+    time_s: float = float("nan")  # the roofline's lower bound on its time
 
 
-def operators(dtype: str = "bf16", *, N: int = 4096, d: int = 128, sram: int = 100_000,
-              matmul_n: int = 4096, context: int = 4096) -> list[dict]:
+def operators(
+    dtype: str = "bf16",
+    *,
+    N: int = 4096,
+    d: int = 128,
+    sram: int = 100_000,
+    matmul_n: int = 4096,
+    context: int = 4096,
+) -> list[dict]:
     """Typical operators with FLOPs, HBM bytes and arithmetic intensity counted from first
     principles, for elements of `dtype` (DTYPE_BYTES bytes each), as frozen `Operator`s.
 
@@ -219,15 +319,16 @@ def _verdict(intensity: float, ridge: float) -> str:
 @dataclass(frozen=True)
 class RooflinePoints:
     """Everything the roofline figure shows, as numbers."""
+
     gpu: str
     dtype: str
-    peak: float                 # FLOP/s
-    bandwidth: float            # HBM bytes/s
-    ridge: float                # peak / bandwidth, FLOP/byte
-    grid: np.ndarray            # intensities I_MIN..I_MAX, log-spaced
-    roof: np.ndarray            # attainable FLOP/s on the grid: min(peak, I x bandwidth)
-    operators: tuple            # Operator, each placed on this roof
-    user: Operator              # a kernel of the slider's intensity, placed the same way
+    peak: float  # FLOP/s
+    bandwidth: float  # HBM bytes/s
+    ridge: float  # peak / bandwidth, FLOP/byte
+    grid: np.ndarray  # intensities I_MIN..I_MAX, log-spaced
+    roof: np.ndarray  # attainable FLOP/s on the grid: min(peak, I x bandwidth)
+    operators: tuple  # Operator, each placed on this roof
+    user: Operator  # a kernel of the slider's intensity, placed the same way
 
 
 def roofline_points(gpu="H100-SXM", dtype: str = "bf16", intensity: float = 10.0) -> RooflinePoints:
@@ -244,23 +345,38 @@ def roofline_points(gpu="H100-SXM", dtype: str = "bf16", intensity: float = 10.0
     dtype = as_dtype(dtype)
     p = peak(g, dtype)
     intensity = as_float("intensity", intensity, 0.0, None, lo_open=True)
-    ridge = ridge_point(g, dtype)                        # the roofline itself lives in hardware.py
+    ridge = ridge_point(g, dtype)  # the roofline itself lives in hardware.py
 
     def place(o: Operator) -> Operator:
         att = attainable(o.intensity, g, dtype)
-        return dataclasses.replace(o, attainable=att, fraction=att / p, bound=_verdict(o.intensity, ridge),
-                                   time_s=roofline_time(o.flops, o.bytes, g, dtype))
+        return dataclasses.replace(
+            o,
+            attainable=att,
+            fraction=att / p,
+            bound=_verdict(o.intensity, ridge),
+            time_s=roofline_time(o.flops, o.bytes, g, dtype),
+        )
 
     user = Operator("user", "your kernel", "your kernel", intensity, 1.0, intensity, "slider")
-    return RooflinePoints(g.name, dtype, p, g.hbm_bandwidth, ridge, GRID,
-                          readonly(attainable(GRID, g, dtype)),
-                          tuple(place(o) for o in operators(dtype)), place(user))
+    return RooflinePoints(
+        g.name,
+        dtype,
+        p,
+        g.hbm_bandwidth,
+        ridge,
+        GRID,
+        readonly(attainable(GRID, g, dtype)),
+        tuple(place(o) for o in operators(dtype)),
+        place(user),
+    )
 
 
 # --- why fusion ---------------------------------------------------------------------------------
 
-def fusion_traffic(k: int, N: int = 32768, gpu="H100-SXM", dtype: str = "bf16",
-                   flops_per_element: float = 1.0) -> dict:
+
+def fusion_traffic(
+    k: int, N: int = 32768, gpu="H100-SXM", dtype: str = "bf16", flops_per_element: float = 1.0
+) -> dict:
     """A chain of k elementwise operations over an N x N matrix, unfused vs fused.
 
     unfused: k kernels, each reads its N x N input from HBM and writes its N x N output back:
@@ -284,13 +400,19 @@ def fusion_traffic(k: int, N: int = 32768, gpu="H100-SXM", dtype: str = "bf16",
     per_kernel_flops = fpe * N * N
     unfused_s = k * roofline_time(per_kernel_flops, per_kernel_bytes, g, dtype)
     fused_s = roofline_time(k * per_kernel_flops, per_kernel_bytes, g, dtype)
-    return {"k": k, "N": N, "gpu": g.name, "dtype": dtype,
-            "unfused_bytes": k * per_kernel_bytes, "fused_bytes": per_kernel_bytes,
-            "unfused_s": unfused_s, "fused_s": fused_s, "speedup": unfused_s / fused_s}
+    return {
+        "k": k,
+        "N": N,
+        "gpu": g.name,
+        "dtype": dtype,
+        "unfused_bytes": k * per_kernel_bytes,
+        "fused_bytes": per_kernel_bytes,
+        "unfused_s": unfused_s,
+        "fused_s": fused_s,
+        "speedup": unfused_s / fused_s,
+    }
 
 
 def fusion_rows(ks=(1, 2, 3, 4, 6, 8), N: int = 32768, gpu="H100-SXM", dtype: str = "bf16") -> list[dict]:
     """`fusion_traffic` for each k in `ks` (one row each)."""
     return [fusion_traffic(k, N, gpu, dtype) for k in ks]
-
-

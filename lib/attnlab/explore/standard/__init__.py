@@ -1,5 +1,6 @@
 """Notebook 02 (standard attention's IO): Algorithm 0's traffic and what it costs a prefill; and
 the backward pass with S and P stored against recomputed (notebook 07, exercise 5)."""
+
 from attnlab.explore.standard import backward, prefill, prefill_explorer, traffic
 from attnlab.explore.standard.backward import *  # noqa: F401,F403
 from attnlab.explore.standard.prefill import *  # noqa: F401,F403

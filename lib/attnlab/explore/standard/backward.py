@@ -7,6 +7,7 @@ Every count is `attnlab.core.iomodel`'s (`backward_io`, `recompute_flops`), equa
 the HBM counter of `attnlab.core.backward.attention_backward`; no causal mask (the N x N tiles
 of P are then exactly N^2 elements in both passes).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -51,20 +52,43 @@ def backward_rows(Ns=BACKWARD_N, d: int = 64, sram: int = 100_000, gpu: str = "H
         recompute = backward_io(N, d, sram, "recompute")
         f = recompute_flops(N, d, sram)
         saved = stored + N * N - recompute - N
-        rows.append({"N": N, "stored": stored, "recompute": recompute, "forward_p": N * N,
-                     "saved": saved, "extra_flops": f["qk_flops"], "grad_flops": f["gradient_flops"],
-                     "saved_s": saved * bpe / g.hbm_bandwidth, "extra_s": f["qk_flops"] / p})
+        rows.append(
+            {
+                "N": N,
+                "stored": stored,
+                "recompute": recompute,
+                "forward_p": N * N,
+                "saved": saved,
+                "extra_flops": f["qk_flops"],
+                "grad_flops": f["gradient_flops"],
+                "saved_s": saved * bpe / g.hbm_bandwidth,
+                "extra_s": f["qk_flops"] / p,
+            }
+        )
     return rows
 
 
 def backward_table(Ns=BACKWARD_N, d: int = 64, sram: int = 100_000, gpu: str = "H100-SXM") -> str:
     """`backward_rows` as a text table (elements per head; times on `gpu` at bf16)."""
-    return style.table(backward_rows(Ns, d, sram, gpu),
-                       {"N": "N", "stored": "backward, P stored", "recompute": "recomputed",
-                        "forward_p": "+ forward writes P", "saved_s": "HBM time saved",
-                        "extra_s": "FLOP time added"},
-                       {"N": ",", "stored": ",", "recompute": ",", "forward_p": ",",
-                        "saved_s": style.seconds, "extra_s": style.seconds})
+    return style.table(
+        backward_rows(Ns, d, sram, gpu),
+        {
+            "N": "N",
+            "stored": "backward, P stored",
+            "recompute": "recomputed",
+            "forward_p": "+ forward writes P",
+            "saved_s": "HBM time saved",
+            "extra_s": "FLOP time added",
+        },
+        {
+            "N": ",",
+            "stored": ",",
+            "recompute": ",",
+            "forward_p": ",",
+            "saved_s": style.seconds,
+            "extra_s": style.seconds,
+        },
+    )
 
 
 def backward_figure(d: int = 64, sram: int = 100_000, gpu: str = "H100-SXM"):
@@ -79,14 +103,20 @@ def backward_figure(d: int = 64, sram: int = 100_000, gpu: str = "H100-SXM"):
     ax_io, ax_t = fig.axes
     c = style.COLORS
     with style.context():
-        ax_io.plot(Ns, col["stored"] + col["forward_p"], color=c["standard"], lw=2,
-                   label="P stored: backward + the forward's P writes")
+        ax_io.plot(
+            Ns,
+            col["stored"] + col["forward_p"],
+            color=c["standard"],
+            lw=2,
+            label="P stored: backward + the forward's P writes",
+        )
         ax_io.plot(Ns, col["stored"], color=c["standard"], lw=1.5, ls="--", label="P stored: backward only")
         ax_io.plot(Ns, col["recompute"], color=c["fa2"], lw=2, label="P recomputed from Q, K, lse")
         ax_t.plot(Ns, col["saved_s"], color=c["standard"], lw=2, label="HBM time of the P traffic avoided")
         ax_t.plot(Ns, col["extra_s"], color=c["fa2"], lw=2, label="tensor-core time of the extra QKᵀ")
         for ax in (ax_io, ax_t):
-            ax.set_xscale("log"); ax.set_yscale("log")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
             style.pow2_axis(ax, int(Ns[0]), int(Ns[-1]), every=2)
             ax.grid(True, alpha=0.25)
             ax.set_xlabel("sequence length N (tokens)")

@@ -18,6 +18,7 @@ causal and not. For each (N, causal):
 Times: triton.testing.do_bench, median. FLOPs = 4 B H d x (visible (query, key) pairs), the exact
 count of the causal triangle. The JSON is rewritten as rows come in; the table prints last.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -36,7 +37,7 @@ NS = (4096, 8192, 16384)
 CHECK_N = 1000
 GRID = {"block_m": (128,), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4)}
 NO_WS_GRID = {"block_m": (128,), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (3,)}
-BUDGET_S = 170          # grid configurations start only while the sweep is younger than this
+BUDGET_S = 170  # grid configurations start only while the sweep is younger than this
 
 
 def visible_pairs(n_q: int, n_k: int, causal: bool) -> int:
@@ -45,8 +46,8 @@ def visible_pairs(n_q: int, n_k: int, causal: bool) -> int:
     if not causal:
         return n_q * n_k
     off = n_k - n_q
-    i0 = max(0, -off)                         # first row that sees a key
-    i1 = min(n_q, n_k - off)                  # rows from here on see all n_k keys
+    i0 = max(0, -off)  # first row that sees a key
+    i1 = min(n_q, n_k - off)  # rows from here on see all n_k keys
     part = sum(range(i0 + off + 1, i1 + off + 1)) if i1 > i0 else 0
     return part + max(0, n_q - max(i1, i0)) * n_k
 
@@ -55,8 +56,17 @@ def _err(torch, out, ref):
     return float((out.float() - ref).abs().max())
 
 
-def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, grid=GRID,
-          no_ws_grid=NO_WS_GRID, out_path=None, budget_s=BUDGET_S) -> dict:
+def sweep(
+    ns=NS,
+    heads=HEADS,
+    kv_heads=KV_HEADS,
+    d=HEAD_DIM,
+    check_n=CHECK_N,
+    grid=GRID,
+    no_ws_grid=NO_WS_GRID,
+    out_path=None,
+    budget_s=BUDGET_S,
+) -> dict:
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -70,18 +80,28 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
     dtype = torch.bfloat16
-    def timer(fn):                                 # ms: do_bench's median (a dry run: wall clock of one call)
+
+    def timer(fn):  # ms: do_bench's median (a dry run: wall clock of one call)
         return eager_time(fn, warmup=25, rep=100)[0] * 1e-3
-    result = {"device": torch.cuda.get_device_name(0) if cuda else "cpu (interpreter)" if interpreting() else "cpu",
-              "sms": torch.cuda.get_device_properties(0).multi_processor_count if cuda else None,
-              "torch": torch.__version__, "triton": __import__("triton").__version__,
-              "python": platform.python_version(), "date": _dt.date.today().isoformat(),
-              "shape": {"batch": BATCH, "heads": heads, "kv_heads": kv_heads, "head_dim": d, "dtype": "bf16"},
-              "steps": list(HOPPER_STEPS), "checks": [], "rows": [], "errors": []}
+
+    result = {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu (interpreter)" if interpreting() else "cpu",
+        "sms": torch.cuda.get_device_properties(0).multi_processor_count if cuda else None,
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "python": platform.python_version(),
+        "date": _dt.date.today().isoformat(),
+        "shape": {"batch": BATCH, "heads": heads, "kv_heads": kv_heads, "head_dim": d, "dtype": "bf16"},
+        "steps": list(HOPPER_STEPS),
+        "checks": [],
+        "rows": [],
+        "errors": [],
+    }
     try:
         import flashinfer
+
         result["flashinfer"] = flashinfer.__version__
-    except Exception as e:                         # noqa: BLE001
+    except Exception as e:  # noqa: BLE001
         flashinfer = None
         result["flashinfer"] = f"absent ({type(e).__name__}: {str(e)[:100]})"
 
@@ -99,7 +119,7 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
             for bm, bn, nw, ns_ in itertools.product(*g.values()):
                 kw = {"steps": st, "block_m": bm, "block_n": bn, "num_warps": nw, "num_stages": ns_}
                 if launch_config(d, causal, st) == {key: kw[key] for key in g}:
-                    continue                       # the default launch, already in the step rows
+                    continue  # the default launch, already in the step rows
                 tag = "all" if st == HOPPER_STEPS else "all-ws"
                 out.append((f"{tag} {bm}x{bn} w{nw} s{ns_}", "ours", kw, True))
         return out
@@ -120,6 +140,7 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
         def fn():
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
         return fn
 
     peer_names = list(peers) + (["flashinfer-fa3"] if flashinfer is not None and cuda else [])
@@ -128,8 +149,9 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
         torch.manual_seed(1)
         cq, ck, cv = rand(heads, check_n), rand(kv_heads, check_n), rand(kv_heads, check_n)
         with sdpa_kernel(SDPBackend.MATH):
-            ref = F.scaled_dot_product_attention(cq.float(), ck.float(), cv.float(), is_causal=causal,
-                                                 enable_gqa=True)
+            ref = F.scaled_dot_product_attention(
+                cq.float(), ck.float(), cv.float(), is_causal=causal, enable_gqa=True
+            )
         ok = {}
         for label, kind, kw, grid_row in configs(causal):
             if grid_row and time.perf_counter() - t_start > budget_s:
@@ -138,14 +160,26 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
             try:
                 t0 = time.perf_counter()
                 err = _err(torch, call(kind, kw, cq, ck, cv, causal), ref)
-                result["checks"].append({"config": label, "causal": causal, "n": check_n, "max_err": err,
-                                         "compile_s": time.perf_counter() - t0})
+                result["checks"].append(
+                    {
+                        "config": label,
+                        "causal": causal,
+                        "n": check_n,
+                        "max_err": err,
+                        "compile_s": time.perf_counter() - t0,
+                    }
+                )
                 if not err < 3e-2:
                     raise ValueError(f"max error {err:.3g} at N={check_n}")
                 ok[label] = (kind, kw)
-            except Exception as e:                 # noqa: BLE001 - record and go on
-                result["errors"].append({"config": label, "causal": causal,
-                                         "error": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"})
+            except Exception as e:  # noqa: BLE001 - record and go on
+                result["errors"].append(
+                    {
+                        "config": label,
+                        "causal": causal,
+                        "error": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}",
+                    }
+                )
                 print(f"  causal={causal} {label}: {result['errors'][-1]['error']}", flush=True)
         save()
         del cq, ck, cv, ref
@@ -158,21 +192,47 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
             for name in peer_names:
                 try:
                     ms = timer(peer_fn(name, q, k, v, causal, nhd))
-                    result["rows"].append({"impl": name, "peer": True, "N": n, "causal": causal, "ms": ms,
-                                           "tflops": flops / (ms * 1e-3) / 1e12})
-                except Exception as e:             # noqa: BLE001
-                    result["errors"].append({"config": name, "causal": causal, "N": n,
-                                             "error": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"})
+                    result["rows"].append(
+                        {
+                            "impl": name,
+                            "peer": True,
+                            "N": n,
+                            "causal": causal,
+                            "ms": ms,
+                            "tflops": flops / (ms * 1e-3) / 1e12,
+                        }
+                    )
+                except Exception as e:  # noqa: BLE001
+                    result["errors"].append(
+                        {
+                            "config": name,
+                            "causal": causal,
+                            "N": n,
+                            "error": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}",
+                        }
+                    )
             for label, (kind, kw) in ok.items():
                 try:
                     ms = timer(lambda kind=kind, kw=kw, q=q, k=k, v=v: call(kind, kw, q, k, v, causal))
-                    row = {"impl": label, "peer": False, "N": n, "causal": causal, "ms": ms,
-                           "tflops": flops / (ms * 1e-3) / 1e12}
+                    row = {
+                        "impl": label,
+                        "peer": False,
+                        "N": n,
+                        "causal": causal,
+                        "ms": ms,
+                        "tflops": flops / (ms * 1e-3) / 1e12,
+                    }
                     row.update({key: list(val) if key == "steps" else val for key, val in kw.items()})
                     result["rows"].append(row)
-                except Exception as e:             # noqa: BLE001
-                    result["errors"].append({"config": label, "causal": causal, "N": n,
-                                             "error": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"})
+                except Exception as e:  # noqa: BLE001
+                    result["errors"].append(
+                        {
+                            "config": label,
+                            "causal": causal,
+                            "N": n,
+                            "error": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}",
+                        }
+                    )
             save()
             del q, k, v, nhd
             if cuda:
@@ -183,9 +243,11 @@ def sweep(ns=NS, heads=HEADS, kv_heads=KV_HEADS, d=HEAD_DIM, check_n=CHECK_N, gr
 
 
 def table(result: dict) -> str:
-    lines = [f"{result['device']} ({result['sms']} SMs), torch {result['torch']}, triton {result['triton']}, "
-             f"flashinfer {result['flashinfer']}; B={result['shape']['batch']} H={result['shape']['heads']} "
-             f"KV={result['shape']['kv_heads']} d={result['shape']['head_dim']} bf16; {result.get('wall_s', 0):.0f} s"]
+    lines = [
+        f"{result['device']} ({result['sms']} SMs), torch {result['torch']}, triton {result['triton']}, "
+        f"flashinfer {result['flashinfer']}; B={result['shape']['batch']} H={result['shape']['heads']} "
+        f"KV={result['shape']['kv_heads']} d={result['shape']['head_dim']} bf16; {result.get('wall_s', 0):.0f} s"
+    ]
     for e in result["errors"]:
         lines.append(f"error  causal={e['causal']!s:5s} {e.get('N', '')!s:>5s} {e['config']}: {e['error']}")
     groups = {}
@@ -207,20 +269,28 @@ def table(result: dict) -> str:
                 gain = f"  step x{r['tflops'] / prev:.2f}" if prev else ""
                 prev = r["tflops"]
             mark = "  <- best of ours" if r is best else ""
-            lines.append(f"   {r['impl'][:66]:66s} {r['ms']:8.3f} ms {r['tflops']:6.0f} TFLOP/s "
-                         f"{r['tflops'] / best_peer:5.2f} x peer{gain}{mark}")
+            lines.append(
+                f"   {r['impl'][:66]:66s} {r['ms']:8.3f} ms {r['tflops']:6.0f} TFLOP/s "
+                f"{r['tflops'] / best_peer:5.2f} x peer{gain}{mark}"
+            )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    args, cases, _ = parse(argv, __doc__, ("N",), [(n,) for n in NS], [(40,)],
-                           prog="python -m attnlab.gpubench.sweeps.hopper")
+    args, cases, _ = parse(
+        argv, __doc__, ("N",), [(n,) for n in NS], [(40,)], prog="python -m attnlab.gpubench.sweeps.hopper"
+    )
     ns = tuple(c[0] for c in cases)
     kw = {}
-    if args.dry:    # tiny: the step rows and one grid row of each kind
-        kw = dict(heads=4, kv_heads=2, d=32, check_n=37,
-                  grid={"block_m": (16,), "block_n": (16,), "num_warps": (4,), "num_stages": (2,)},
-                  no_ws_grid={"block_m": (16,), "block_n": (16,), "num_warps": (4,), "num_stages": (2,)})
+    if args.dry:  # tiny: the step rows and one grid row of each kind
+        kw = dict(
+            heads=4,
+            kv_heads=2,
+            d=32,
+            check_n=37,
+            grid={"block_m": (16,), "block_n": (16,), "num_warps": (4,), "num_stages": (2,)},
+            no_ws_grid={"block_m": (16,), "block_n": (16,), "num_warps": (4,), "num_stages": (2,)},
+        )
     result = sweep(ns, out_path=args.out, **kw)
     print(table(result))
     return 0
@@ -228,4 +298,3 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -34,15 +34,41 @@ sizes in one plan, as FlashInfer's persistent kernel does.
 What this leaves out on purpose: the KV tile search FlashInfer runs, and kernel launch costs; plan times use `hardware.sm_share_time`'s
 "SMs share the bandwidth" model for memory-bound decode.
 """
+
 from __future__ import annotations
 
 from attnlab.machine.schedule.lpt import heap_schedule, list_schedule
 from attnlab.machine.schedule.tiles import TILE_MODES, query_tile
-from attnlab.machine.schedule.plans import (KV_TILES, PLAN_COLUMNS, Plan, WorkItem, plan_balanced,
-                                            plan_fixed_split, plan_per_request, run_plan)
+from attnlab.machine.schedule.plans import (
+    KV_TILES,
+    PLAN_COLUMNS,
+    Plan,
+    WorkItem,
+    plan_balanced,
+    plan_fixed_split,
+    plan_per_request,
+    run_plan,
+)
 from attnlab.machine.schedule.workspace import Workspace, fixed_size_workspace
 from attnlab.machine.schedule.holistic import HOLISTIC_TILES, HolisticPlan, holistic_chunk, plan_holistic
 
-__all__ = ["query_tile", "TILE_MODES", "plan_holistic", "HolisticPlan", "holistic_chunk", "HOLISTIC_TILES", "KV_TILES", "WorkItem", "Plan", "PLAN_COLUMNS", "plan_per_request",
-           "plan_fixed_split", "plan_balanced", "run_plan", "Workspace", "fixed_size_workspace",
-           "heap_schedule", "list_schedule"]
+__all__ = [
+    "query_tile",
+    "TILE_MODES",
+    "plan_holistic",
+    "HolisticPlan",
+    "holistic_chunk",
+    "HOLISTIC_TILES",
+    "KV_TILES",
+    "WorkItem",
+    "Plan",
+    "PLAN_COLUMNS",
+    "plan_per_request",
+    "plan_fixed_split",
+    "plan_balanced",
+    "run_plan",
+    "Workspace",
+    "fixed_size_workspace",
+    "heap_schedule",
+    "list_schedule",
+]

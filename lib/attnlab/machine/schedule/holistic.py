@@ -25,6 +25,7 @@ takes the lower index (`lpt.list_schedule`). Equal loads are interchangeable, so
 the same loads in some order, the same makespan and the same utilization. FlashInfer sums the
 costs in float32; these are exact integers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,12 +41,13 @@ from attnlab.machine.schedule.plans import Plan
 
 __all__ = ["HOLISTIC_TILES", "DECODE_ROWS", "HolisticPlan", "plan_holistic", "holistic_chunk"]
 
-HOLISTIC_TILES = (128, 16)      # CTA_TILE_Q_SIZES: prefill-like requests, decode requests
-DECODE_ROWS = 16                # packed rows up to this: the 16-row class
+HOLISTIC_TILES = (128, 16)  # CTA_TILE_Q_SIZES: prefill-like requests, decode requests
+DECODE_ROWS = 16  # packed rows up to this: the 16-row class
 
 
 class _Batch(NamedTuple):
     """What run_plan and the workspace read from a plan's batch."""
+
     qo: np.ndarray
     kv: np.ndarray
     group: int
@@ -72,6 +74,7 @@ class HolisticPlan(Plan):
     """A `Plan` whose items carry one of two query tiles: `tile_rows[j]` is 128 or 16 (tile_q is
     0: no one tile for the batch). `chunks` = (L_128, L_16), the KV chunk length of each class;
     `prefill_like` marks the requests of the 128-row class."""
+
     chunks: tuple = (0, 0)
     prefill_like: np.ndarray = field(default=None, repr=False)
 
@@ -124,8 +127,9 @@ def _tile_ends(qo, kv, packed, tile, ntiles, group, causal):
     return req, t, end
 
 
-def plan_holistic(lengths, *, kv_heads: int, num_ctas: int, group: int = 1,
-                  causal: bool = False) -> HolisticPlan:
+def plan_holistic(
+    lengths, *, kv_heads: int, num_ctas: int, group: int = 1, causal: bool = False
+) -> HolisticPlan:
     """FlashInfer's two-tile-class persistent plan (module docstring) of (l_qo, l_kv) pairs:
     prefill-like requests (l_qo x group > 16) in 128-row query tiles, the rest in 16-row tiles,
     KV chunks of the class's length, the items in FlashInfer's order, each to the least-loaded
@@ -142,8 +146,10 @@ def plan_holistic(lengths, *, kv_heads: int, num_ctas: int, group: int = 1,
     group = as_int("group", group, 1, _pieces.INT32_MAX)
     causal = as_bool("causal", causal)
     if int(qo.max()) * group > _pieces.INT32_MAX:
-        raise ValueError(f"group={group} packs {int(qo.max())} x {group} query rows; valid: "
-                         f"l_qo x group <= {_pieces.INT32_MAX}")
+        raise ValueError(
+            f"group={group} packs {int(qo.max())} x {group} query rows; valid: "
+            f"l_qo x group <= {_pieces.INT32_MAX}"
+        )
     packed = qo * group
     prefill_like = packed > DECODE_ROWS
     prefill_like.setflags(write=False)
@@ -155,11 +161,13 @@ def plan_holistic(lengths, *, kv_heads: int, num_ctas: int, group: int = 1,
     o_qo, o_kv, o_packed, o_tile, o_ntiles = qo[order], kv[order], packed[order], tile[order], ntiles[order]
     req, t, end = _tile_ends(o_qo, o_kv, o_packed, o_tile, o_ntiles, group, causal)
     limit = np.where(prefill_like[order][req], l128, l16)
-    nchunks = np.maximum(-(-end // limit), 1)          # a tile with no keys: one empty item
+    nchunks = np.maximum(-(-end // limit), 1)  # a tile with no keys: one empty item
     if int(nchunks.sum()) * kv_heads > _pieces.MAX_ITEMS:
-        raise ValueError(f"lengths cut into {int(nchunks.sum()):,} pieces x kv_heads={kv_heads} is "
-                         f"{int(nchunks.sum()) * kv_heads:,} work items; valid: at most "
-                         f"{_pieces.MAX_ITEMS:,}")
+        raise ValueError(
+            f"lengths cut into {int(nchunks.sum()):,} pieces x kv_heads={kv_heads} is "
+            f"{int(nchunks.sum()) * kv_heads:,} work items; valid: at most "
+            f"{_pieces.MAX_ITEMS:,}"
+        )
     tix = np.repeat(np.arange(len(req)), nchunks)
     c = np.arange(len(tix)) - np.repeat(np.cumsum(nchunks) - nchunks, nchunks)
     r, tt, lim = req[tix], t[tix], limit[tix]
@@ -172,5 +180,4 @@ def plan_holistic(lengths, *, kv_heads: int, num_ctas: int, group: int = 1,
     cols = (order[r], q_start, q_end, kv_start, kv_end)
     schedule = list_schedule(seq, num_ctas, kv_heads)
     items = _Items(cols, seq, kv_heads, _Batch(qo, kv, group, kv_heads))
-    return HolisticPlan("holistic", num_ctas, 0, schedule.loads, schedule, items, (l128, l16),
-                        prefill_like)
+    return HolisticPlan("holistic", num_ctas, 0, schedule.loads, schedule, items, (l128, l16), prefill_like)

@@ -24,6 +24,7 @@ indices make their keys adjacent, so g equal items in a row go one to each, in i
 first one's new key is above the others' while its cost is positive). The schedule is that of
 m / g CTAs on copies / g copies of each cost, CTA q standing for g q .. g q + g - 1.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -38,8 +39,8 @@ from attnlab.machine.schedule.tiles import query_tile
 
 __all__ = ["heap_schedule", "balanced_heapq", "Schedule", "list_schedule"]
 
-_KEY_LIMIT = 1 << 62            # keys, and a key plus one item's cost, stay below 2^63
-_HEAP_BELOW = 10                # rounds of fewer items than this: the heap loop is quicker
+_KEY_LIMIT = 1 << 62  # keys, and a key plus one item's cost, stay below 2^63
+_HEAP_BELOW = 10  # rounds of fewer items than this: the heap loop is quicker
 _SEARCH = np.ndarray.searchsorted
 _CAT = np.concatenate
 
@@ -54,9 +55,9 @@ def heap_schedule(cost, num_ctas: int) -> tuple[list, list, list]:
     ([0, 1, 1, 0], [0, 0, 4, 5], [8, 7])
     """
     cost = as_sequence("cost", cost, "a list of item costs")
-    as_reals("cost", cost, 0.0)                   # NaN, inf, negatives, bools, strings refused
+    as_reals("cost", cost, 0.0)  # NaN, inf, negatives, bools, strings refused
     num_ctas = as_int("num_ctas", num_ctas, 1, MAX_CTAS)
-    heap = [(0, c) for c in range(num_ctas)]      # (load, cta): the smallest pair is the rule's
+    heap = [(0, c) for c in range(num_ctas)]  # (load, cta): the smallest pair is the rule's
     cta, start = [], []
     for x in cost:
         load, c = heapq.heappop(heap)
@@ -67,7 +68,6 @@ def heap_schedule(cost, num_ctas: int) -> tuple[list, list, list]:
     for load, c in heap:
         loads[c] = load
     return cta, start, loads
-
 
 
 def balanced_heapq(lens, kv_heads: int, num_ctas: int, group: int) -> tuple[tuple, list, tuple]:
@@ -90,15 +90,21 @@ def balanced_heapq(lens, kv_heads: int, num_ctas: int, group: int) -> tuple[tupl
         raise ValueError("lens must hold at least one (l_qo, l_kv) pair; got none")
     kv_heads, num_ctas = as_int("kv_heads", kv_heads, 1, None), as_int("num_ctas", num_ctas, 1, MAX_CTAS)
     group = as_int("group", group, 1, None)
-    pairs = [(as_int(f"lengths[{i}] l_qo", q, 1, None), as_int(f"lengths[{i}] l_kv", k, 1, None))
-             for i, (q, k) in enumerate(lens)]
+    pairs = [
+        (as_int(f"lengths[{i}] l_qo", q, 1, None), as_int(f"lengths[{i}] l_kv", k, 1, None))
+        for i, (q, k) in enumerate(lens)
+    ]
     packed = [q * group for q, _ in pairs]
     tq = query_tile(sum(packed) / len(packed))
     total = kv_heads * sum(-(-p // tq) * k for p, (_, k) in zip(packed, pairs))
     chunk = max(1, -(-total // num_ctas))
-    items = [(r, h, range(t0, min(t0 + tq, p)), a, min(a + chunk, k))
-             for r, ((_, k), p) in enumerate(zip(pairs, packed)) for h in range(kv_heads)
-             for t0 in range(0, p, tq) for a in range(0, k, chunk)]
+    items = [
+        (r, h, range(t0, min(t0 + tq, p)), a, min(a + chunk, k))
+        for r, ((_, k), p) in enumerate(zip(pairs, packed))
+        for h in range(kv_heads)
+        for t0 in range(0, p, tq)
+        for a in range(0, k, chunk)
+    ]
     costs = [2 * len(rows) + (b - a) for _, _, rows, a, b in items]
     order = sorted(range(len(items)), key=lambda i: -costs[i])
     ctas, _, loads = heap_schedule([costs[i] for i in order], num_ctas)
@@ -120,7 +126,7 @@ class Schedule:
     @cached_property
     def cta(self) -> np.ndarray:
         cta = self._keys & ((1 << self._bits) - 1)
-        if self._g > 1:                         # CTA q stands for g q, g q + 1, ..., in turn
+        if self._g > 1:  # CTA q stands for g q, g q + 1, ..., in turn
             cta = np.repeat(cta * self._g, self._g)
             cta += np.arange(len(cta)) % self._g
         cta.setflags(write=False)
@@ -149,33 +155,42 @@ def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = Fa
     >>> list_schedule(np.array([9, 2]), 4, copies=2).cta.tolist()      # 9, 9, 2, 2 on 4 CTAs
     [0, 1, 2, 3]
     """
-    if not (type(cost) is np.ndarray and cost.dtype == np.int64 and cost.ndim == 1):   # planners' fast path
+    if not (type(cost) is np.ndarray and cost.dtype == np.int64 and cost.ndim == 1):  # planners' fast path
         cost = _costs(cost)
-    num_ctas = num_ctas if type(num_ctas) is int and 1 <= num_ctas <= MAX_CTAS else \
-        as_int("num_ctas", num_ctas, 1, MAX_CTAS)
+    num_ctas = (
+        num_ctas
+        if type(num_ctas) is int and 1 <= num_ctas <= MAX_CTAS
+        else as_int("num_ctas", num_ctas, 1, MAX_CTAS)
+    )
     copies = copies if type(copies) is int and copies >= 1 else as_int("copies", copies, 1, None)
     descending = as_bool("descending", descending)
     if len(cost) * copies > MAX_ITEMS:
-        raise ValueError(f"cost holds {len(cost):,} items x copies={short(copies)}; valid: at most "
-                         f"{MAX_ITEMS:,} items in all")
+        raise ValueError(
+            f"cost holds {len(cost):,} items x copies={short(copies)}; valid: at most "
+            f"{MAX_ITEMS:,} items in all"
+        )
     if len(cost) == 0:
         return Schedule(np.zeros(num_ctas, np.int64), np.zeros(0, np.int64), 0, 1)
     lo, hi = (int(cost[-1]), int(cost[0])) if descending else (int(cost.min()), int(cost.max()))
     if descending and len(cost) > 1 and bool((cost[1:] > cost[:-1]).any()):
-        raise ValueError("cost is not sorted longest first, but descending=True says it is; valid: "
-                         "descending=False, or cost sorted in non-increasing order")
+        raise ValueError(
+            "cost is not sorted longest first, but descending=True says it is; valid: "
+            "descending=False, or cost sorted in non-increasing order"
+        )
     g = gcd(copies, num_ctas) if lo > 0 else 1  # a zero cost breaks the lock-step of copies
     m, rep = num_ctas // g, copies // g
     k = (m - 1).bit_length()
     if lo < 0 or ((hi * len(cost) * rep) << k) >= _KEY_LIMIT:
-        raise ValueError(f"cost holds values in [{lo}, {hi}] on num_ctas={num_ctas} CTAs; valid: "
-                         f"costs >= 0 whose total times 2^{k} stays below 2^62")
+        raise ValueError(
+            f"cost holds values in [{lo}, {hi}] on num_ctas={num_ctas} CTAs; valid: "
+            f"costs >= 0 whose total times 2^{k} stays below 2^62"
+        )
     w = cost << k
     if rep > 1:
         w = np.repeat(w, rep)
-    first = np.arange(m, dtype=np.int64)        # sorted keys: every load 0
+    first = np.arange(m, dtype=np.int64)  # sorted keys: every load 0
     keys, last = _heap(w, first) if m < _HEAP_BELOW else _rounds(w, first)
-    loads = np.empty(num_ctas, np.int64)       # CTA q's load is that of g q .. g q + g - 1
+    loads = np.empty(num_ctas, np.int64)  # CTA q's load is that of g q .. g q + g - 1
     loads.reshape(m, g)[last & ((1 << k) - 1)] = (last >> k)[:, None]
     loads.setflags(write=False)
     return Schedule(loads, keys, k, g)
@@ -184,8 +199,10 @@ def list_schedule(cost, num_ctas: int, copies: int = 1, *, descending: bool = Fa
 def _costs(cost) -> np.ndarray:
     """cost as a 1-D int64 array of integers >= 0, checked by name."""
     if isinstance(cost, (set, frozenset, dict)) or np.ndim(cost) != 1:
-        raise TypeError(f"cost must be a 1-D sequence of item costs in order, got "
-                        f"{type(cost).__name__} of {np.ndim(cost)} dimensions")
+        raise TypeError(
+            f"cost must be a 1-D sequence of item costs in order, got "
+            f"{type(cost).__name__} of {np.ndim(cost)} dimensions"
+        )
     a, _ = as_counts("cost", cost, 0, None)
     return a
 
@@ -206,26 +223,26 @@ def _rounds(w, keys):
         b = len(act)
         if b > n - pos:
             b = n - pos
-        if b < _HEAP_BELOW and pos:             # short rounds: the heap for a while
+        if b < _HEAP_BELOW and pos:  # short rounds: the heap for a while
             every = act if frozen is None else _CAT((act, frozen))
-            done, act = _heap(w[pos:pos + len(every)], every)
+            done, act = _heap(w[pos : pos + len(every)], every)
             frozen = None
             popped.append(done)
             pos += len(done)
             continue
-        new = (act if b == len(act) else act[:b]) + w[pos:pos + b]
+        new = (act if b == len(act) else act[:b]) + w[pos : pos + b]
         new.sort()
-        if act.item(b - 1) >= new.item(0):      # some N_j <= K_b: new[0] = T, b = #{K_i <= T}
+        if act.item(b - 1) >= new.item(0):  # some N_j <= K_b: new[0] = T, b = #{K_i <= T}
             b = int(_SEARCH(act, new.item(0) + 1))
-            new = act[:b] + w[pos:pos + b]
+            new = act[:b] + w[pos : pos + b]
             new.sort()
         pos += b
         if b == len(act):
             popped.append(act)
-        else:                                   # the untouched wait, frozen
+        else:  # the untouched wait, frozen
             popped.append(act[:b])
             frozen = act[b:] if frozen is None else _CAT((act[b:], frozen))
-        if pos == n:                            # done: the keys after, in any order
+        if pos == n:  # done: the keys after, in any order
             act, frozen = (new if frozen is None else _CAT((new, frozen))), None
             break
         if frozen is not None and frozen.item(0) < new.item(-1):

@@ -13,6 +13,7 @@ The checks come first: every size (KV heads, CTAs, the items a cut makes) is bou
 numpy allocates anything, in the same pass that cuts the batch; the lengths themselves are read
 by `batch.requests`.
 """
+
 from __future__ import annotations
 
 from functools import cached_property
@@ -24,12 +25,26 @@ from attnlab.validate import as_int
 from attnlab.machine.schedule.batch import INT32_MAX, requests
 from attnlab.machine.schedule.tiles import TILE_MODES, _tile, query_tile
 
-__all__ = ["TILE_MODES", "INT32_MAX", "MAX_KV_HEADS", "MAX_CTAS", "MAX_ITEMS", "query_tile", "Split", "Items", "split", "requests", "pieces", "expand", "runs"]
+__all__ = [
+    "TILE_MODES",
+    "INT32_MAX",
+    "MAX_KV_HEADS",
+    "MAX_CTAS",
+    "MAX_ITEMS",
+    "query_tile",
+    "Split",
+    "Items",
+    "split",
+    "requests",
+    "pieces",
+    "expand",
+    "runs",
+]
 
-_COEF_MAX = 2**20               # alpha, beta: with int32 lengths an item's cost stays below 2^52
-MAX_KV_HEADS = 1 << 16          # KV heads of one batch
-MAX_CTAS = 1 << 20              # CTAs of one plan (an H100 has 132 SMs)
-MAX_ITEMS = 1 << 24             # items (pieces x KV heads) of one plan: ~100 bytes of columns each
+_COEF_MAX = 2**20  # alpha, beta: with int32 lengths an item's cost stays below 2^52
+MAX_KV_HEADS = 1 << 16  # KV heads of one batch
+MAX_CTAS = 1 << 20  # CTAs of one plan (an H100 has 132 SMs)
+MAX_ITEMS = 1 << 24  # items (pieces x KV heads) of one plan: ~100 bytes of columns each
 
 
 def _count(name, value, lo, hi=None) -> int:
@@ -45,6 +60,7 @@ class Split(NamedTuple):
     values), pieces per request, what `pieces` needs to list them (cols: already listed), and the
     batch's l_qo and GQA group apart (packed = l_qo x group alone cannot tell a prefill of 3
     queries from a decode step of group 3)."""
+
     values: np.ndarray
     cost: np.ndarray | None
     per: np.ndarray
@@ -58,10 +74,10 @@ class Split(NamedTuple):
     cols: tuple | None
     alpha: int
     beta: int
-    qo: np.ndarray                      # l_qo of every request (packed = qo x group)
+    qo: np.ndarray  # l_qo of every request (packed = qo x group)
     group: int
 
-    def __eq__(self, other):            # arrays compared as wholes, not entry by entry
+    def __eq__(self, other):  # arrays compared as wholes, not entry by entry
         if not isinstance(other, Split):
             return NotImplemented
         return all(map(_same, self, other))
@@ -110,9 +126,9 @@ class Items:
     @cached_property
     def piece_and_head(self) -> tuple:
         piece_head = self.index
-        if piece_head is None and self.order is None:   # longest first: equal costs of one
-            cost = self.split.arrival_cost(self.pieces)   # request are one block, heads then
-            order = np.argsort(-cost, kind="stable")      # pieces, as they arrived
+        if piece_head is None and self.order is None:  # longest first: equal costs of one
+            cost = self.split.arrival_cost(self.pieces)  # request are one block, heads then
+            order = np.argsort(-cost, kind="stable")  # pieces, as they arrived
             piece_head = expand(order, runs(cost[order], self.pieces[0][order]), self.split.kv_heads)
         elif piece_head is None:
             piece_head = expand(self.order, self.blocks, self.split.kv_heads)
@@ -134,48 +150,53 @@ def split(lens, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk, min_chunk
     kv_heads = _count("kv_heads", kv_heads, 1, MAX_KV_HEADS)
     num_ctas = _count("num_ctas", num_ctas, 1, MAX_CTAS)
     group = _count("group", group, 1, INT32_MAX)
-    if chunk not in (None, "balanced"):             # beyond any l_kv, a chunk is the whole KV
+    if chunk not in (None, "balanced"):  # beyond any l_kv, a chunk is the whole KV
         chunk = min(_count("chunk", chunk, 1), INT32_MAX)
     alpha, beta = _count("alpha", alpha, 0, _COEF_MAX), _count("beta", beta, 0, _COEF_MAX)
     longest = int(qo.max()) * group
     if longest > INT32_MAX:
-        raise ValueError(f"group={group} packs {longest // group} x {group} query rows; valid: "
-                         f"l_qo x group <= {INT32_MAX}")
+        raise ValueError(
+            f"group={group} packs {longest // group} x {group} query rows; valid: l_qo x group <= {INT32_MAX}"
+        )
     packed = qo * group
     tq = _tile(int(packed.sum()) // len(packed)) if tile_q is None else _count("tile_q", tile_q, 1, INT32_MAX)
-    most = -(-longest // tq)                        # the most tiles of one request
+    most = -(-longest // tq)  # the most tiles of one request
     tiles = None if most == 1 else (packed + (tq - 1)) // tq
     longest_first = chunk == "balanced"
-    if longest_first:                               # L_kv = ceil(kv_heads sum_i tiles_i l_kv_i / #CTA)
+    if longest_first:  # L_kv = ceil(kv_heads sum_i tiles_i l_kv_i / #CTA)
         kv_sum = int(kv.sum())
         if most * kv_sum * kv_heads >= 2**62:
-            raise ValueError(f"lengths: up to {most * kv_sum * kv_heads:.3g} query tiles x KV "
-                             "tokens of work; valid: below 2^62")
+            raise ValueError(
+                f"lengths: up to {most * kv_sum * kv_heads:.3g} query tiles x KV "
+                "tokens of work; valid: below 2^62"
+            )
         work = kv_sum if tiles is None else int((tiles * kv).sum())
         chunk = max(min_chunk, -(-kv_heads * work // num_ctas))
-    if tiles is None:                               # one query tile each: costs without pieces
+    if tiles is None:  # one query tile each: costs without pieces
         per = np.ones(len(kv), np.int64) if chunk is None else (kv + (chunk - 1)) // chunk
         _bound_items(int(per.sum()), kv_heads, chunk)
         rows = alpha * packed
         cost = values = rows + (kv if beta == 1 else beta * kv)
-        if len(cost) < int(per.sum()):              # chunks of `chunk` tokens, then the rest
+        if len(cost) < int(per.sum()):  # chunks of `chunk` tokens, then the rest
             more = per - 1
             last = cost - (beta * chunk) * more
             full = rows + beta * chunk
             values = np.concatenate((last, np.repeat(full, more)))
-            if longest_first:                       # only the values are needed now
+            if longest_first:  # only the values are needed now
                 cost = None
             else:
                 cost = np.repeat(full, per)
                 cost[np.cumsum(per) - 1] = last
-        return Split(values, cost, per, kv_heads, num_ctas, tq, kv, packed, None, chunk, None,
-                     alpha, beta, qo, group)
+        return Split(
+            values, cost, per, kv_heads, num_ctas, tq, kv, packed, None, chunk, None, alpha, beta, qo, group
+        )
     chunks = 1 if chunk is None else (kv + (chunk - 1)) // chunk
     _bound_items(int((tiles * chunks).sum()), kv_heads, chunk, tq)
     cols, per, rows, kv_len = pieces(kv, packed, tiles, tq, chunk)
     cost = alpha * rows + beta * kv_len
-    return Split(cost, cost, per, kv_heads, num_ctas, tq, kv, packed, tiles, chunk, cols, alpha, beta,
-                 qo, group)
+    return Split(
+        cost, cost, per, kv_heads, num_ctas, tq, kv, packed, tiles, chunk, cols, alpha, beta, qo, group
+    )
 
 
 def _bound_items(n_pieces: int, kv_heads: int, chunk, tile_q=None) -> None:
@@ -183,9 +204,11 @@ def _bound_items(n_pieces: int, kv_heads: int, chunk, tile_q=None) -> None:
     if n_pieces * kv_heads > MAX_ITEMS:
         cut = f"KV chunks of chunk={chunk} tokens" if chunk is not None else "whole KV"
         tiles = f", query tiles of tile_q={tile_q} rows" if tile_q is not None else ""
-        raise ValueError(f"lengths cut into {n_pieces:,} pieces ({cut}{tiles}) x kv_heads={kv_heads} "
-                         f"is {n_pieces * kv_heads:,} work items; valid: at most {MAX_ITEMS:,} "
-                         f"(use larger chunks or tiles)")
+        raise ValueError(
+            f"lengths cut into {n_pieces:,} pieces ({cut}{tiles}) x kv_heads={kv_heads} "
+            f"is {n_pieces * kv_heads:,} work items; valid: at most {MAX_ITEMS:,} "
+            f"(use larger chunks or tiles)"
+        )
 
 
 def pieces(kv, packed, tiles, tile_q: int, chunk):
@@ -202,11 +225,11 @@ def pieces(kv, packed, tiles, tile_q: int, chunk):
     chunks = np.ones(n, np.int64) if chunk is None else (kv + (chunk - 1)) // chunk
     per = chunks if tiles is None else tiles * chunks
     total = int(per.sum())
-    if total == n:                                  # one piece per request
+    if total == n:  # one piece per request
         zeros = np.zeros(n, np.int64)
         return (np.arange(n), zeros, packed, zeros, kv), per, packed, kv
     request = np.repeat(np.arange(n), per)
-    u = np.arange(total) - np.repeat(np.cumsum(per) - per, per)     # index within the request
+    u = np.arange(total) - np.repeat(np.cumsum(per) - per, per)  # index within the request
     if tiles is None:
         q_start, a = np.zeros(total, np.int64), u
         q_end = rows = packed[request]
@@ -235,7 +258,7 @@ def expand(order, blocks, kv_heads: int):
     >>> [a.tolist() for a in expand(np.array([2, 0, 1]), (np.array([0, 1]), np.array([1, 2])), 2)]
     [[2, 2, 0, 1, 0, 1], [0, 1, 0, 0, 1, 1]]
     """
-    if blocks is None:                              # each piece's heads in a row
+    if blocks is None:  # each piece's heads in a row
         return np.repeat(order, kv_heads), np.arange(len(order) * kv_heads) % kv_heads
     starts, lens = blocks
     j = np.repeat(np.arange(len(starts)), lens * kv_heads)

@@ -11,6 +11,7 @@ A Plan is the planner's decision (the CTAs and their loads, from `lpt.list_sched
 start, cost, request, ...), `work` and `merge` are built when first read. `run_plan` executes a
 decode plan in numpy, item by item, then the merge in the plan's order.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,10 +25,19 @@ from attnlab.machine.schedule.lpt import Schedule, list_schedule
 from attnlab.machine.hardware import get_gpu, sm_share_time
 from attnlab.core.softmax import attention_state, merge_states
 
-__all__ = ["KV_TILES", "WorkItem", "Plan", "PLAN_COLUMNS", "plan_per_request", "plan_fixed_split",
-           "plan_balanced", "run_plan", "decode_group"]
+__all__ = [
+    "KV_TILES",
+    "WorkItem",
+    "Plan",
+    "PLAN_COLUMNS",
+    "plan_per_request",
+    "plan_fixed_split",
+    "plan_balanced",
+    "run_plan",
+    "decode_group",
+]
 
-KV_TILES = (32, 64, 128)              # FlashInfer's KV tile menu
+KV_TILES = (32, 64, 128)  # FlashInfer's KV tile menu
 PLAN_COLUMNS = ("request", "kv_head", "q_start", "q_end", "kv_start", "kv_end", "cost", "cta", "start")
 
 
@@ -35,7 +45,7 @@ PLAN_COLUMNS = ("request", "kv_head", "q_start", "q_end", "kv_start", "kv_end", 
 class WorkItem:
     request: int
     kv_head: int
-    q_rows: range             # packed query rows of this tile (l_qo x group rows, tiled by T_q)
+    q_rows: range  # packed query rows of this tile (l_qo x group rows, tiled by T_q)
     kv_start: int
     kv_end: int
     cta: int
@@ -44,10 +54,12 @@ class WorkItem:
 
 def _column(index: int, doc: str):
     """A read-only item column gathered from the pieces of one KV head on first use."""
+
     def column(self) -> np.ndarray:
         col = self._items.pieces[index][self._items.piece_and_head[0]]
         col.setflags(write=False)
         return col
+
     column.__doc__ = doc
     return cached_property(column)
 
@@ -63,10 +75,11 @@ class Plan:
     The planner decides the CTAs and their loads; each column is built when first read, and
     `work` (WorkItems) and `merge` from the columns, so a plan read only for its loads costs no
     more than the decision."""
+
     name: str
     num_ctas: int
     tile_q: int
-    loads: np.ndarray         # summed cost per CTA
+    loads: np.ndarray  # summed cost per CTA
     _schedule: Schedule = field(repr=False)
     _items: _pieces.Items = field(repr=False)
 
@@ -111,10 +124,20 @@ class Plan:
     @cached_property
     def work(self) -> tuple:
         """WorkItem per item, in the order the CTAs take them."""
-        cols = (self.request, self.kv_head, self.q_start, self.q_end, self.kv_start, self.kv_end,
-                self.cta, self.cost)
-        return tuple(WorkItem(r, h, range(q0, q1), a, b, c, x)
-                     for r, h, q0, q1, a, b, c, x in zip(*(col.tolist() for col in cols)))
+        cols = (
+            self.request,
+            self.kv_head,
+            self.q_start,
+            self.q_end,
+            self.kv_start,
+            self.kv_end,
+            self.cta,
+            self.cost,
+        )
+        return tuple(
+            WorkItem(r, h, range(q0, q1), a, b, c, x)
+            for r, h, q0, q1, a, b, c, x in zip(*(col.tolist() for col in cols))
+        )
 
     @cached_property
     def q_tile(self) -> np.ndarray:
@@ -165,9 +188,11 @@ class Plan:
         head_dim = as_int("head_dim", head_dim, 1, 1 << 16)
         dtype_bytes = as_dtype_bytes("dtype_bytes", dtype_bytes)
         if dtype_bytes > 16:
-            raise ValueError(f"dtype_bytes={dtype_bytes} is out of range; valid: 1 <= dtype_bytes <= 16, "
-                             f"or 0.5, 0.25, 0.125")
-        rows = 2 * (self.kv_end - self.kv_start) + 2 * (self.q_end - self.q_start)   # < 2^34
+            raise ValueError(
+                f"dtype_bytes={dtype_bytes} is out of range; valid: 1 <= dtype_bytes <= 16, "
+                f"or 0.5, 0.25, 0.125"
+            )
+        rows = 2 * (self.kv_end - self.kv_start) + 2 * (self.q_end - self.q_start)  # < 2^34
         moved = rows * float(head_dim * dtype_bytes)
         per = np.bincount(self.cta, weights=moved, minlength=self.num_ctas)
         return sm_share_time(1, float(per.max()), g, sms=max(g.sms, self.num_ctas)).time
@@ -177,37 +202,63 @@ def _plan(name: str, split: _pieces.Split, seq, copies, order, blocks, index) ->
     """The items, costs seq (each entry `copies` items in a row), to the CTAs in that order;
     order None: the pieces longest first, seq sorted so (see `_pieces.Items` for the rest)."""
     schedule = list_schedule(seq, split.num_ctas, copies, descending=order is None)
-    return Plan(name, split.num_ctas, split.tile_q, schedule.loads, schedule,
-                _pieces.Items(split, seq, copies, order, blocks, index))
+    return Plan(
+        name,
+        split.num_ctas,
+        split.tile_q,
+        schedule.loads,
+        schedule,
+        _pieces.Items(split, seq, copies, order, blocks, index),
+    )
 
 
 def _in_arrival_order(name: str, split: _pieces.Split) -> Plan:
     order = np.arange(len(split.cost))
-    if len(split.cost) == len(split.per):           # one piece per request: its heads in a row
+    if len(split.cost) == len(split.per):  # one piece per request: its heads in a row
         return _plan(name, split, split.cost, split.kv_heads, order, None, None)
     blocks = (np.cumsum(split.per) - split.per, split.per)
     piece, head = _pieces.expand(order, blocks, split.kv_heads)
     return _plan(name, split, split.cost[piece], 1, order, blocks, (piece, head))
 
 
-def plan_per_request(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
-                     beta: int = 1, tile_q=None) -> Plan:
+def plan_per_request(
+    lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2, beta: int = 1, tile_q=None
+) -> Plan:
     """One item per (request, KV head, query tile) over its whole KV, in arrival order."""
-    return _in_arrival_order("per-request", _pieces.split(lengths, kv_heads, num_ctas, group,
-                                                          alpha, beta, tile_q, None))
+    return _in_arrival_order(
+        "per-request", _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, None)
+    )
 
 
-def plan_fixed_split(lengths, *, chunk: int = 1024, kv_heads: int, num_ctas: int, group: int = 1,
-                     alpha: int = 2, beta: int = 1, tile_q=None) -> Plan:
+def plan_fixed_split(
+    lengths,
+    *,
+    chunk: int = 1024,
+    kv_heads: int,
+    num_ctas: int,
+    group: int = 1,
+    alpha: int = 2,
+    beta: int = 1,
+    tile_q=None,
+) -> Plan:
     """The KV cut into chunks of `chunk` tokens, items in arrival order."""
-    chunk = as_int("chunk", chunk, 1, None)         # before split: "balanced" is not a chunk
-    chunk = min(chunk, _pieces.INT32_MAX)           # beyond any l_kv, a chunk is the whole KV
+    chunk = as_int("chunk", chunk, 1, None)  # before split: "balanced" is not a chunk
+    chunk = min(chunk, _pieces.INT32_MAX)  # beyond any l_kv, a chunk is the whole KV
     split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, chunk)
     return _in_arrival_order(f"fixed {chunk}", split)
 
 
-def plan_balanced(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alpha: int = 2,
-                  beta: int = 1, tile_q=None, min_chunk: int = 1) -> Plan:
+def plan_balanced(
+    lengths,
+    *,
+    kv_heads: int,
+    num_ctas: int,
+    group: int = 1,
+    alpha: int = 2,
+    beta: int = 1,
+    tile_q=None,
+    min_chunk: int = 1,
+) -> Plan:
     """FlashInfer's Algorithm 1. L_kv = ceil(kv_heads sum_i ceil(packed_i / T_q) l_kv_i / #CTA);
     chunks of at most L_kv; longest item first (ties: in arrival order), each to the
     least-loaded CTA (ties: the lower index). The lengths: (l_qo, l_kv) pairs, or an integer
@@ -226,7 +277,7 @@ def plan_balanced(lengths, *, kv_heads: int, num_ctas: int, group: int = 1, alph
     """
     min_chunk = as_int("min_chunk", min_chunk, 1, _pieces.INT32_MAX)
     split = _pieces.split(lengths, kv_heads, num_ctas, group, alpha, beta, tile_q, "balanced", min_chunk)
-    longest_first = np.sort(split.values)[::-1]     # the costs are all the rounds need
+    longest_first = np.sort(split.values)[::-1]  # the costs are all the rounds need
     return _plan("balanced", split, longest_first, split.kv_heads, None, None, None)
 
 
@@ -245,25 +296,30 @@ def run_plan(plan: Plan, q, k, v) -> np.ndarray:
     q = as_array("q", q, ndim=3, shape="(batch, kv_heads * group, d)")
     group = decode_group(plan, "run_plan")
     if q.shape[:2] != (n, kv_heads * group):
-        raise ValueError(f"q has shape {q.shape}; the plan wants (batch={n}, kv_heads x group="
-                         f"{kv_heads} x {group}, d)")
+        raise ValueError(
+            f"q has shape {q.shape}; the plan wants (batch={n}, kv_heads x group={kv_heads} x {group}, d)"
+        )
     d = q.shape[2]
     ks, vs = _per_request("k", k, n), _per_request("v", v, n)
     for i, (l_kv, ki, vi) in enumerate(zip(split.kv.tolist(), ks, vs)):
         ki = ks[i] = as_array(f"k[{i}]", ki, ndim=3, shape="(kv_heads, l_kv, d)")
         vi = vs[i] = as_array(f"v[{i}]", vi, ndim=3, shape="(kv_heads, l_kv, d_v)")
         if ki.shape != (kv_heads, l_kv, d):
-            raise ValueError(f"k[{i}] has shape {ki.shape}; the plan wants (kv_heads={kv_heads}, "
-                             f"l_kv={l_kv}) for request {i}, and q's head dim d={d}")
+            raise ValueError(
+                f"k[{i}] has shape {ki.shape}; the plan wants (kv_heads={kv_heads}, "
+                f"l_kv={l_kv}) for request {i}, and q's head dim d={d}"
+            )
         if vi.shape[:2] != (kv_heads, l_kv) or (i and vi.shape[2] != vs[0].shape[2]):
-            raise ValueError(f"v[{i}] has shape {vi.shape}; the plan wants (kv_heads={kv_heads}, "
-                             f"l_kv={l_kv}, d_v) for request {i}, one d_v for all")
+            raise ValueError(
+                f"v[{i}] has shape {vi.shape}; the plan wants (kv_heads={kv_heads}, "
+                f"l_kv={l_kv}, d_v) for request {i}, one d_v for all"
+            )
     d_v = vs[0].shape[2]
     states = []
     for w in plan.work:
-        kr = ks[w.request][w.kv_head, w.kv_start:w.kv_end]
-        vr = vs[w.request][w.kv_head, w.kv_start:w.kv_end]
-        heads = [w.kv_head * group + r for r in w.q_rows]           # decode: l_qo = 1
+        kr = ks[w.request][w.kv_head, w.kv_start : w.kv_end]
+        vr = vs[w.request][w.kv_head, w.kv_start : w.kv_end]
+        heads = [w.kv_head * group + r for r in w.q_rows]  # decode: l_qo = 1
         states.append(attention_state(q[w.request, heads], kr, vr))
     o = np.zeros((n, kv_heads * group, d_v), np.result_type(q.dtype, vs[0].dtype, np.float32))
     for (r, h, _t), js in plan.merge:
@@ -279,16 +335,17 @@ def decode_group(plan: Plan, who: str = "a decode kernel") -> int:
     qo = plan._items.split.qo
     if (qo != 1).any():
         i = int(np.argmax(qo != 1))
-        raise ValueError(f"{who} runs decode plans only (every request l_qo = 1); this plan was made "
-                         f"for request {i} with l_qo={int(qo[i])} queries and group={plan.group}")
+        raise ValueError(
+            f"{who} runs decode plans only (every request l_qo = 1); this plan was made "
+            f"for request {i} with l_qo={int(qo[i])} queries and group={plan.group}"
+        )
     return plan.group
 
 
 def _per_request(name: str, xs, n: int) -> list:
     """One array per request: a list/tuple of n, or an array whose first axis has n entries."""
     if isinstance(xs, (str, bytes, dict, set, frozenset)) or not hasattr(xs, "__len__"):
-        raise TypeError(f"{name} must be one (kv_heads, l_kv, d) array per request, got "
-                        f"{type(xs).__name__}")
+        raise TypeError(f"{name} must be one (kv_heads, l_kv, d) array per request, got {type(xs).__name__}")
     if len(xs) != n:
         raise ValueError(f"{name} has {len(xs)} entries; the plan has {n} requests")
     return list(xs)

@@ -1,6 +1,7 @@
 """FlashInfer's query tile rule, in its two modes (lecture §5.5): per batch, from the batch's
 integer average packed length, and under a CUDA graph, from the worst case the captured batch
 allows. `pieces.split` cuts a batch with it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,9 @@ __all__ = ["TILE_MODES", "query_tile"]
 TILE_MODES = ("batch", "cuda_graph")
 
 
-def query_tile(l_qo, head_dim: int = 128, *, group: int = 1, mode: str = "batch",
-               captured_rows=None, uniform_q_len=None) -> int:
+def query_tile(
+    l_qo, head_dim: int = 128, *, group: int = 1, mode: str = "batch", captured_rows=None, uniform_q_len=None
+) -> int:
     """FlashInfer's query tile T_q (`PrefillSplitQOKVIndptr` in scheduler.cuh, its step 2, and
     `FA2DetermineCtaTileQ` in utils.cuh): a packed length p above 64 with head dim below 256 gets
     128 rows, above 16 gets 64, else 16. Which p the rule reads depends on the mode:
@@ -43,30 +45,40 @@ def query_tile(l_qo, head_dim: int = 128, *, group: int = 1, mode: str = "batch"
     head_dim = as_int("head_dim", head_dim, 1, None)
     group = as_int("group", group, 1, INT32_MAX)
     mode = choice("mode", mode, TILE_MODES)
-    if isinstance(l_qo, (int, float, np.integer, np.floating, np.bool_)):      # bools: refused below
+    if isinstance(l_qo, (int, float, np.integer, np.floating, np.bool_)):  # bools: refused below
         if mode != "batch" or captured_rows is not None or uniform_q_len is not None or group != 1:
-            raise ValueError(f"l_qo={short(l_qo)} is one average packed length; mode={mode!r}, group, "
-                             f"captured_rows and uniform_q_len need the batch's query lengths; valid: "
-                             f"a list of l_qo, or the average alone in mode='batch'")
-        avg = as_float("avg_packed_qo_len", l_qo, 0.0, None, lo_open=True)   # bools refused
+            raise ValueError(
+                f"l_qo={short(l_qo)} is one average packed length; mode={mode!r}, group, "
+                f"captured_rows and uniform_q_len need the batch's query lengths; valid: "
+                f"a list of l_qo, or the average alone in mode='batch'"
+            )
+        avg = as_float("avg_packed_qo_len", l_qo, 0.0, None, lo_open=True)  # bools refused
         return _tile(int(avg), head_dim)
-    qo = np.array([as_int(f"l_qo[{i}]", n, 1, INT32_MAX)
-                   for i, n in enumerate(as_sequence("l_qo", l_qo, "a list of query lengths"))], np.int64)
+    qo = np.array(
+        [
+            as_int(f"l_qo[{i}]", n, 1, INT32_MAX)
+            for i, n in enumerate(as_sequence("l_qo", l_qo, "a list of query lengths"))
+        ],
+        np.int64,
+    )
     if not len(qo):
         raise ValueError("l_qo is empty; valid: at least one request")
     n, rows = len(qo), int(qo.sum())
     if mode == "batch":
         if captured_rows is not None or uniform_q_len is not None:
-            raise ValueError("captured_rows and uniform_q_len belong to mode='cuda_graph'; valid: "
-                             "None in mode='batch'")
+            raise ValueError(
+                "captured_rows and uniform_q_len belong to mode='cuda_graph'; valid: None in mode='batch'"
+            )
         return _tile(rows * group // n, head_dim)
     if uniform_q_len is not None:
         u = as_int("uniform_q_len", uniform_q_len, 1, INT32_MAX)
         bad = np.flatnonzero(qo != u)
         if bad.size:
             i = int(bad[0])
-            raise ValueError(f"l_qo[{i}]={int(qo[i])}, but uniform_q_len={u} promises every request "
-                             f"exactly {u} queries; valid: l_qo all {u}, or uniform_q_len=None")
+            raise ValueError(
+                f"l_qo[{i}]={int(qo[i])}, but uniform_q_len={u} promises every request "
+                f"exactly {u} queries; valid: l_qo all {u}, or uniform_q_len=None"
+            )
         return _tile(u * group, head_dim)
     cap = rows if captured_rows is None else as_int("captured_rows", captured_rows, rows, None)
     return _tile((cap - n + 1) * group, head_dim)
