@@ -12,17 +12,18 @@ exactly the columns of COLUMNS:
     what           the case, as text ("batch 1, N 4096, causal"); all rows of a case are compared
     impl           the implementation and its launch ("paged ps16 s4 auto", "flashinfer-tc ps16")
     shape          the case's and the launch's parameters, a dict (batch, N, causal, page_size, ...)
-    ours           True for this course's kernels (OURS), False for a library
+    ours           True for this course's kernels, False for a library (the section declares it)
     time_us        µs per call
     flop, bytes    what the call computes and moves (None where not counted)
     tflops, tbps   flop / time in TFLOP/s, bytes / time in TB/s (None where not counted)
-    ratio_to_best  best_time / time_us, the best over every row of the same section and case
-                   except "standard": HIGHER IS BETTER, 1.0 = the fastest, 0.5 = twice its time
+    ratio_to_best  best_time / time_us, the best over every ranked row of the same section and
+                   case (`rank`; Algorithm 0 is not ranked): HIGHER IS BETTER, 1.0 = the fastest
     error          max |error| against the float32 reference (decode: relative error), or None
     commit         the commit the row's kernels were measured at
     extra          what only this section measures (model_us, predicted_us, utilization, ...)
 
-`read(path)` and `write(path, run)` check a run against the schema (`check`) on the way in and
+`row(...)` makes one row in these columns (the harness's loop, gpubench.core.measure, makes every
+row with it) and `rank(rows)` fills ratio_to_best. `read(path)` and `write(path, run)` check a run against the schema (`check`) on the way in and
 out. Older files had no "schema" and a column `x_best` that meant us/fastest in two sections and
 fastest-peer/us in two others; `to_schema` rewrites such a file into this schema:
 
@@ -30,122 +31,150 @@ fastest-peer/us in two others; `to_schema` rewrites such a file into this schema
 
 Layer 0: imports the standard library only.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import sys
 
-__all__ = ["SCHEMA", "COLUMNS", "OURS", "CASE_KEYS", "IMPL_KEYS", "CONVERT", "case_text", "impl_text",
-           "own_names", "section_rows", "own_row", "check", "read", "write", "to_schema", "main"]
+__all__ = [
+    "SCHEMA",
+    "COLUMNS",
+    "CONVERT",
+    "case_text",
+    "impl_text",
+    "row",
+    "rank",
+    "check",
+    "read",
+    "write",
+    "to_schema",
+    "main",
+]
 
 SCHEMA = 2
-COLUMNS = ("section", "what", "impl", "shape", "ours", "time_us", "flop", "bytes", "tflops", "tbps",
-           "ratio_to_best", "error", "commit", "extra")
-#: impl names that are this course's kernels, by section; every other impl is a peer
-OURS = {"prefill": ("ours-fa2", "ours-hopper", "ours-gluon"), "decode": ("ours",), "paged": ("paged", "contiguous"),
-        "cascade": ("cascade", "paged", "paged-unique"), "variants": ("ours", "ours-hopper", "ours-gluon"),
-        "scheduled": ("per-request", "fixed", "balanced", "balanced-128", "balanced+fused", "balanced-128+fused",
-                      "paged")}
-#: the keys of a section's row that make its case, and those that name its launch
-CASE_KEYS = {"prefill": ("batch", "N", "causal"), "decode": ("batch", "context"), "paged": ("batch", "context"),
-             "cascade": ("n", "prefix", "unique"), "variants": ("batch", "N", "variant"), "scheduled": ("batch",)}
-IMPL_KEYS = {"prefill": (), "decode": ("splits",), "paged": ("page_size", "splits", "auto"),
-             "cascade": ("splits", "auto"), "variants": (), "scheduled": ()}
-#: a section row's own name for a schema column (the harness's sections write these)
-_OWN = {"time_us": "us", "flop": "flops", "bytes": "bytes", "error": "max_err"}
-_OWN_BY = {"cascade": {"bytes": "kv_bytes"}, "decode": {"error": "rel_err"}}
-#: derived values a section row may carry that the schema computes instead (x_best: two meanings)
-_DERIVED = ("tflops", "tb_per_s", "x_best")
+COLUMNS = (
+    "section",
+    "what",
+    "impl",
+    "shape",
+    "ours",
+    "time_us",
+    "flop",
+    "bytes",
+    "tflops",
+    "tbps",
+    "ratio_to_best",
+    "error",
+    "commit",
+    "extra",
+)
 #: how a file recorded before the schema is rewritten into it
 CONVERT = "python -m attnlab.runfile FILE"
+#: the short names of launch parameters in an impl's text ("paged ps16 s4 auto")
+_SHORT = {"page_size": "ps", "splits": "s"}
 
 
-def _known(section: str) -> None:
-    if section not in CASE_KEYS:
-        raise ValueError(f"section must be one of {sorted(CASE_KEYS)}; got {section!r}")
+def case_text(case: dict) -> str:
+    """A case's parameters as the text of its rows' "what": "key value" each, a True flag by its
+    name, a False or None one left out.
 
-
-def case_text(section: str, r: dict) -> str:
-    """The case of section row `r`, as text.
-
-    >>> case_text("prefill", {"batch": 2, "N": 8, "causal": True})
+    >>> case_text({"batch": 2, "N": 8, "causal": True})
     'batch 2, N 8, causal'
     """
-    _known(section)
-    parts = []
-    for k in CASE_KEYS[section]:
-        v = r.get(k)
-        parts.append(("causal" if v else "") if k == "causal" else f"{k} {v}")
-    return ", ".join(p for p in parts if p)
+    if not isinstance(case, dict):
+        raise TypeError(f"case must be a dict of the case's parameters; got {type(case).__name__}")
+    return ", ".join(
+        k if v is True else f"{k} {v}" for k, v in case.items() if v is not False and v is not None
+    )
 
 
-def impl_text(section: str, r: dict) -> str:
-    """The implementation of section row `r` with its launch, as text.
+def impl_text(name: str, launch: dict) -> str:
+    """An implementation's name with its launch parameters, as its rows' "impl": a page size as
+    ps, a split count as s, a True flag by its name, None left out.
 
-    >>> impl_text("paged", {"impl": "paged", "page_size": 16, "splits": 4, "auto": True})
+    >>> impl_text("paged", {"page_size": 16, "splits": 4, "auto": True})
     'paged ps16 s4 auto'
     """
-    _known(section)
-    name = r.get("impl", "ours")
-    for k in IMPL_KEYS[section]:
-        v = r.get(k)
-        if k == "auto":
-            name += " auto" if v else ""
-        elif v is not None:
-            name += f" {'ps' if k == 'page_size' else 's'}{v}"
-    return name
+    if not isinstance(name, str) or not name or not isinstance(launch, dict):
+        raise TypeError(f"name must be a non-empty str and launch a dict; got {name!r}, {launch!r}")
+    words = [name]
+    for k, v in launch.items():
+        if v is True:
+            words.append(k)
+        elif v is not None and v is not False:
+            words.append(f"{_SHORT.get(k, k + '=')}{v}")
+    return " ".join(words)
 
 
-def own_names(section: str) -> dict:
-    """{schema column: the section row's own key} for time_us, flop, bytes and error."""
-    _known(section)
-    return {**_OWN, **_OWN_BY.get(section, {})}
+def row(
+    section: str,
+    case: dict,
+    impl: str,
+    launch: dict,
+    *,
+    ours: bool,
+    time_us: float,
+    flop=None,
+    nbytes=None,
+    error=None,
+    commit=None,
+    extra=None,
+) -> dict:
+    """One schema row (COLUMNS, in order): `case` and `launch` make its shape and its what and
+    impl texts; TFLOP/s and TB/s follow from flop and bytes where counted; ratio_to_best is left
+    for `rank`, which sees every row of the case.
 
-
-def own_row(row: dict) -> dict:
-    """The inverse of `section_rows` for one schema row: the section's own row (its shape and
-    extra keys, us, flops, bytes, tflops, tb_per_s where counted, and its error key), x_best aside.
-
-    >>> r = section_rows("paged", [{"batch": 1, "impl": "paged", "page_size": 16, "us": 2.0, "bytes": 4e6}])[0]
-    >>> own_row(r)
-    {'batch': 1, 'page_size': 16, 'impl': 'paged', 'us': 2.0, 'bytes': 4000000.0, 'tb_per_s': 2.0, 'max_err': None}
+    >>> r = row("paged", {"batch": 1}, "paged", {"page_size": 16}, ours=True, time_us=2.0, nbytes=4e6)
+    >>> r["what"], r["impl"], r["tbps"], r["shape"]
+    ('batch 1', 'paged ps16', 2.0, {'batch': 1, 'page_size': 16})
     """
-    if not isinstance(row, dict) or not set(COLUMNS) <= set(row):
-        raise ValueError(f"row must be a schema row with the columns {COLUMNS}; got {row!r}"[:300])
-    own = own_names(row["section"])
-    out = {**row["shape"], **row["extra"], own["time_us"]: row["time_us"]}
-    for col, name in (("flop", own["flop"]), ("bytes", own["bytes"]), ("tflops", "tflops"), ("tbps", "tb_per_s")):
-        if row[col] is not None:
-            out[name] = row[col]
-    out[own["error"]] = row["error"]
-    return out
+    if not isinstance(section, str) or not section:
+        raise TypeError(f"section must be a non-empty str; got {section!r}")
+    if not isinstance(time_us, (int, float)) or isinstance(time_us, bool) or not time_us > 0:
+        raise ValueError(f"time_us must be a positive number of µs; got {time_us!r}")
+    if not isinstance(ours, bool):
+        raise TypeError(f"ours must be True or False; got {ours!r}")
+    return {
+        "section": section,
+        "what": case_text(case),
+        "impl": impl_text(impl, launch),
+        "shape": {**case, **launch},
+        "ours": ours,
+        "time_us": time_us,
+        "flop": flop,
+        "bytes": nbytes,
+        "tflops": flop / time_us * 1e-6 if flop else None,
+        "tbps": nbytes / time_us * 1e-6 if nbytes else None,
+        "ratio_to_best": None,
+        "error": error,
+        "commit": commit,
+        "extra": dict(extra or {}),
+    }
 
 
-def section_rows(section: str, rows: list, commit: str | None = None) -> list[dict]:
-    """A section's own rows (dicts with its own keys: us, flops, bytes or kv_bytes, max_err or
-    rel_err, its case and launch keys, the rest) as schema rows (COLUMNS), in the same order."""
-    _known(section)
-    if not isinstance(rows, list):
-        raise TypeError(f"rows must be a list of dicts; got {type(rows).__name__}")
-    out, own = [], own_names(section)
+def rank(rows: list, unranked=()) -> list:
+    """Set each row's ratio_to_best (best time / its time, HIGHER IS BETTER) over the rows of its
+    section and case, in place, leaving out rows whose impl's first word is in `unranked` (they
+    get None). Returns `rows`.
+
+    >>> rs = [row("s", {"n": 1}, a, {}, ours=True, time_us=t) for a, t in (("a", 2.0), ("b", 4.0))]
+    >>> [r["ratio_to_best"] for r in rank(rs)]
+    [1.0, 0.5]
+    """
+
+    def counted(r):
+        return r["impl"].split(" ")[0] not in unranked
+
+    best: dict = {}
     for r in rows:
-        if not isinstance(r, dict) or not isinstance(r.get("us"), (int, float)):
-            raise ValueError(f"rows: each row needs a number under 'us'; got {r!r}"[:200])
-        us, flop, nbytes = r["us"], r.get(own["flop"]), r.get(own["bytes"])
-        shape = {k: r.get(k) for k in (*CASE_KEYS[section], *IMPL_KEYS[section]) if k in r}
-        used = {*own.values(), *_DERIVED, *shape}
-        extra = {k: v for k, v in r.items() if k not in used}
-        impl = r.get("impl", "ours")
-        out.append({"section": section, "what": case_text(section, r), "impl": impl_text(section, r),
-                    "shape": shape, "ours": any(w in OURS[section] for w in impl.split(" ")),
-                    "time_us": us, "flop": flop, "bytes": nbytes,
-                    "tflops": flop / us * 1e-6 if flop else None, "tbps": nbytes / us * 1e-6 if nbytes else None,
-                    "ratio_to_best": None, "error": r.get(own["error"]), "commit": commit, "extra": extra})
-    for row in out:
-        times = [x["time_us"] for x in out if x["what"] == row["what"] and x["impl"] != "standard"]
-        row["ratio_to_best"] = min(times) / row["time_us"] if times and row["impl"] != "standard" else None
-    return out
+        if counted(r):
+            key = (r["section"], r["what"])
+            best[key] = min(best.get(key, r["time_us"]), r["time_us"])
+    for r in rows:
+        r["ratio_to_best"] = best[(r["section"], r["what"])] / r["time_us"] if counted(r) else None
+    return rows
 
 
 def check(run, where: str = "run") -> dict:
@@ -153,15 +182,18 @@ def check(run, where: str = "run") -> dict:
     SCHEMA, a "sections" dict and a "rows" list of dicts with exactly the columns of COLUMNS, each
     of a known section. Otherwise a ValueError naming `where` (the file) and what is wrong."""
     if not isinstance(run, dict) or run.get("schema") != SCHEMA:
-        raise ValueError(f"{where} is not a run file in schema {SCHEMA}; `{CONVERT.replace('FILE', str(where))}` "
-                         "rewrites an older one")
+        raise ValueError(
+            f"{where} is not a run file in schema {SCHEMA}; `{CONVERT.replace('FILE', str(where))}` "
+            "rewrites an older one"
+        )
     if not isinstance(run.get("sections"), dict) or not isinstance(run.get("rows"), list):
-        raise ValueError(f"{where}: a run file needs a 'sections' dict and a 'rows' list; got "
-                         f"{type(run.get('sections')).__name__} and {type(run.get('rows')).__name__}")
+        raise ValueError(
+            f"{where}: a run file needs a 'sections' dict and a 'rows' list; got "
+            f"{type(run.get('sections')).__name__} and {type(run.get('rows')).__name__}"
+        )
     for i, r in enumerate(run["rows"]):
-        if not isinstance(r, dict) or tuple(r) != COLUMNS or r["section"] not in CASE_KEYS:
-            raise ValueError(f"{where}: rows[{i}] must have exactly the columns {COLUMNS} and a section of "
-                             f"{sorted(CASE_KEYS)}; got {r!r}"[:400])
+        if not isinstance(r, dict) or tuple(r) != COLUMNS or not isinstance(r["section"], str):
+            raise ValueError(f"{where}: rows[{i}] must have exactly the columns {COLUMNS}; got {r!r}"[:400])
     return run
 
 
@@ -174,7 +206,9 @@ def read(path) -> dict:
         try:
             run = json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not JSON ({e}); `python -m attnlab.gpubench` writes a run file") from None
+            raise ValueError(
+                f"{path} is not JSON ({e}); `python -m attnlab.gpubench` writes a run file"
+            ) from None
     return check(run, str(path))
 
 
@@ -185,6 +219,69 @@ def write(path, run) -> None:
     check(run, "run")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(run, f, indent=1)
+
+
+#: files recorded before the schema: each section's own row keys, frozen as they were
+_OLD_CASE = {
+    "prefill": ("batch", "N", "causal"),
+    "decode": ("batch", "context"),
+    "paged": ("batch", "context"),
+    "cascade": ("n", "prefix", "unique"),
+    "variants": ("batch", "N", "variant"),
+    "scheduled": ("batch",),
+}
+_OLD_LAUNCH = {"decode": ("splits",), "paged": ("page_size", "splits", "auto"), "cascade": ("splits", "auto")}
+_OLD_OURS = {
+    "prefill": ("ours-fa2", "ours-hopper", "ours-gluon"),
+    "decode": ("ours",),
+    "paged": ("paged", "contiguous"),
+    "cascade": ("cascade", "paged", "paged-unique"),
+    "variants": ("ours", "ours-hopper", "ours-gluon"),
+    "scheduled": (
+        "per-request",
+        "fixed",
+        "balanced",
+        "balanced-128",
+        "balanced+fused",
+        "balanced-128+fused",
+        "paged",
+    ),
+}
+_OLD_NAMES = {"time_us": "us", "flop": "flops", "bytes": "bytes", "error": "max_err"}
+_OLD_NAMES_BY = {"cascade": {"bytes": "kv_bytes"}, "decode": {"error": "rel_err"}}
+
+
+def _old_rows(section: str, rows: list, commit) -> list:
+    """A section's rows as recorded before the schema (its own keys), as schema rows."""
+    if section not in _OLD_CASE:
+        raise ValueError(
+            f"{section!r} is no section of a file recorded before the schema {sorted(_OLD_CASE)}"
+        )
+    names = {**_OLD_NAMES, **_OLD_NAMES_BY.get(section, {})}
+    out = []
+    for r in rows:
+        if not isinstance(r, dict) or not isinstance(r.get("us"), (int, float)):
+            raise ValueError(f"rows: each row needs a number under 'us'; got {r!r}"[:200])
+        case = {k: r.get(k) for k in _OLD_CASE[section] if k in r}
+        launch = {k: r.get(k) for k in _OLD_LAUNCH.get(section, ()) if k in r}
+        used = {*names.values(), "tflops", "tb_per_s", "x_best", *case, *launch}
+        impl = r.get("impl", "ours")
+        out.append(
+            row(
+                section,
+                case,
+                impl,
+                launch,
+                ours=any(w in _OLD_OURS[section] for w in impl.split(" ")),
+                time_us=r["us"],
+                flop=r.get(names["flop"]),
+                nbytes=r.get(names["bytes"]),
+                error=r.get(names["error"]),
+                commit=commit,
+                extra={k: v for k, v in r.items() if k not in used},
+            )
+        )
+    return rank(out, unranked=("standard",))
 
 
 def to_schema(old: dict) -> dict:
@@ -198,7 +295,7 @@ def to_schema(old: dict) -> dict:
     commits = old.get("commits_by_section", {})
     for name, sec in old["sections"].items():
         new["sections"][name] = {k: v for k, v in sec.items() if k != "rows"}
-        new["rows"] += section_rows(name, sec.get("rows", []), commits.get(name, old.get("commit")))
+        new["rows"] += _old_rows(name, sec.get("rows", []), commits.get(name, old.get("commit")))
     return new
 
 
@@ -206,6 +303,7 @@ def main(argv=None) -> int:
     """`python -m attnlab.runfile FILE...`: rewrite each file recorded before the schema into it;
     every file is read and converted before any is rewritten, and a bad one is one usage line."""
     import argparse
+
     ap = argparse.ArgumentParser(prog="python -m attnlab.runfile", description=main.__doc__)
     ap.add_argument("files", nargs="+", help="run files recorded before the schema")
     args = ap.parse_args(argv)
@@ -220,8 +318,11 @@ def main(argv=None) -> int:
     for path, old, new in done:
         if new is not old:
             write(path, new)
-        print(f"{path}: {'converted' if new is not old else 'already in the schema'}, {len(new['rows'])} rows")
+        print(
+            f"{path}: {'converted' if new is not old else 'already in the schema'}, {len(new['rows'])} rows"
+        )
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -43,7 +43,7 @@ def test_wrong_mode_is_refused():
 
 def test_reference_caps_and_windows_as_the_harness_reference_does(monkeypatch):
     torch = pytest.importorskip("torch")
-    from attnlab.gpubench.core import reference as harness_reference
+    from attnlab.gpubench.reference import reference as harness_reference
 
     monkeypatch.setattr(gluon, "torch", torch, raising=False)  # the sweep imports torch in _torch()
     g = torch.Generator().manual_seed(0)

@@ -14,7 +14,8 @@ import attnlab.gpubench as gb
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
-from attnlab.gpubench.core import header, reference, time_per_call  # noqa: E402
+from attnlab.gpubench.core import header, time_per_call  # noqa: E402
+from attnlab.gpubench.reference import reference
 
 
 def _attention(q, k, v, visible, soft_cap=None):

@@ -31,7 +31,8 @@ import traceback
 from types import SimpleNamespace
 
 from attnlab.core.decode import cascade_intensity
-from attnlab.gpubench.core import checked_time, header, reference, try_peer
+from attnlab.gpubench.core import checked_time, header, try_peer
+from attnlab.gpubench.reference import reference
 from attnlab.gpubench.cli import flashinfer_version, section_main, write_json
 from attnlab.gpubench.paged import SHAPE
 

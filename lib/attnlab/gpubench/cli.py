@@ -2,6 +2,7 @@
 --cases "AxB,..." (as many numbers a case as the section's CASES hold), and the section's named
 subsets (peers, variants, plans) as choices. A bad argument is a usage error before anything runs:
 exit status 2 and one line naming the argument, never a traceback."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,8 +10,23 @@ import json
 import os
 import sys
 
-__all__ = ["Parser", "UsageError", "case_list", "name_list", "int_list", "out_path", "existing_file",
-           "check_arg", "need_gpu", "describe", "parse", "section_main", "flashinfer_version", "write_json"]
+__all__ = [
+    "Parser",
+    "UsageError",
+    "case_list",
+    "name_list",
+    "int_list",
+    "out_path",
+    "existing_file",
+    "check_arg",
+    "need_gpu",
+    "describe",
+    "parse",
+    "section_main",
+    "library_version",
+    "flashinfer_version",
+    "write_json",
+]
 
 NO_GPU = "no CUDA GPU here: the full-size cases need one; --dry runs the small cases on the CPU"
 
@@ -72,13 +88,15 @@ def case_list(fields, check=None):
             if len(nums) != len(fields):
                 raise argparse.ArgumentTypeError(
                     f"each case is {' x '.join(fields)} ({len(fields)} number{'s' if len(fields) > 1 else ''}"
-                    f"{', joined by x' if len(fields) > 1 else ''}); got {part!r} in {text!r}")
+                    f"{', joined by x' if len(fields) > 1 else ''}); got {part!r} in {text!r}"
+                )
             case = tuple(_positive(n, f) for n, f in zip(nums, fields))
             wrong = check(case) if check else None
             if wrong:
                 raise argparse.ArgumentTypeError(f"{wrong}; got {part!r} in {text!r}")
             cases.append(case)
         return _unique(cases, text, "case", lambda c: "x".join(map(str, c)))
+
     parse_cases.__name__ = "cases"
     return parse_cases
 
@@ -93,14 +111,17 @@ def name_list(allowed, what: str = "name"):
         if bad:
             raise argparse.ArgumentTypeError(f"takes {','.join(allowed)}; got {bad[0]!r} in {text!r}")
         return _unique(names, text, what)
+
     parse_names.__name__ = what
     return parse_names
 
 
 def int_list(what: str):
     """An argparse type: "16,1" -> (16, 1), positive integers, at least one, none twice."""
+
     def parse_ints(text: str):
         return _unique([_positive(p, what) for p in text.split(",")] if text else [], text, what)
+
     parse_ints.__name__ = what
     return parse_ints
 
@@ -140,6 +161,7 @@ def need_gpu(ap: argparse.ArgumentParser, dry: bool, message: str = NO_GPU) -> N
     """Refuse at once (a usage error) when there is no CUDA GPU and this is no --dry run; on
     --dry without CUDA set TRITON_INTERPRET=1 before any kernel is defined."""
     import torch
+
     if torch.cuda.is_available():
         return
     if not dry:
@@ -147,52 +169,102 @@ def need_gpu(ap: argparse.ArgumentParser, dry: bool, message: str = NO_GPU) -> N
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-def parse(argv, doc: str, fields, default_cases, dry_cases, subset=None, extra=(), *, prog=None,
-          allowed=None, check=None, gpu_message: str = NO_GPU):
+def parse(
+    argv,
+    doc: str,
+    fields,
+    default_cases,
+    dry_cases,
+    subset=None,
+    extra=(),
+    *,
+    prog=None,
+    allowed=None,
+    check=None,
+    gpu_message: str = NO_GPU,
+):
     """(args, cases, chosen subset), everything checked before it returns. `fields` names the
     numbers of a case (("batch", "context")), as many as `default_cases`' tuples hold; None: no
     --cases; `allowed`: the values a case's first number may take off --dry; `check`: see case_list.
     `subset` = (flag, allowed names[, default names: all allowed]); `extra` = (flag, help[, type])
     triples. No CUDA and no --dry: refused (`need_gpu`)."""
     ap = Parser(prog=prog, description=describe(doc))
-    ap.add_argument("--out", type=out_path,
-                    help="write the full result as JSON here (rewritten as rows come in)")
+    ap.add_argument(
+        "--out", type=out_path, help="write the full result as JSON here (rewritten as rows come in)"
+    )
     ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
     if fields is not None:
         fields = tuple(fields)
         if len(fields) != len(default_cases[0]):
             raise ValueError(f"fields must name the {len(default_cases[0])} numbers of a case; got {fields}")
         example = ",".join("x".join(map(str, c)) for c in default_cases[:2])
-        ap.add_argument("--cases", type=case_list(fields, check),
-                        help=f"{' x '.join(fields)} list, e.g. {example} (default: the section's CASES)")
+        ap.add_argument(
+            "--cases",
+            type=case_list(fields, check),
+            help=f"{' x '.join(fields)} list, e.g. {example} (default: the section's CASES)",
+        )
     for flag, text, *kind in extra:
         ap.add_argument(flag, help=text, **({"type": kind[0]} if kind else {}))
     if subset:
-        ap.add_argument(subset[0], type=name_list(subset[1], subset[0].lstrip("-").removesuffix("s")),
-                        default=tuple(subset[2] if len(subset) > 2 else subset[1]),
-                        help=f"subset of {','.join(subset[1])}")
+        ap.add_argument(
+            subset[0],
+            type=name_list(subset[1], subset[0].lstrip("-").removesuffix("s")),
+            default=tuple(subset[2] if len(subset) > 2 else subset[1]),
+            help=f"subset of {','.join(subset[1])}",
+        )
     args = ap.parse_args(argv)
     cases = getattr(args, "cases", None)
     if cases and allowed is not None and not args.dry:
         bad = [c[0] for c in cases if c[0] not in allowed]
         if bad:
-            ap.error(f"argument --cases: {fields[0]} must be one of {','.join(map(str, allowed))} "
-                     f"(--dry takes any); got {bad[0]}")
+            ap.error(
+                f"argument --cases: {fields[0]} must be one of {','.join(map(str, allowed))} "
+                f"(--dry takes any); got {bad[0]}"
+            )
     need_gpu(ap, args.dry, gpu_message)
     cases = list(cases) if cases else dry_cases if args.dry else default_cases
     chosen = getattr(args, subset[0].lstrip("-").replace("-", "_")) if subset else None
     return args, cases, chosen
 
 
-def section_main(section: str, argv, doc: str, fields, default_cases, dry_cases, run, subset=None,
-                 extra=(), check=None) -> int:
-    """A section module's `main`: parse and check the command line (`parse`), `run(args, cases,
-    chosen subset)`, print the section's rows in the run schema (gpubench.core.table); exit 0."""
-    from attnlab.gpubench.core import table
-    args, cases, chosen = parse(argv, doc, fields, default_cases, dry_cases, subset, extra,
-                                prog=f"python -m attnlab.gpubench.{section}", check=check)
-    print(table(run(args, cases, chosen), section))
+def section_main(section, argv=None) -> int:
+    """A declared section's `main` (a gpubench.core.Section): its command line built from the
+    declaration (--cases from its fields, its implementations as the choices of its subset flag,
+    its options), checked before anything runs (`parse`); then `core.measure` and the rows'
+    table; exit 0."""
+    from attnlab.gpubench.core import measure, table
+
+    extra = [(flag, text, kind) for flag, text, kind, _ in section.options]
+    subset = (section.subset, section.impl_names(), section.default_impls or section.impl_names())
+    args, cases, chosen = parse(
+        argv,
+        section.doc,
+        section.fields,
+        section.cases,
+        section.dry_cases,
+        subset,
+        extra,
+        prog=f"python -m attnlab.gpubench.{section.name}",
+        allowed=section.allowed,
+    )
+    options = {
+        f.lstrip("-").replace("-", "_"): getattr(args, f.lstrip("-").replace("-", "_"))
+        for f, *_ in section.options
+    }
+    options = {k: v for k, v in options.items() if v is not None}
+    print(table(measure(section, cases, chosen, dry=args.dry, out=args.out, options=options)))
     return 0
+
+
+def library_version(name: str) -> tuple[bool, str]:
+    """(importable, what the result file records): library `name`'s version, or why it is absent.
+    Imported only when its rows are due, so a crash while importing it keeps the rows before."""
+    import importlib
+
+    try:
+        return True, importlib.import_module(name).__version__
+    except Exception as e:  # noqa: BLE001
+        return False, f"absent ({type(e).__name__}: {str(e)[:100]})"
 
 
 def flashinfer_version() -> tuple[bool, str]:
@@ -200,8 +272,9 @@ def flashinfer_version() -> tuple[bool, str]:
     Imported only when its rows are due, so a crash while importing it keeps the rows before."""
     try:
         import flashinfer
+
         return True, flashinfer.__version__
-    except Exception as e:                                # noqa: BLE001
+    except Exception as e:  # noqa: BLE001
         return False, f"absent ({type(e).__name__}: {str(e)[:100]})"
 
 

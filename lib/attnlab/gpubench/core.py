@@ -3,15 +3,32 @@ per process (`ceilings`: copy bandwidth and bf16 matmul rate), the float32 refer
 (`reference`), one timer for every row (`time_per_call`: a batch of calls in one CUDA graph, the
 median over replays), `eager_time` (the host's launch included) and `checked_time` (time a call
 only after its output matched the reference)."""
+
 from __future__ import annotations
 
 import datetime as _dt
 import math
 import os
 import subprocess
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable
 
-__all__ = ["header", "ceilings", "reference", "compiled_flex", "time_per_call", "eager_time", "checked_time", "flashinfer_last",
-           "try_peer", "table"]
+__all__ = [
+    "header",
+    "ceilings",
+    "time_per_call",
+    "eager_time",
+    "checked_time",
+    "flashinfer_last",
+    "try_peer",
+    "table",
+    "Launch",
+    "Impl",
+    "Section",
+    "phases",
+    "measure",
+]
 
 _CEILINGS: dict = {}
 
@@ -20,23 +37,38 @@ def header(torch, shape: dict) -> dict:
     """A section's result before its rows: device, SMs, L2, versions, commit, date, shape (bf16),
     an empty "rows", and on CUDA the copy ceiling (from `ceilings`, measured once a process)."""
     import triton
+
     if not isinstance(shape, dict):
         raise TypeError(f"shape must be a dict of sizes; got {type(shape).__name__}")
     cuda = torch.cuda.is_available()
     props = torch.cuda.get_device_properties(0) if cuda else None
     try:
-        commit = os.environ.get("ATTNLAB_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-            cwd=os.path.dirname(__file__)).stdout.strip() or None
-    except Exception:                                     # noqa: BLE001 - no git there
+        commit = (
+            os.environ.get("ATTNLAB_COMMIT")
+            or subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                cwd=os.path.dirname(__file__),
+            ).stdout.strip()
+            or None
+        )
+    except Exception:  # noqa: BLE001 - no git there
         commit = None
-    res = {"device": torch.cuda.get_device_name(0) if cuda else "cpu (dry run, Triton interpreter)",
-           "sms": props.multi_processor_count if cuda else None,
-           "l2_bytes": getattr(props, "L2_cache_size", None) if cuda else None,
-           "torch": torch.__version__, "triton": triton.__version__, "flashinfer": None,
-           "commit": commit, "date": _dt.date.today().isoformat(),
-           "shape": {**shape, "dtype": "bf16"}, "rows": []}
-    if cuda:                                              # the ceiling TB/s is read against
+    res = {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu (dry run, Triton interpreter)",
+        "sms": props.multi_processor_count if cuda else None,
+        "l2_bytes": getattr(props, "L2_cache_size", None) if cuda else None,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "flashinfer": None,
+        "commit": commit,
+        "date": _dt.date.today().isoformat(),
+        "shape": {**shape, "dtype": "bf16"},
+        "rows": [],
+    }
+    if cuda:  # the ceiling TB/s is read against
         res["copy_bytes_per_s"] = ceilings(torch)["copy_bytes_per_s"]
     return res
 
@@ -51,68 +83,9 @@ def ceilings(torch) -> dict:
         del a, b
         m = 8192
         x, y = (torch.randn(m, m, device="cuda", dtype=torch.bfloat16) for _ in "xy")
-        mm = 2 * m ** 3 / (eager_time(lambda: x @ y, warmup=50, rep=300)[0] * 1e-6)
+        mm = 2 * m**3 / (eager_time(lambda: x @ y, warmup=50, rep=300)[0] * 1e-6)
         _CEILINGS.update(copy_bytes_per_s=copy, bf16_matmul_flops=mm)
     return dict(_CEILINGS)
-
-
-def reference(torch, q, k, v, causal=False, soft_cap=None, window=0):
-    """float32 attention of the (rounded) inputs. k, v: (B, hkv, n_k, d). q: (B, hq, d), one
-    decode query per request over all its keys (a few requests at a time), or (B, hq, n_q, d),
-    prefill (one KV head's query group and query chunk at a time; causal, soft cap and sliding
-    window as the variants define them, the queries the last n_q positions)."""
-    if q.dim() not in (3, 4) or k.dim() != 4 or k.shape != v.shape:
-        raise ValueError(f"q must be (B, hq, d) or (B, hq, n_q, d) and k, v (B, hkv, n_k, d); got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.dim() == 3:
-        if causal or soft_cap or window:
-            raise ValueError("causal, soft_cap and window apply to a prefill q (B, hq, n_q, d) only")
-        B, hq, d = q.shape
-        hkv, n = k.shape[1], k.shape[2]
-        ref = torch.empty(B, hq, d, dtype=torch.float32, device=q.device)
-        step = max(1, (1 << 26) // (hkv * n * d))
-        for i in range(0, B, step):
-            qf = q[i:i + step].float().view(-1, hkv, hq // hkv, d)
-            s = torch.einsum("bhgd,bhnd->bhgn", qf, k[i:i + step].float()) / math.sqrt(d)
-            ref[i:i + step] = torch.einsum("bhgn,bhnd->bhgd", torch.softmax(s, -1),
-                                           v[i:i + step].float()).reshape(-1, hq, d)
-        return ref
-    B, hq, n_q, d = q.shape
-    hkv, n_k = k.shape[1], k.shape[2]
-    g = hq // hkv
-    ref = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    rows = max(1, (1 << 26) // (g * n_k))
-    kv_idx = torch.arange(n_k, device=q.device)[None, :]
-    for b in range(B):
-        for h in range(hkv):
-            kf, vf = k[b, h].float(), v[b, h].float()
-            for i in range(0, n_q, rows):
-                qf = q[b, h * g:(h + 1) * g, i:i + rows].float()
-                s = qf @ kf.T / math.sqrt(d)
-                if soft_cap:
-                    s = soft_cap * torch.tanh(s / soft_cap)
-                q_idx = torch.arange(i, i + qf.shape[1], device=q.device)[:, None] + n_k - n_q
-                vis = torch.ones_like(s[0], dtype=torch.bool)
-                if causal or window:
-                    vis &= kv_idx <= q_idx
-                if window:
-                    vis &= kv_idx > q_idx - window
-                p = torch.nan_to_num(torch.softmax(s.masked_fill(~vis, float("-inf")), -1))
-                ref[b, h * g:(h + 1) * g, i:i + rows] = p @ vf
-    return ref
-
-
-def compiled_flex(torch):
-    """`torch.compile(flex_attention, dynamic=False)` on CUDA (the eager function elsewhere), with
-    dynamo's recompile limit raised to 64 first: every shape and mask of a run compiles once, and
-    past the default limit of 8 dynamo would fall back, silently, to the unfused implementation
-    (which materialises the scores: a wrong timing, and at 16K tokens an out-of-memory error)."""
-    from torch.nn.attention.flex_attention import flex_attention
-    import torch._dynamo.config as dc
-    for name in ("cache_size_limit", "recompile_limit"):
-        if hasattr(dc, name):
-            setattr(dc, name, max(getattr(dc, name), 64))
-    return torch.compile(flex_attention, dynamic=False) if torch.cuda.is_available() else flex_attention
 
 
 def flashinfer_last(peers) -> list[list[str]]:
@@ -122,37 +95,59 @@ def flashinfer_last(peers) -> list[list[str]]:
     >>> flashinfer_last(("paged", "flashinfer", "sdpa"))
     [['paged', 'sdpa'], ['flashinfer']]
     """
-    return [p for p in ([x for x in peers if x != "flashinfer"], [x for x in peers if x == "flashinfer"]) if p]
+    return [
+        p for p in ([x for x in peers if x != "flashinfer"], [x for x in peers if x == "flashinfer"]) if p
+    ]
 
 
 def try_peer(name: str, fn, *args, word: str = "skipped", limit: int = 2) -> bool:
     """Call fn(*args); a failure (a library missing, an API changed) is printed with a short
     traceback and drops only what this call would have added. True when it ran through."""
     import traceback
+
     try:
         fn(*args)
         return True
-    except Exception:                                     # noqa: BLE001 - keep the other peers
+    except Exception:  # noqa: BLE001 - keep the other peers
         print(f"  {name}: {word}\n" + traceback.format_exc(limit=limit), flush=True)
         return False
 
 
-def table(res: dict, section: str | None = None) -> str:
-    """A run (rows in the schema) or one section's result (`section` names it: its own rows are
-    put in the schema first) as text under its provenance, via attnlab.fmt.table."""
+def table(res: dict) -> str:
+    """A run's or one section's rows (in the schema) as text under its provenance, via
+    attnlab.fmt.table."""
     from attnlab import fmt
-    from attnlab.runfile import section_rows
-    rows = res["rows"] if section is None else section_rows(section, res["rows"], res.get("commit"))
-    head = (f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
-            f"flashinfer {res.get('flashinfer')}, commit {res.get('commit')}\n")
+
+    rows = res["rows"]
+    head = (
+        f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, triton {res['triton']}, "
+        f"flashinfer {res.get('flashinfer')}, commit {res.get('commit')}\n"
+    )
 
     def num(spec):
         return lambda v: "" if v is None else format(v, spec)
-    cols = {"section": "section", "what": "case", "impl": "impl", "time_us": "us", "tflops": "TFLOP/s",
-            "tbps": "TB/s", "ratio_to_best": "best/us", "error": "err"}
-    return head + fmt.table([{**r, "what": r["what"][:34], "impl": r["impl"][:22]} for r in rows], cols,
-                            {"time_us": ".1f", "tflops": num(".1f"), "tbps": num(".2f"),
-                             "ratio_to_best": num(".2f"), "error": num(".1e")})
+
+    cols = {
+        "section": "section",
+        "what": "case",
+        "impl": "impl",
+        "time_us": "us",
+        "tflops": "TFLOP/s",
+        "tbps": "TB/s",
+        "ratio_to_best": "best/us",
+        "error": "err",
+    }
+    return head + fmt.table(
+        [{**r, "what": r["what"][:34], "impl": r["impl"][:22]} for r in rows],
+        cols,
+        {
+            "time_us": ".1f",
+            "tflops": num(".1f"),
+            "tbps": num(".2f"),
+            "ratio_to_best": num(".2f"),
+            "error": num(".1e"),
+        },
+    )
 
 
 def _events(torch, step, calls: int, reps: int) -> float:
@@ -179,6 +174,7 @@ def time_per_call(fn, expect, calls: int = 20, reps: int = 10):
     import time
 
     import torch
+
     if not torch.cuda.is_available():
         t0 = time.perf_counter()
         fn(), fn()
@@ -188,7 +184,7 @@ def time_per_call(fn, expect, calls: int = 20, reps: int = 10):
     side.wait_stream(cur)
     with torch.cuda.stream(side):
         for _ in range(3):
-            fn()                                          # compile and warm up outside the capture
+            fn()  # compile and warm up outside the capture
     cur.wait_stream(side)
     torch.cuda.synchronize()
     try:
@@ -196,16 +192,19 @@ def time_per_call(fn, expect, calls: int = 20, reps: int = 10):
         with torch.cuda.graph(g):
             for _ in range(calls):
                 res = fn()
-        res.fill_(float("nan"))                           # the replay must write it again
+        res.fill_(float("nan"))  # the replay must write it again
         g.replay()
         torch.cuda.synchronize()
         if not (res.float() - expect).abs().max().item() <= 1e-2:
             raise RuntimeError("graph replay gave a different answer")
         step, how = g.replay, "graph"
-    except Exception as e:                                # noqa: BLE001 - any failure: time without
-        torch.cuda.set_stream(cur)                        # a failed capture can leave its stream current
+    except Exception as e:  # noqa: BLE001 - any failure: time without
+        torch.cuda.set_stream(cur)  # a failed capture can leave its stream current
         torch.cuda.synchronize()
-        step, how = (lambda: [fn() for _ in range(calls)]), f"events ({type(e).__name__}: {' '.join(str(e).split())[:80]})"
+        step, how = (
+            (lambda: [fn() for _ in range(calls)]),
+            f"events ({type(e).__name__}: {' '.join(str(e).split())[:80]})",
+        )
     return _events(torch, step, calls, reps), how
 
 
@@ -215,11 +214,13 @@ def eager_time(fn, warmup: int = 25, rep: int = 100):
     import time
 
     import torch
+
     if not torch.cuda.is_available():
         t0 = time.perf_counter()
         fn()
         return (time.perf_counter() - t0) * 1e6, "wall"
     from triton.testing import do_bench
+
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median") * 1e3, "do_bench"
 
 
@@ -228,10 +229,277 @@ def checked_time(fn, ref, what: str, **kw):
     checked before it is timed (`time_per_call`, with `kw`), and a failure, printed with a short
     traceback, drops this row only. `fn`'s output is copied first: it may live in a reused buffer."""
     import traceback
+
     try:
         o = fn().float().clone()
         err = (o - ref).abs().max().item()
         return (err, *time_per_call(fn, o, **kw))
-    except Exception:                                     # noqa: BLE001 - drop this row only
+    except Exception:  # noqa: BLE001 - drop this row only
         print(f"  {what}: failed\n" + traceback.format_exc(limit=3), flush=True)
         return None
+
+
+# -- the declarations and the one loop ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One call of an implementation on a case, as its row will name it: `name` and `launch` (the
+    launch's parameters: page size, splits, ...) make the row's impl text and join its shape;
+    `extra` is what only this row records (a plan's host cost, the split count chosen, ...);
+    `timed`, when given, is what is timed instead of `fn` (a graph replay of the same work); `ref`
+    an answer other than the case's."""
+
+    name: str
+    fn: Callable
+    launch: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+    timed: Callable | None = None
+    ref: Any = None
+
+
+@dataclass(frozen=True)
+class Impl:
+    """Ours or a peer: `launches(torch, case, ctx)` yields the Launches it has on that case (none
+    where it does not apply). `library`: a library imported only in its phase, after every other
+    implementation (FlashInfer: its import can crash and its first calls compile, so our rows come
+    first); `ranked=False`: kept beside the others but left out of ratio_to_best (Algorithm 0)."""
+
+    name: str
+    launches: Callable
+    ours: bool = False
+    library: str | None = None
+    ranked: bool = True
+
+
+@dataclass(frozen=True)
+class Section:
+    """A benchmark section, declared: `fields` names the numbers of a case (--cases AxB); `cases`
+    and `dry_cases` the full-size and the CPU cases; `shape` and `dry_shape` the layer;
+    `inputs(torch, case, ctx)` yields the Case namespaces one case is measured on (each with
+    `.case`, the case's parameters; `.ref`, the float32 answer or None; `.flop`, `.bytes`; and
+    optionally `.extra`), after which its tensors are freed; `impls` ours and the peers; `extra(c,
+    launch, us, ctx)` what the section adds to a row (the model's time, ...); `error`: "max" (max
+    |o - ref|) or "relative" (the norm's); `tolerance`: a row over it is dropped, printed;
+    `timing`: `time_per_call`'s calls and reps; `settings(ctx)`: the section's settings beside
+    the header; `finish(rows)`: verdicts over the section's rows; `options`: (flag, help, argparse
+    type, default) the command line adds; `default_impls`: what a run measures unless told;
+    `subset`: the command-line flag that picks implementations; `allowed`: the values a case's
+    first number may take off --dry (None: any); `repeats`: each launch of a case timed this many
+    times, round-robin over the case's launches (the median is its time; the times in extra)."""
+
+    name: str
+    doc: str
+    fields: tuple
+    cases: tuple
+    dry_cases: tuple
+    shape: dict
+    dry_shape: dict
+    inputs: Callable
+    impls: tuple
+    extra: Callable | None = None
+    error: str = "max"
+    tolerance: float | None = None
+    timing: dict = field(default_factory=dict)
+    settings: Callable | None = None
+    finish: Callable | None = None
+    options: tuple = ()
+    default_impls: tuple | None = None
+    subset: str = "--peers"
+    allowed: tuple | None = None
+    repeats: int = 1
+
+    def impl_names(self) -> tuple:
+        return tuple(i.name for i in self.impls)
+
+
+def _error(o, ref, kind: str):
+    if ref is None:
+        return None
+    d = o - ref
+    return float(d.norm() / ref.norm()) if kind == "relative" else d.abs().max().item()
+
+
+def _checked(section: Section, launch: Launch, c):
+    """(output, error) of one launch, or None (printed): the call's output (copied: it may live in
+    a reused buffer) must be finite and within the section's tolerance of the reference."""
+    import traceback
+
+    ref = launch.ref if launch.ref is not None else c.ref
+    try:
+        o = launch.fn().float().clone()
+        if not bool(o.isfinite().all()):
+            raise RuntimeError("the output has NaN or inf")
+        err = _error(o, ref, section.error)
+        if section.tolerance is not None and err is not None and not err <= section.tolerance:
+            raise RuntimeError(f"error {err:.2e} is over the section's tolerance {section.tolerance}")
+        return o, err
+    except Exception:  # noqa: BLE001 - drop this row only
+        print(f"  {launch.name} {launch.launch}: failed\n" + traceback.format_exc(limit=3), flush=True)
+        return None
+
+
+def _timed(section: Section, launch: Launch, o):
+    """(µs, how) by the one timer, or None (printed) when the timing itself fails."""
+    import traceback
+
+    try:
+        return time_per_call(launch.timed or launch.fn, o, **section.timing)
+    except Exception:  # noqa: BLE001 - drop this row only
+        print(f"  {launch.name} {launch.launch}: timing failed\n" + traceback.format_exc(limit=3), flush=True)
+        return None
+
+
+def _row(section: Section, impl: Impl, launch: Launch, c, ctx, err, times: list, how: str) -> dict:
+    """The schema row of one launch timed `len(times)` times (the median is its time_us; with
+    more than one repeat the times themselves go to extra["repeat_us"])."""
+    from attnlab.runfile import row
+
+    us = sorted(times)[len(times) // 2]
+    flop, nbytes = launch.extra.get("flop", c.flop), launch.extra.get("bytes", c.bytes)
+    extra = {
+        **getattr(c, "extra", {}),
+        **{k: v for k, v in launch.extra.items() if k not in ("flop", "bytes")},
+    }
+    if section.extra:
+        extra.update(section.extra(c, launch, us, ctx))
+    extra["timing"] = how
+    if len(times) > 1:
+        extra["repeat_us"] = list(times)
+    r = row(
+        section.name,
+        c.case,
+        launch.name,
+        launch.launch,
+        ours=impl.ours,
+        time_us=us,
+        flop=flop,
+        nbytes=nbytes,
+        error=err,
+        commit=ctx.commit,
+        extra=extra,
+    )
+    shown = "" if err is None else f"{err:.1e}"
+    print(f"  {r['what'][:30]:30s} {r['impl'][:26]:26s} {us:10.1f} us  err {shown:8s} {how}", flush=True)
+    return r
+
+
+def _case_rows(section: Section, phase, c, ctx) -> list:
+    """The rows of one Case: every launch of every implementation of the phase checked, then timed
+    (once each, in turn; or, with section.repeats > 1, all of them round-robin that many times, so
+    that a drift of the machine falls on every implementation alike)."""
+    import traceback
+
+    import torch
+
+    todo, rows = [], []
+    for impl in phase:
+        try:
+            for launch in impl.launches(torch, c, ctx):
+                got = _checked(section, launch, c)
+                if got is None:
+                    continue
+                if section.repeats == 1:  # timed now: a launch may depend on the generator's state
+                    t = _timed(section, launch, got[0])
+                    if t is not None:
+                        rows.append(_row(section, impl, launch, c, ctx, got[1], [t[0]], t[1]))
+                else:
+                    todo.append((impl, launch, *got, []))
+        except Exception:  # noqa: BLE001 - a peer missing or changed: drop its rows here
+            print(f"  {impl.name}: skipped\n" + traceback.format_exc(limit=3), flush=True)
+    hows: dict = {}
+    for _ in range(section.repeats if todo else 0):
+        for impl, launch, o, err, times in todo:
+            t = _timed(section, launch, o)
+            if t is not None:
+                times.append(t[0])
+                hows[id(launch)] = t[1]
+    rows += [
+        _row(section, impl, launch, c, ctx, err, times, hows[id(launch)])
+        for impl, launch, o, err, times in todo
+        if times
+    ]
+    return rows
+
+
+def phases(impls) -> list:
+    """The implementations in the order they run: those without a library, then each library's
+    in turn, so a library that crashes or compiles for minutes keeps the rows before it."""
+    libs = list(dict.fromkeys(i.library for i in impls if i.library))
+    groups = [[i for i in impls if not i.library]] + [[i for i in impls if i.library == lib] for lib in libs]
+    return [g for g in groups if g]
+
+
+def measure(
+    section: Section,
+    cases=None,
+    impls=None,
+    *,
+    dry: bool = False,
+    out: str | None = None,
+    seed: int = 0,
+    ceil: dict | None = None,
+    options: dict | None = None,
+) -> dict:
+    """Run declared `section`: the header, its settings and its rows in the run file's schema
+    (attnlab.runfile.row; ratio_to_best filled by runfile.rank), written to `out` after every row
+    (nothing when out is None or ""). `cases`: the section's cases unless given; `impls`: names
+    of its implementations (default_impls, else all); `options`: the values of its declared
+    command-line options by name (the defaults where missing); `ceil`: the run's ceilings (measured
+    here once per process otherwise, on CUDA)."""
+    import torch
+
+    from attnlab.runfile import rank
+
+    from attnlab.gpubench.cli import library_version, write_json
+
+    if not isinstance(section, Section):
+        raise TypeError(f"section must be a gpubench.core.Section; got {type(section).__name__}")
+    names = section.impl_names()
+    chosen = tuple(impls) if impls is not None else (section.default_impls or names)
+    unknown = [n for n in chosen if n not in names]
+    if unknown or not chosen:
+        raise ValueError(f"impls must be names of {names}; got {chosen!r}")
+    cuda = torch.cuda.is_available()
+    shape = section.dry_shape if dry else section.shape
+    res = header(torch, shape)
+    cases = list(cases) if cases else list(section.dry_cases if dry else section.cases)
+    ceilings_ = ceil or (ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10})
+    opts = {flag.lstrip("-").replace("-", "_"): default for flag, _, _, default in section.options}
+    opts.update(options or {})
+    ctx = SimpleNamespace(
+        dry=dry,
+        seed=seed,
+        shape=shape,
+        cases=cases,
+        ceilings=ceilings_,
+        commit=res["commit"],
+        device="cuda" if cuda else "cpu",
+        options=SimpleNamespace(**opts),
+        state={},
+    )
+    if section.settings:
+        res.update(section.settings(ctx))
+    print(f"{section.name}: {res['device']}, torch {res['torch']}, triton {res['triton']}", flush=True)
+    unranked = tuple(i.name for i in section.impls if not i.ranked)
+    for phase in phases([i for i in section.impls if i.name in chosen]):
+        lib = phase[0].library
+        if lib:
+            ok, res[lib] = library_version(lib)  # imported only now: a crash keeps the rows before
+            if not ok:
+                print(f"{lib}: {res[lib]}", flush=True)
+                continue
+        for case in cases:
+            print(
+                f"{section.name} {' x '.join(map(str, case))}: {', '.join(i.name for i in phase)}", flush=True
+            )
+            for c in section.inputs(torch, case, ctx):
+                res["rows"] += _case_rows(section, phase, c, ctx)
+                write_json(out, res)
+            if cuda:
+                torch.cuda.empty_cache()
+    rank(res["rows"], unranked)
+    if section.finish:
+        section.finish(res["rows"])
+    write_json(out, res)
+    return res

@@ -29,15 +29,9 @@ from __future__ import annotations
 
 import sys
 
-from attnlab.gpubench.core import (
-    ceilings,
-    checked_time,
-    compiled_flex,
-    flashinfer_last,
-    header,
-    reference,
-    try_peer,
-)
+from attnlab.gpubench.core import ceilings, checked_time, flashinfer_last, header, try_peer
+
+from attnlab.gpubench.reference import compiled_flex, reference
 from attnlab.gpubench.cli import flashinfer_version, section_main, write_json
 from attnlab.gpubench.paged import SHAPE
 from attnlab.gpubench.variants import pairs

@@ -5,8 +5,8 @@ measured in one run on one GPU, written to one file.
     python -m attnlab.gpubench --sections prefill,decode --out run.json --merge
     python -m attnlab.gpubench --dry                    # tiny sizes on a CPU (Triton interpreter): the code path
 
-Sections (each a harness of its own, runnable alone; this module runs them in order and keeps
-their full results under "sections"):
+Sections (each a declaration, gpubench.core.Section, runnable alone; this module runs each
+through the one loop, gpubench.core.measure, and keeps its settings under "sections"):
 
     prefill    gpubench.prefill    ours (FA2, Hopper) vs SDPA flash / cuDNN, FlexAttention, FlashInfer fa2 / fa3
     decode     gpubench.decode     split-KV decode, a split sweep measured beside `hardware.decode_time`
@@ -21,6 +21,7 @@ attnlab.runfile (ratio_to_best = best time / this time: higher is better, 1.0 = 
 the sections keep their settings. The file is rewritten after each section, so a timeout keeps
 what came before.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -30,7 +31,8 @@ import sys
 import traceback
 
 from attnlab.gpubench.core import table as core_table
-from attnlab.runfile import SCHEMA, read, section_rows, write
+from attnlab.gpubench.core import measure
+from attnlab.runfile import SCHEMA, read, write
 
 __all__ = ["SECTIONS", "run", "default_path", "table", "main"]
 
@@ -40,6 +42,7 @@ SECTIONS = ("prefill", "decode", "paged", "cascade", "variants", "scheduled")
 def default_path(device: str, date: str) -> str:
     """data/measurements/<gpu>-<date>.json, the gpu the last word of the device's name (h200)."""
     from attnlab.catalog import data_path
+
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower().split()[-1]).strip("-") or "gpu"
     return str(data_path("gpus.json").parent / "measurements" / f"{slug}-{date}.json")
 
@@ -48,47 +51,45 @@ def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: 
     import torch
 
     from attnlab.gpubench.core import ceilings, header
+
     cuda = torch.cuda.is_available()
     res = header(torch, {})
     res.pop("shape")
     res.pop("rows")
     res.pop("copy_bytes_per_s", None)
     res["ceilings"] = ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10}
-    if out is None and not dry:                           # out="": write nothing
+    if out is None and not dry:  # out="": write nothing
         out = default_path(res["device"], res["date"])
     res["schema"], res["rows"] = SCHEMA, []
     if merge and out and os.path.exists(out):
-        old = read(out)                                   # a ValueError names the file and how to convert it
+        old = read(out)  # a ValueError names the file and how to convert it
         res["sections"], res["rows"] = old.get("sections", {}), old.get("rows", [])
         res["ceilings_by_section"] = old.get("ceilings_by_section", {})
         res["commits_by_section"] = old.get("commits_by_section", {})
-        if not res.get("flashinfer"):                     # a section kept from the old run used it
+        if not res.get("flashinfer"):  # a section kept from the old run used it
             res["flashinfer"] = old.get("flashinfer")
         # a note on a section this run measures again described the old rows: it goes with them
         res["notes"] = [n for n in old.get("notes", []) if n.split(": ", 1)[0] not in sections]
     for key in ("sections", "ceilings_by_section", "commits_by_section"):
         res.setdefault(key, {})
     c = res["ceilings"]
-    print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}; copy "
-          f"{c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s",
-          flush=True)
+    print(
+        f"{res['device']}: torch {res['torch']}, triton {res['triton']}; copy "
+        f"{c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s",
+        flush=True,
+    )
 
     for name in sections:
         print(f"=== {name}", flush=True)
         try:
             mod = importlib.import_module(f".{name}", __package__)
-            kw = {"ceil": c} if name in ("prefill", "decode") else {}
-            if dry and name != "decode":                  # decode picks its own dry cases
-                kw["cases"] = mod.DRY["cases"]
-            sec = mod.run(dry=dry, **kw)
-        except Exception:                                 # noqa: BLE001 - keep the other sections
+            sec = measure(mod.SECTION, dry=dry, ceil=c)
+        except Exception:  # noqa: BLE001 - keep the other sections
             print(f"{name}: failed\n" + traceback.format_exc(limit=6), flush=True)
             continue
-        for key in ("flashinfer",):
-            if sec.get(key) and not res.get(key):
-                res[key] = sec[key]
-        rows = section_rows(name, sec.pop("rows", []), res.get("commit"))
-        res["rows"] = [r for r in res["rows"] if r["section"] != name] + rows
+        if sec.get("flashinfer") and not res.get("flashinfer"):
+            res["flashinfer"] = sec["flashinfer"]
+        res["rows"] = [r for r in res["rows"] if r["section"] != name] + sec.pop("rows")
         res["sections"][name] = sec
         res["ceilings_by_section"][name] = c
         res["commits_by_section"][name] = res.get("commit")
@@ -111,11 +112,19 @@ def main(argv=None) -> int:
     import datetime
 
     from attnlab.gpubench.cli import Parser, describe, name_list, need_gpu, out_path
+
     ap = Parser(prog="python -m attnlab.gpubench", description=describe(__doc__))
-    ap.add_argument("--sections", type=name_list(SECTIONS, "section"), default=SECTIONS,
-                    help=f"subset of {','.join(SECTIONS)}")
-    ap.add_argument("--out", type=out_path,
-                    help="result file (default data/measurements/<gpu>-<date>.json; none on --dry)")
+    ap.add_argument(
+        "--sections",
+        type=name_list(SECTIONS, "section"),
+        default=SECTIONS,
+        help=f"subset of {','.join(SECTIONS)}",
+    )
+    ap.add_argument(
+        "--out",
+        type=out_path,
+        help="result file (default data/measurements/<gpu>-<date>.json; none on --dry)",
+    )
     ap.add_argument("--merge", action="store_true", help="keep the other sections already in --out")
     ap.add_argument("--dry", action="store_true", help="tiny sizes; on a CPU under the Triton interpreter")
     args = ap.parse_args(argv)
@@ -123,6 +132,7 @@ def main(argv=None) -> int:
     out = args.out
     if out is None and not args.dry:
         import torch
+
         out = default_path(torch.cuda.get_device_name(0), datetime.date.today().isoformat())
     if args.merge and not out:
         ap.error("argument --merge: keeps the other sections of --out; a --dry run writes none, give --out")

@@ -35,7 +35,8 @@ import numpy as np
 
 from attnlab.machine.schedule import fixed_size_workspace, plan_balanced, plan_fixed_split, plan_per_request
 from attnlab.machine.workload import RECORDED_BATCHES, lengths, recorded_lengths
-from attnlab.gpubench.core import header, reference, time_per_call, try_peer
+from attnlab.gpubench.core import header, time_per_call, try_peer
+from attnlab.gpubench.reference import reference
 from attnlab.gpubench.cli import flashinfer_version, write_json
 from attnlab.gpubench.paged import SHAPE, flashinfer_decode
 

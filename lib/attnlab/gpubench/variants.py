@@ -32,7 +32,8 @@ import traceback
 import numpy as np
 
 from attnlab.machine.models import get_model
-from attnlab.gpubench.core import checked_time, compiled_flex, header, reference, try_peer
+from attnlab.gpubench.core import checked_time, header, try_peer
+from attnlab.gpubench.reference import compiled_flex, reference
 from attnlab.gpubench.cli import section_main, write_json
 
 __all__ = ["run", "main", "pairs"]

@@ -1,16 +1,22 @@
 """Notebook 05's views of a run: paged decode beside FlashInfer, cascade decode, the variants
 beside FlexAttention and the persistent kernel's three plans."""
+
 from __future__ import annotations
 
 import textwrap
 
-from attnlab.runfile import OURS
 
 from attnlab.explore import style
-from attnlab.explore.measured.reader import provenance, section
+from attnlab.explore.measured.reader import impl_name, provenance, section
 
-__all__ = ["paged_summary", "variants_summary", "cascade_summary", "SCHEDULES", "schedules_summary",
-           "schedules_figure"]
+__all__ = [
+    "paged_summary",
+    "variants_summary",
+    "cascade_summary",
+    "SCHEDULES",
+    "schedules_summary",
+    "schedules_figure",
+]
 
 WIDTH = 100
 
@@ -19,38 +25,72 @@ def _tables(head: str, rows, key: dict, parts, fmts) -> str:
     """`head` wrapped at WIDTH, then one table per (title, columns) of `parts`, each with the key
     columns first: a wide view split so that every line fits WIDTH characters."""
     text = "\n".join(textwrap.fill(line, WIDTH, break_on_hyphens=False) for line in head.splitlines())
-    return text + "\n" + "\n\n".join(f"{title}\n" + style.table(rows, {**key, **cols}, fmts) for title, cols in parts)
+    return (
+        text
+        + "\n"
+        + "\n\n".join(f"{title}\n" + style.table(rows, {**key, **cols}, fmts) for title, cols in parts)
+    )
 
 
 def paged_summary(res: dict) -> str:
     """Per batch x context and page size: our paged decode (best split and the automatic one)
     beside FlashInfer's decode wrapper (tensor cores on, off), our kernel on contiguous KV and
     cuDNN, in µs, and FlashInfer (tensor cores) over ours: above 1 means ours is faster."""
-    head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
-            f"FlashInfer {res['flashinfer']}; bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, "
-            f"d = {res['shape']['head_dim']}; µs per call, CUDA-graph replay\n")
+    head = (
+        f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
+        f"FlashInfer {res['flashinfer']}; bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, "
+        f"d = {res['shape']['head_dim']}; µs per call, CUDA-graph replay\n"
+    )
     rows = []
-    for (b, n) in sorted({(r["batch"], r["context"]) for r in res["rows"]}):
-        case = [r for r in res["rows"] if (r["batch"], r["context"]) == (b, n)]
+    for b, n in sorted({(r["shape"]["batch"], r["shape"]["context"]) for r in res["rows"]}):
+        case = [r for r in res["rows"] if (r["shape"]["batch"], r["shape"]["context"]) == (b, n)]
         flat: dict = {}
-        for r in case:                                   # the best split of each contiguous kernel
-            if r["page_size"] is None:
-                flat[r["impl"]] = min(r["us"], flat.get(r["impl"], float("inf")))
-        for ps in sorted({r["page_size"] for r in case if r["page_size"]}, reverse=True):
-            at = [r for r in case if r["page_size"] == ps]
-            ours = min(r["us"] for r in at if r["impl"] == "paged" and not r.get("auto"))
-            auto = next(r["us"] for r in at if r["impl"] == "paged" and r.get("auto"))
-            fi = {r["impl"]: r["us"] for r in at if r["impl"].startswith("flashinfer")}
-            rows.append({"case": f"{b} x {n // 1024}K", "ps": ps, "ours": ours, "auto": auto,
-                         "fi_tc": fi.get("flashinfer-tc", float("nan")), "fi": fi.get("flashinfer", float("nan")),
-                         "contig": flat.get("contiguous", float("nan")), "cudnn": flat.get("sdpa-cudnn", float("nan")),
-                         "ratio": fi.get("flashinfer-tc", float("nan")) / ours})
+        for r in case:  # the best split of each contiguous kernel
+            if r["shape"].get("page_size") is None:
+                name = impl_name(r)
+                flat[name] = min(r["time_us"], flat.get(name, float("inf")))
+        for ps in sorted({r["shape"].get("page_size") for r in case} - {None}, reverse=True):
+            at = [r for r in case if r["shape"].get("page_size") == ps]
+            paged = [r for r in at if impl_name(r) == "paged"]
+            ours = min(r["time_us"] for r in paged if not r["shape"].get("auto"))
+            auto = next(r["time_us"] for r in paged if r["shape"].get("auto"))
+            fi = {impl_name(r): r["time_us"] for r in at if r["impl"].startswith("flashinfer")}
+            rows.append(
+                {
+                    "case": f"{b} x {n // 1024}K",
+                    "ps": ps,
+                    "ours": ours,
+                    "auto": auto,
+                    "fi_tc": fi.get("flashinfer-tc", float("nan")),
+                    "fi": fi.get("flashinfer", float("nan")),
+                    "contig": flat.get("contiguous", float("nan")),
+                    "cudnn": flat.get("sdpa-cudnn", float("nan")),
+                    "ratio": fi.get("flashinfer-tc", float("nan")) / ours,
+                }
+            )
     key = {"case": "batch x context", "ps": "page"}
-    parts = [("ours and FlashInfer's tensor-core decode", {"ours": "ours (best split)", "auto": "ours (auto)",
-                                                           "fi_tc": "FlashInfer TC", "ratio": "FlashInfer TC / ours"}),
-             ("the others", {"fi": "FlashInfer CUDA cores", "contig": "ours contiguous", "cudnn": "cuDNN contiguous"})]
-    return _tables(head, rows, key, parts,
-                   {k: ".1f" for k in ("ours", "auto", "fi_tc", "fi", "contig", "cudnn")} | {"ratio": ".2f"})
+    parts = [
+        (
+            "ours and FlashInfer's tensor-core decode",
+            {
+                "ours": "ours (best split)",
+                "auto": "ours (auto)",
+                "fi_tc": "FlashInfer TC",
+                "ratio": "FlashInfer TC / ours",
+            },
+        ),
+        (
+            "the others",
+            {"fi": "FlashInfer CUDA cores", "contig": "ours contiguous", "cudnn": "cuDNN contiguous"},
+        ),
+    ]
+    return _tables(
+        head,
+        rows,
+        key,
+        parts,
+        {k: ".1f" for k in ("ours", "auto", "fi_tc", "fi", "contig", "cudnn")} | {"ratio": ".2f"},
+    )
 
 
 def variants_summary(res: dict) -> str:
@@ -59,27 +99,59 @@ def variants_summary(res: dict) -> str:
     `flash_attention_hopper`; `flash_attention_gluon`, the FA3-style kernel, where the run has it),
     of compiled FlexAttention, and the best peer's time over each of ours (above 1: ours is
     faster). TFLOP/s count only the pairs the mask leaves."""
-    ours = OURS["variants"]
     rows = []
-    for key in dict.fromkeys((r["batch"], r["N"], r["variant"]) for r in res["rows"]):
-        at = {r["impl"]: r for r in res["rows"] if (r["batch"], r["N"], r["variant"]) == key}
-        peers = {k: r for k, r in at.items() if k not in ours}
-        best = min(peers, key=lambda k: peers[k]["us"])
-        nan = {"tflops": float("nan"), "us": float("nan")}
-        fa2, hop, glu = (at.get(k, nan) for k in ours)
-        rows.append({"case": f"{key[0]} x {key[1]:,}", "variant": key[2], "fa2": fa2["tflops"],
-                     "hopper": hop["tflops"], "gluon": glu["tflops"], "flex": at.get("flex", nan)["tflops"],
-                     "best": best, "r_fa2": peers[best]["us"] / fa2["us"], "r_hop": peers[best]["us"] / hop["us"],
-                     "r_glu": peers[best]["us"] / glu["us"]})
-    head = (f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}; "
-            f"bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, d = {res['shape']['head_dim']}; "
-            "TFLOP/s, and the best peer's time over ours\n")
+    for key in dict.fromkeys(tuple(r["shape"][k] for k in ("batch", "N", "variant")) for r in res["rows"]):
+        at = {
+            r["impl"]: r
+            for r in res["rows"]
+            if tuple(r["shape"][k] for k in ("batch", "N", "variant")) == key
+        }
+        peers = {k: r for k, r in at.items() if not r["ours"]}
+        best = min(peers, key=lambda k: peers[k]["time_us"])
+        nan = {"tflops": float("nan"), "time_us": float("nan")}
+        fa2, hop, glu = (at.get(k, nan) for k in ("ours", "ours-hopper", "ours-gluon"))
+        rows.append(
+            {
+                "case": f"{key[0]} x {key[1]:,}",
+                "variant": key[2],
+                "fa2": fa2["tflops"],
+                "hopper": hop["tflops"],
+                "gluon": glu["tflops"],
+                "flex": at.get("flex", nan)["tflops"],
+                "best": best,
+                "r_fa2": peers[best]["time_us"] / fa2["time_us"],
+                "r_hop": peers[best]["time_us"] / hop["time_us"],
+                "r_glu": peers[best]["time_us"] / glu["time_us"],
+            }
+        )
+    head = (
+        f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}; "
+        f"bf16, {res['shape']['heads']}/{res['shape']['kv_heads']} heads, d = {res['shape']['head_dim']}; "
+        "TFLOP/s, and the best peer's time over ours\n"
+    )
     key = {"case": "batch x N", "variant": "variant"}
-    parts = [("TFLOP/s", {"fa2": "FA2", "hopper": "Hopper", "gluon": "Gluon", "flex": "FlexAttention"}),
-             ("the best peer's time over ours", {"best": "best peer", "r_fa2": "best / FA2", "r_hop": "best / Hopper",
-                                                 "r_glu": "best / Gluon"})]
-    return _tables(head, rows, key, parts, {"fa2": ".0f", "hopper": ".0f", "gluon": ".0f", "flex": ".0f",
-                                            "r_fa2": ".2f", "r_hop": ".2f", "r_glu": ".2f"})
+    parts = [
+        ("TFLOP/s", {"fa2": "FA2", "hopper": "Hopper", "gluon": "Gluon", "flex": "FlexAttention"}),
+        (
+            "the best peer's time over ours",
+            {"best": "best peer", "r_fa2": "best / FA2", "r_hop": "best / Hopper", "r_glu": "best / Gluon"},
+        ),
+    ]
+    return _tables(
+        head,
+        rows,
+        key,
+        parts,
+        {
+            "fa2": ".0f",
+            "hopper": ".0f",
+            "gluon": ".0f",
+            "flex": ".0f",
+            "r_fa2": ".2f",
+            "r_hop": ".2f",
+            "r_glu": ".2f",
+        },
+    )
 
 
 def cascade_summary(res: dict) -> str:
@@ -92,21 +164,54 @@ def cascade_summary(res: dict) -> str:
         get = {r["impl"] + (" auto" if r.get("auto") else ""): r for r in at if not r.get("splits_fixed")}
         fixed = min((r for r in at if r["impl"] == "cascade"), key=lambda r: r["us"])
         c, p = get["cascade auto"], get["paged"]
-        rows.append({"n": n, "prefix": c["prefix"], "unique": c["unique"], "saving": c["saving"],
-                     "auto": c["us"], "best": fixed["us"], "paged": p["us"],
-                     "fi_tc": get.get("flashinfer-tc", {}).get("us", float("nan")),
-                     "fi_cascade": get.get("flashinfer-cascade", {}).get("us", float("nan")),
-                     "speedup": p["us"] / c["us"], "time_saved": 1 - c["us"] / p["us"]})
-    head = (provenance(res, "cascade") + "\nn requests share one prefix; page size 16; µs per call, CUDA-graph replay; "
-            "'KV saved' is attnlab.core.decode.cascade_intensity's count of K/V tokens not read\n")
+        rows.append(
+            {
+                "n": n,
+                "prefix": c["prefix"],
+                "unique": c["unique"],
+                "saving": c["saving"],
+                "auto": c["us"],
+                "best": fixed["us"],
+                "paged": p["us"],
+                "fi_tc": get.get("flashinfer-tc", {}).get("us", float("nan")),
+                "fi_cascade": get.get("flashinfer-cascade", {}).get("us", float("nan")),
+                "speedup": p["us"] / c["us"],
+                "time_saved": 1 - c["us"] / p["us"],
+            }
+        )
+    head = (
+        provenance(res, "cascade")
+        + "\nn requests share one prefix; page size 16; µs per call, CUDA-graph replay; "
+        "'KV saved' is attnlab.core.decode.cascade_intensity's count of K/V tokens not read\n"
+    )
     key = {"n": "n", "prefix": "prefix", "unique": "own tokens"}
-    parts = [("ours, µs per call", {"auto": "cascade (auto)", "best": "cascade (best split)",
-                                    "paged": "paged, full tables"}),
-             ("FlashInfer, µs per call", {"fi_tc": "FlashInfer TC, full", "fi_cascade": "FlashInfer cascade"}),
-             ("counted against measured", {"saving": "KV saved (counted)", "time_saved": "time saved",
-                                           "speedup": "paged / cascade"})]
-    return _tables(head, rows, key, parts, {"saving": ".0%", "auto": ".1f", "best": ".1f", "paged": ".1f",
-                                            "fi_tc": ".1f", "fi_cascade": ".1f", "speedup": ".2f", "time_saved": ".0%"})
+    parts = [
+        (
+            "ours, µs per call",
+            {"auto": "cascade (auto)", "best": "cascade (best split)", "paged": "paged, full tables"},
+        ),
+        ("FlashInfer, µs per call", {"fi_tc": "FlashInfer TC, full", "fi_cascade": "FlashInfer cascade"}),
+        (
+            "counted against measured",
+            {"saving": "KV saved (counted)", "time_saved": "time saved", "speedup": "paged / cascade"},
+        ),
+    ]
+    return _tables(
+        head,
+        rows,
+        key,
+        parts,
+        {
+            "saving": ".0%",
+            "auto": ".1f",
+            "best": ".1f",
+            "paged": ".1f",
+            "fi_tc": ".1f",
+            "fi_cascade": ".1f",
+            "speedup": ".2f",
+            "time_saved": ".0%",
+        },
+    )
 
 
 SCHEDULES = ("sched per-request", "sched fixed", "sched balanced", "sched balanced-128+fused")
@@ -136,13 +241,18 @@ def schedules_summary(res: dict) -> str:
             row[key + "_util"] = r.get("utilization", float("nan"))
         row["paged"] = at.get((b, "paged auto"), {}).get("us", float("nan"))
         row["fi"] = at.get((b, "flashinfer-tc"), {}).get("us", float("nan"))
-        best = min((row[k] for k in ("balanced", "balanced-128+fused") if row[k] == row[k]), default=float("nan"))
+        best = min(
+            (row[k] for k in ("balanced", "balanced-128+fused") if row[k] == row[k]), default=float("nan")
+        )
         row["ratio"] = row["fi"] / best
         rows.append(row)
     ctas = next(r["ctas"] for r in sec["rows"] if "ctas" in r)
-    head = (provenance(res, "scheduled") + f"\nrecorded {sec.get('dist')} batches, 32/8 heads, d = 128, bf16, page size "
-            f"{sec.get('page_size')}, plans for {ctas} CTAs; µs per call, one CUDA graph per plan captured on the "
-            "first batch and replayed on every batch; predicted = Plan.time (SMs share the bandwidth)\n")
+    head = (
+        provenance(res, "scheduled")
+        + f"\nrecorded {sec.get('dist')} batches, 32/8 heads, d = 128, bf16, page size "
+        f"{sec.get('page_size')}, plans for {ctas} CTAs; µs per call, one CUDA graph per plan captured on the "
+        "first batch and replayed on every batch; predicted = Plan.time (SMs share the bandwidth)\n"
+    )
     key = {"batch": "batch", "tokens": "KV tokens"}
     parts = []
     for pair in (("per-request", "fixed"), ("balanced", "balanced-128+fused")):
@@ -150,7 +260,12 @@ def schedules_summary(res: dict) -> str:
         for s in pair:
             cols.update({s: f"{s} µs", s + "_pred": "predicted", s + "_util": "util."})
         parts.append((" and ".join(pair) + " plans", cols))
-    parts.append(("beside", {"paged": "paged_decode (auto)", "fi": "FlashInfer TC", "ratio": "FlashInfer / best balanced"}))
+    parts.append(
+        (
+            "beside",
+            {"paged": "paged_decode (auto)", "fi": "FlashInfer TC", "ratio": "FlashInfer / best balanced"},
+        )
+    )
     fmts = {k: ".1f" for _, cols in parts for k in cols}
     fmts.update({k: ".2f" for _, cols in parts for k in cols if k.endswith("_util") or k == "ratio"})
     return _tables(head, rows, key, parts, fmts)
@@ -162,15 +277,34 @@ def schedules_figure(res: dict):
     sec, batches, at = _schedules(res)
     fig = style.new_figure(1, height=3.9, width=9.5)
     ax = fig.axes[0]
-    colors = {"sched per-request": style.COLORS["standard"], "sched fixed": style.COLORS["memory"],
-              "sched balanced": style.COLORS["fa2"], "sched balanced-128+fused": style.COLORS["compute"]}
+    colors = {
+        "sched per-request": style.COLORS["standard"],
+        "sched fixed": style.COLORS["memory"],
+        "sched balanced": style.COLORS["fa2"],
+        "sched balanced-128+fused": style.COLORS["compute"],
+    }
     for s in SCHEDULES:
         bs = [b for b in batches if (b, s) in at]
-        ax.plot(bs, [at[(b, s)]["us"] for b in bs], "-o", ms=4, color=colors[s], label=f"{s.split()[1]} plan, measured")
-        ax.plot(bs, [at[(b, s)]["predicted_us"] for b in bs], "--", color=colors[s], alpha=0.7,
-                label=f"{s.split()[1]} plan, predicted")
-    for impl, c, label in (("paged auto", style.COLORS["muted"], "paged_decode, auto splits"),
-                           ("flashinfer-tc", style.COLORS["fa1"], "FlashInfer TC decode")):
+        ax.plot(
+            bs,
+            [at[(b, s)]["us"] for b in bs],
+            "-o",
+            ms=4,
+            color=colors[s],
+            label=f"{s.split()[1]} plan, measured",
+        )
+        ax.plot(
+            bs,
+            [at[(b, s)]["predicted_us"] for b in bs],
+            "--",
+            color=colors[s],
+            alpha=0.7,
+            label=f"{s.split()[1]} plan, predicted",
+        )
+    for impl, c, label in (
+        ("paged auto", style.COLORS["muted"], "paged_decode, auto splits"),
+        ("flashinfer-tc", style.COLORS["fa1"], "FlashInfer TC decode"),
+    ):
         bs = [b for b in batches if (b, impl) in at]
         ax.plot(bs, [at[(b, impl)]["us"] for b in bs], "-s", ms=4, color=c, label=label)
     ax.set_xscale("log", base=2)
@@ -180,7 +314,9 @@ def schedules_figure(res: dict):
     ax.set_ylabel("decode attention time per layer (µs)")
     ctas = next(r["ctas"] for r in sec["rows"] if "ctas" in r)
     shown = sum(any((b, s) in at for b in batches) for s in SCHEDULES)
-    ax.set_title(f"{res['device']}: one persistent kernel, {shown} plans (32/8 heads, d=128, bf16, "
-                 f"{ctas} CTAs)", fontsize=9.5)
+    ax.set_title(
+        f"{res['device']}: one persistent kernel, {shown} plans (32/8 heads, d=128, bf16, {ctas} CTAs)",
+        fontsize=9.5,
+    )
     ax.legend(fontsize=style.SMALL, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig

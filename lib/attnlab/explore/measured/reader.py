@@ -4,19 +4,31 @@ read through attnlab.runfile and its schema; a file in no schema (recorded befor
 
 `newest_run()` loads the newest file; `view(run)` takes a run made here (the optional GPU cells:
 `attnlab.gpubench.live.live_run`); both give the file's dict with its schema rows under "rows",
-and each section under "sections" as `section(run, name)` gives it: its settings with its rows
-back in the section's own keys (runfile.own_row), which the formatters print.
+and each section under "sections" as `section(run, name)` gives it: its settings with its own
+rows, in the schema as recorded (the views read their columns: time_us, error, tbps, and the
+case's and launch's parameters under "shape", what only the section measures under "extra").
 """
+
 from __future__ import annotations
 
 import json
 import re
 
 from attnlab.catalog import data_path
-from attnlab.runfile import check, own_row, read
+from attnlab.runfile import check, read
 
-__all__ = ["measurements_dir", "run_files", "load", "recorded", "newest_run", "view", "provenance", "section",
-           "profile_summary"]
+__all__ = [
+    "measurements_dir",
+    "run_files",
+    "load",
+    "recorded",
+    "newest_run",
+    "view",
+    "provenance",
+    "section",
+    "impl_name",
+    "profile_summary",
+]
 
 _RUN = re.compile(r"^([a-z0-9]+)-(\d{4}-\d{2}-\d{2})\.json$")
 
@@ -35,8 +47,12 @@ def view(res: dict, file: str = "(live run, not saved)") -> dict:
     """Run `res` (a run file's dict, checked against the schema; `file` names it) as the views
     read it: its rows, and each section as `section` gives it (see the module's docstring)."""
     check(res, file)
-    return {**res, "rows": list(res["rows"]), "file": file,
-            "sections": {name: section(res, name) for name in res["sections"]}}
+    return {
+        **res,
+        "rows": list(res["rows"]),
+        "file": file,
+        "sections": {name: section(res, name) for name in res["sections"]},
+    }
 
 
 def load(path) -> dict:
@@ -66,23 +82,39 @@ def provenance(res: dict, name: str | None = None) -> str:
     sec = {} if name is None else section(res, name)
     by = res.get("ceilings_by_section", {})
     c = by[name] if name in by else res["ceilings"]
-    return (f"{res['device']} ({res['sms']} SMs), {sec.get('date', res['date'])}: torch {res['torch']}, "
-            f"Triton {res['triton']}, FlashInfer {res.get('flashinfer')};\nmeasured ceilings: copy "
-            f"{c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s "
-            f"[{res.get('file', '')}]")
+    return (
+        f"{res['device']} ({res['sms']} SMs), {sec.get('date', res['date'])}: torch {res['torch']}, "
+        f"Triton {res['triton']}, FlashInfer {res.get('flashinfer')};\nmeasured ceilings: copy "
+        f"{c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s "
+        f"[{res.get('file', '')}]"
+    )
+
+
+def impl_name(row: dict) -> str:
+    """A schema row's implementation without its launch ("paged" of "paged ps16 s4 auto").
+
+    >>> impl_name({"impl": "flashinfer-tc ps16"})
+    'flashinfer-tc'
+    """
+    return row["impl"].split(" ")[0]
 
 
 def section(res: dict, name: str) -> dict:
-    """Section `name` of run `res`: its settings and its rows in the section's own keys."""
+    """Section `name` of run `res`: its settings and its schema rows."""
     if name not in res.get("sections", {}):
         raise KeyError(f"this run has no '{name}' section; it has {sorted(res.get('sections', {}))}")
-    return {**res["sections"][name], "rows": [own_row(r) for r in res["rows"] if r["section"] == name]}
+    return {**res["sections"][name], "rows": [r for r in res["rows"] if r["section"] == name]}
 
 
 #: the warp-stall reasons a profile table shows, as shares of all warp cycles
 PROFILE_STALLS = ("barrier", "wait", "long_scoreboard", "mio_throttle", "short_scoreboard")
-STALL_HEADS = {"barrier": "barrier", "wait": "wait", "long_scoreboard": "long sb", "mio_throttle": "mio",
-               "short_scoreboard": "short sb"}
+STALL_HEADS = {
+    "barrier": "barrier",
+    "wait": "wait",
+    "long_scoreboard": "long sb",
+    "mio_throttle": "mio",
+    "short_scoreboard": "short sb",
+}
 
 
 def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
@@ -92,6 +124,7 @@ def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
     cycles each PROFILE_STALLS reason takes (CTA barrier, fixed-latency wait, memory, the
     shared-memory queue, a short dependency). A kernel without stall counters is refused by name."""
     from attnlab.explore import style
+
     res = recorded(name)
     rows = []
     if not isinstance(prefix, (str, tuple)) or not prefix:
@@ -102,22 +135,41 @@ def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
         if "stalls" not in k:
             raise ValueError(f"{name}: kernel {k['kernel']!r} of call {k['call']!r} has no stall counters")
         cpi = k["cycles_per_issue"]
-        rows.append({"call": k["call"], "kernel": k["kernel"][:24],
-                     "us": k["duration_us"], "tensor": k.get("tensor_pipe_active_pct", float("nan")),
-                     "cpi": cpi, "threads": int(k["block"].strip("()").split(",")[0]), "regs": k["registers"],
-                     **{s: k["stalls"].get(s, 0.0) / cpi for s in PROFILE_STALLS}})
+        rows.append(
+            {
+                "call": k["call"],
+                "kernel": k["kernel"][:24],
+                "us": k["duration_us"],
+                "tensor": k.get("tensor_pipe_active_pct", float("nan")),
+                "cpi": cpi,
+                "threads": int(k["block"].strip("()").split(",")[0]),
+                "regs": k["registers"],
+                **{s: k["stalls"].get(s, 0.0) / cpi for s in PROFILE_STALLS},
+            }
+        )
     if not rows:
         raise ValueError(f"{name} has no call starting with {prefix!r}")
-    head = (f"{res['device']}, {res['date']}:\n{res['tool']};\ntorch {res['torch']}, Triton {res['triton']}, "
-            f"FlashInfer {res['flashinfer']}\n\n")
+    head = (
+        f"{res['device']}, {res['date']}:\n{res['tool']};\ntorch {res['torch']}, Triton {res['triton']}, "
+        f"FlashInfer {res['flashinfer']}\n\n"
+    )
     for r in rows:
         r["call"] = r["call"].replace("non-causal", "no mask")
     for r in rows:
         r["short"] = r["kernel"][:18]
-    cols = {"call": "call", "short": "kernel", "us": "µs", "tensor": "tensor pipe %", "threads": "threads",
-            "regs": "regs"}
+    cols = {
+        "call": "call",
+        "short": "kernel",
+        "us": "µs",
+        "tensor": "tensor pipe %",
+        "threads": "threads",
+        "regs": "regs",
+    }
     stalls = {"call": "call", "short": "kernel", **{s: STALL_HEADS[s] for s in PROFILE_STALLS}}
-    return (head + style.table(rows, cols, {"us": ".1f", "tensor": ".0f", "regs": ".0f"})
-            + "\n\nwhere the warps wait: each reason's share of all warp cycles (its cycles per issued "
-              "instruction\nover all cycles per issued instruction); sb: scoreboard, mio: the MIO throttle\n"
-            + style.table(rows, stalls, {s: ".0%" for s in PROFILE_STALLS}))
+    return (
+        head
+        + style.table(rows, cols, {"us": ".1f", "tensor": ".0f", "regs": ".0f"})
+        + "\n\nwhere the warps wait: each reason's share of all warp cycles (its cycles per issued "
+        "instruction\nover all cycles per issued instruction); sb: scoreboard, mio: the MIO throttle\n"
+        + style.table(rows, stalls, {s: ".0%" for s in PROFILE_STALLS})
+    )

@@ -16,7 +16,7 @@ import sys
 import traceback
 
 from attnlab.gpubench.core import time_per_call
-from attnlab.gpubench.core import reference
+from attnlab.gpubench.reference import reference
 from attnlab.gpubench.paged import CASES, PAGE_SIZES, SHAPE, pool
 
 __all__ = ["sweep", "main"]
