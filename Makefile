@@ -3,7 +3,8 @@
 #   make test   install the test extra into .venv and run every check (library tests, strict nbval
 #               over every notebook, every notebook and explorer in a real browser)
 # and for maintainers:
-#   make check         the same checks with whatever Python PY names, no install
+#   make check         the same checks with whatever Python PY names, no install (ruff first)
+#   make lint          `ruff format --check` and `ruff check` over lib/ and tests/; make format rewrites
 #   make check-notebooks   doctests and strict nbval (also under OPENBLAS_CORETYPE=Prescott):
 #                      what needs no torch or Triton (the conda route: `make check-notebooks PY=python`)
 #   make test-browser  only the browser stage (JupyterLab driven by the system Chromium)
@@ -20,7 +21,7 @@ PY     := $(VENV)/bin/python
 BASE_STAMP := $(VENV)/.installed-base
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: lab test check check-notebooks test-browser bench notebooks site clean
+.PHONY: lab test check lint format check-notebooks test-browser bench notebooks site clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,10 +47,20 @@ test: $(TEST_STAMP)
 # JOBS: pytest-xdist workers (library tests and notebooks; each notebook stays in one worker).
 JOBS ?= 2
 NBVAL := -m pytest -n $(JOBS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks
-check:
+check: lint
 	MPLBACKEND=Agg $(PY) -m pytest -n $(JOBS) --dist worksteal tests
 	@$(MAKE) --no-print-directory check-notebooks
 	MPLBACKEND=Agg $(PY) -m pytest tests/browser
+
+# The formatter and the linter over the library and its tests (settings in pyproject.toml):
+# `make lint` fails on code that `make format` would rewrite or that ruff check flags.
+RUFF := $(PY) -m ruff
+lint:
+	$(RUFF) format --check --quiet lib tests conftest.py
+	$(RUFF) check --quiet lib tests conftest.py
+
+format:
+	$(RUFF) format lib tests conftest.py
 
 # What needs no torch or Triton (the conda route's checks): the doctests and strict nbval over every
 # notebook, then both again under OpenBLAS's Prescott kernels (SSE3, on every x86-64 CPU), so a

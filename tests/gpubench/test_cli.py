@@ -21,9 +21,14 @@ STARTS = {
 }
 
 
+#: the sections, declarations that cli.section_main hands to the one loop, gpubench.core.measure
+SECTIONS = ("prefill", "decode", "paged", "cascade", "variants", "scheduled")
+
+
 def _no_start(monkeypatch, mod):
-    m = importlib.import_module(f"attnlab.gpubench.{mod}")
-    monkeypatch.setattr(m, STARTS.get(mod, "run"), lambda *a, **k: pytest.fail(f"{mod} started"))
+    m = importlib.import_module(f"attnlab.gpubench.{'core' if mod in SECTIONS else mod}")
+    start = "measure" if mod in SECTIONS else STARTS.get(mod, "run")
+    monkeypatch.setattr(m, start, lambda *a, **k: pytest.fail(f"{mod} started"))
 
 
 def _refused(capsys, mod, argv, names):
@@ -145,9 +150,10 @@ def test_dry_runs_the_small_cases_on_the_cpu(capsys, tmp_path):
         == 0
     )
     rows = json.loads(out.read_text())["rows"]
-    assert {(r["batch"], r["context"]) for r in rows} == {(2, 20)}
-    assert {r["impl"] for r in rows} == {"paged", "contiguous"} and {r.get("page_size") for r in rows} >= {3}
-    assert all(r["max_err"] < 5e-2 for r in rows)
+    assert {(r["shape"]["batch"], r["shape"]["context"]) for r in rows} == {(2, 20)}
+    assert {r["impl"].split()[0] for r in rows} == {"paged", "contiguous"}
+    assert {r["shape"].get("page_size") for r in rows} == {3, None}  # the pool and the contiguous copy
+    assert all(r["error"] < 5e-2 and r["ours"] for r in rows)
     assert "paged" in capsys.readouterr().out
 
 

@@ -13,139 +13,77 @@ import pytest
 from attnlab.explore import measured
 from attnlab.explore.measured import reader
 from attnlab.gpubench.run import default_path
-from attnlab.runfile import COLUMNS, SCHEMA, own_row, section_rows, to_schema
+from attnlab.runfile import COLUMNS, SCHEMA, case_text, impl_text, rank, row, to_schema
 
 
-def test_section_rows_by_hand():
-    rows = section_rows(
+def _prefill(impl, us, causal=True, flop=5e9, nbytes=1e6, err=1e-3, ours=False):
+    return row(
         "prefill",
-        [
-            {
-                "batch": 1,
-                "N": 8,
-                "causal": True,
-                "impl": "ours-hopper",
-                "us": 10.0,
-                "flops": 5e9,
-                "bytes": 1e6,
-                "max_err": 1e-3,
-            },
-            {
-                "batch": 1,
-                "N": 8,
-                "causal": True,
-                "impl": "sdpa-cudnn",
-                "us": 8.0,
-                "flops": 5e9,
-                "bytes": 1e6,
-                "max_err": 2e-3,
-            },
-            {
-                "batch": 1,
-                "N": 8,
-                "causal": True,
-                "impl": "flex",
-                "us": 20.0,
-                "flops": 5e9,
-                "bytes": 1e6,
-                "max_err": 2e-3,
-            },
-            {
-                "batch": 1,
-                "N": 8,
-                "causal": True,
-                "impl": "standard",
-                "us": 1.0,
-                "flops": 5e9,
-                "bytes": 1e8,
-                "max_err": 0.0,
-            },
-            {
-                "batch": 1,
-                "N": 8,
-                "causal": False,
-                "impl": "ours-fa2",
-                "us": 4.0,
-                "flops": 1e9,
-                "bytes": 1e6,
-                "max_err": 0.0,
-                "x_best": 9.0,
-            },
-        ],
+        {"batch": 1, "N": 8, "causal": causal},
+        impl,
+        {},
+        ours=ours,
+        time_us=us,
+        flop=flop,
+        nbytes=nbytes,
+        error=err,
         commit="c" * 40,
     )
-    hop, cudnn, flex, std, alone = rows
-    assert all(tuple(r) == COLUMNS for r in rows)
+
+
+def test_rows_and_their_ranks_by_hand():
+    hop, cudnn, flex, std, alone = rank(
+        [
+            _prefill("ours-hopper", 10.0, ours=True),
+            _prefill("sdpa-cudnn", 8.0, err=2e-3),
+            _prefill("flex", 20.0),
+            _prefill("standard", 1.0, nbytes=1e8, err=0.0),
+            _prefill("ours-fa2", 4.0, causal=False, flop=1e9, err=0.0, ours=True),
+        ],
+        unranked=("standard",),
+    )
+    assert all(tuple(r) == COLUMNS for r in (hop, cudnn, flex, std, alone))
     assert hop["what"] == "batch 1, N 8, causal" and alone["what"] == "batch 1, N 8"
     assert hop["ours"] and not cudnn["ours"] and alone["ours"] and hop["commit"] == "c" * 40
     # best time / this time: higher is better, 1.0 = the fastest ("standard" takes no part)
     assert cudnn["ratio_to_best"] == 1.0 and hop["ratio_to_best"] == pytest.approx(8 / 10)
     assert flex["ratio_to_best"] == pytest.approx(8 / 20) and std["ratio_to_best"] is None
-    assert alone["ratio_to_best"] == 1.0 and "x_best" not in alone["extra"]
-    assert hop["tflops"] == pytest.approx(5e9 / 10e-6 / 1e12) and hop["tbps"] == pytest.approx(
-        1e6 / 10e-6 / 1e12
-    )
+    assert alone["ratio_to_best"] == 1.0
+    assert hop["tflops"] == pytest.approx(5e9 / 10e-6 / 1e12)
+    assert hop["tbps"] == pytest.approx(1e6 / 10e-6 / 1e12)
     assert hop["error"] == 1e-3 and hop["shape"] == {"batch": 1, "N": 8, "causal": True}
 
 
-def test_section_rows_name_decode_impls_with_their_split_and_page():
-    a, b = section_rows(
-        "paged",
-        [
-            {
-                "batch": 2,
-                "context": 64,
-                "impl": "paged",
-                "page_size": 16,
-                "splits": 4,
-                "auto": True,
-                "us": 2.0,
-                "bytes": 8e6,
-                "max_err": 0.0,
-                "plan_us": 3.0,
-            },
-            {
-                "batch": 2,
-                "context": 64,
-                "impl": "flashinfer-tc",
-                "page_size": 16,
-                "us": 3.0,
-                "bytes": 8e6,
-                "max_err": 0.0,
-            },
-        ],
+def test_impl_and_case_texts_name_the_launch():
+    assert impl_text("paged", {"page_size": 16, "splits": 4, "auto": True}) == "paged ps16 s4 auto"
+    assert impl_text("flashinfer-tc", {"page_size": 16, "splits": None}) == "flashinfer-tc ps16"
+    assert impl_text("sched", {"auto": False, "ctas": 264}) == "sched ctas=264"
+    assert case_text({"n": 2, "prefix": 4, "unique": 1}) == "n 2, prefix 4, unique 1"
+    assert (
+        case_text({"batch": 1, "N": 8, "causal": False, "variant": "causal"})
+        == "batch 1, N 8, variant causal"
     )
-    assert a["impl"] == "paged ps16 s4 auto" and b["impl"] == "flashinfer-tc ps16"
-    assert a["ratio_to_best"] == 1.0 and b["ratio_to_best"] == pytest.approx(2 / 3)
-    assert a["flop"] is None and a["tflops"] is None and a["extra"] == {"impl": "paged", "plan_us": 3.0}
-    (c,) = section_rows(
-        "cascade",
-        [{"n": 2, "prefix": 4, "unique": 1, "impl": "cascade", "us": 1.0, "kv_bytes": 2e6, "max_err": 1e-4}],
-    )
-    (d,) = section_rows(
-        "decode", [{"batch": 1, "context": 8, "splits": 2, "us": 1.0, "bytes": 1e6, "rel_err": None}]
-    )
-    assert c["bytes"] == 2e6 and own_row(c)["kv_bytes"] == 2e6 and d["impl"] == "ours s2" and d["ours"]
-    assert own_row(d) == {
-        "batch": 1,
-        "context": 8,
-        "splits": 2,
-        "us": 1.0,
-        "bytes": 1e6,
-        "tb_per_s": 1.0,
-        "rel_err": None,
-    }
+    a = row("paged", {"batch": 2}, "paged", {"page_size": 16}, ours=True, time_us=2.0, extra={"plan_us": 3.0})
+    assert a["flop"] is None and a["tflops"] is None and a["extra"] == {"plan_us": 3.0}
 
 
 def test_bad_input_names_the_parameter():
-    with pytest.raises(ValueError, match="section must be one of"):
-        section_rows("nope", [])
-    with pytest.raises(TypeError, match="rows must be a list"):
-        section_rows("paged", {"us": 1.0})
-    with pytest.raises(ValueError, match="rows: each row needs a number under 'us'"):
-        section_rows("paged", [{"us": None}])
+    with pytest.raises(ValueError, match="time_us must be a positive number"):
+        row("paged", {"batch": 1}, "paged", {}, ours=True, time_us=float("nan"))
+    with pytest.raises(ValueError, match="time_us must be a positive number"):
+        row("paged", {"batch": 1}, "paged", {}, ours=True, time_us=0.0)
+    with pytest.raises(TypeError, match="ours must be True or False"):
+        row("paged", {"batch": 1}, "paged", {}, ours="False", time_us=1.0)
+    with pytest.raises(TypeError, match="case must be a dict"):
+        row("paged", [1], "paged", {}, ours=True, time_us=1.0)
+    with pytest.raises(TypeError, match="name must be a non-empty str"):
+        row("paged", {"batch": 1}, "", {}, ours=True, time_us=1.0)
     with pytest.raises(ValueError, match="old must be a run file"):
         to_schema({"rows": []})
+    with pytest.raises(ValueError, match="no section of a file recorded before the schema"):
+        to_schema({"sections": {"nope": {"rows": [{"us": 1.0}]}}})
+    with pytest.raises(ValueError, match="rows: each row needs a number under 'us'"):
+        to_schema({"sections": {"paged": {"rows": [{"us": None}]}}})
 
 
 def test_convert_keeps_every_section_row_and_drops_x_best():
@@ -177,8 +115,16 @@ def test_convert_keeps_every_section_row_and_drops_x_best():
     new = to_schema(old)
     assert new["schema"] == SCHEMA and new["sections"] == {"paged": {"shape": {"heads": 32}}, "decode": {}}
     assert [r["commit"] for r in new["rows"]] == ["b" * 40, "a" * 40]
-    paged = {k: v for k, v in old["sections"]["paged"]["rows"][0].items() if k != "x_best"}
-    assert own_row(new["rows"][0]) == paged and to_schema(new) is new
+    p, d = new["rows"]
+    assert (p["what"], p["impl"], p["shape"]) == (
+        "batch 1, context 8",
+        "paged ps16 s2",
+        {"batch": 1, "context": 8, "page_size": 16, "splits": 2},
+    )
+    assert (p["time_us"], p["bytes"], p["tbps"], p["error"], p["ours"]) == (4.0, 4e6, 1.0, 0.0, True)
+    assert p["extra"] == {"impl": "paged"}  # x_best (two meanings) and the derived TB/s are gone
+    assert (d["impl"], d["error"], d["ours"]) == ("ours s1", 1e-3, True)  # decode's error: rel_err
+    assert to_schema(new) is new
 
 
 def test_the_recorded_file_is_in_the_schema_and_its_sections_read_back():
@@ -187,9 +133,7 @@ def test_the_recorded_file_is_in_the_schema_and_its_sections_read_back():
         raw = json.load(f)
     assert raw["schema"] == SCHEMA and all(tuple(r) == COLUMNS for r in raw["rows"])
     assert all("rows" not in sec for sec in raw["sections"].values())
-    assert section_rows(
-        "paged", measured.section(res, "paged")["rows"], raw["commits_by_section"]["paged"]
-    ) == [r for r in raw["rows"] if r["section"] == "paged"]
+    assert measured.section(res, "paged")["rows"] == [r for r in raw["rows"] if r["section"] == "paged"]
     for r in raw["rows"]:  # one direction: 1.0 = the fastest of its case
         if r["ratio_to_best"] is not None:
             assert 0 < r["ratio_to_best"] <= 1.0
@@ -425,11 +369,11 @@ def test_the_run_file_reads_back_what_it_wrote_and_refuses_a_broken_one(tmp_path
     schema, or whose row lacks a column is refused by name, before or after writing."""
     from attnlab import runfile
 
-    rows = section_rows("paged", [{"batch": 1, "context": 8, "impl": "paged", "us": 2.0, "bytes": 4e6}])
+    rows = [row("paged", {"batch": 1, "context": 8}, "paged", {}, ours=True, time_us=2.0, nbytes=4e6)]
     run = {"schema": SCHEMA, "device": "x", "sections": {"paged": {}}, "rows": rows}
     path = tmp_path / "x-2026-01-01.json"
     runfile.write(path, run)
-    assert runfile.read(path) == run and reader.load(path)["sections"]["paged"]["rows"][0]["us"] == 2.0
+    assert runfile.read(path) == run and reader.load(path)["sections"]["paged"]["rows"][0]["time_us"] == 2.0
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ValueError, match="bad.json is not JSON"):
         runfile.read(tmp_path / "bad.json")

@@ -15,7 +15,7 @@ import attnlab.gpubench as gb
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 from attnlab.gpubench.core import header, time_per_call  # noqa: E402
-from attnlab.gpubench.reference import reference
+from attnlab.gpubench.reference import reference  # noqa: E402
 
 
 def _attention(q, k, v, visible, soft_cap=None):
@@ -93,50 +93,37 @@ def test_no_gpubench_module_imports_a_private_name():
 
 def test_a_section_prints_its_rows_in_the_schema_columns():
     from attnlab.gpubench.core import table
+    from attnlab.runfile import rank, row
 
-    res = {
-        "device": "cpu",
-        "sms": None,
-        "torch": "t",
-        "triton": "tr",
-        "commit": "c",
-        "rows": [
-            {
-                "batch": 1,
-                "context": 8,
-                "impl": "paged",
-                "page_size": 16,
-                "splits": 2,
-                "us": 2.0,
-                "bytes": 4e6,
-                "max_err": 1e-3,
-            },
-            {
-                "batch": 1,
-                "context": 8,
-                "impl": "flashinfer-tc",
-                "page_size": 16,
-                "us": 4.0,
-                "bytes": 4e6,
-                "max_err": 0.0,
-            },
-        ],
-    }
-    lines = table(res, "paged").splitlines()
+    rows = rank(
+        [
+            row(
+                "paged",
+                {"batch": 1, "context": 8},
+                "paged",
+                {"page_size": 16, "splits": 2},
+                ours=True,
+                time_us=2.0,
+                nbytes=4e6,
+                error=1e-3,
+            ),
+            row(
+                "paged",
+                {"batch": 1, "context": 8},
+                "flashinfer-tc",
+                {"page_size": 16},
+                ours=False,
+                time_us=4.0,
+                nbytes=4e6,
+                error=0.0,
+            ),
+        ]
+    )
+    res = {"device": "cpu", "sms": None, "torch": "t", "triton": "tr", "commit": "c", "rows": rows}
+    lines = table(res).splitlines()
     assert lines[1].split() == ["section", "case", "impl", "us", "TFLOP/s", "TB/s", "best/us", "err"]
     assert lines[3].split()[-4:] == ["2.0", "2.00", "1.00", "1.0e-03"]  # 4e6 B in 2 us: 2 TB/s
     assert lines[4].split()[-4:] == ["4.0", "1.00", "0.50", "0.0e+00"]  # twice the fastest's time
-
-
-def test_a_failing_peer_is_reported_and_dropped_alone(capsys):
-    from attnlab.gpubench.core import flashinfer_last, try_peer
-
-    got = []
-    assert try_peer("fine", got.append, 1) and got == [1]
-    assert not try_peer("broken", lambda: 1 / 0, word="failed")
-    assert "  broken: failed\n" in capsys.readouterr().out
-    assert flashinfer_last(("flashinfer", "ours")) == [["ours"], ["flashinfer"]]
-    assert flashinfer_last(("ours",)) == [["ours"]]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path")

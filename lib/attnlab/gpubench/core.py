@@ -7,7 +7,6 @@ only after its output matched the reference)."""
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -385,7 +384,7 @@ def _row(section: Section, impl: Impl, launch: Launch, c, ctx, err, times: list,
 
 
 def _case_rows(section: Section, phase, c, ctx) -> list:
-    """The rows of one Case: every launch of every implementation of the phase checked, then timed
+    """(impl, row) of one Case: every launch of every implementation of the phase checked, then timed
     (once each, in turn; or, with section.repeats > 1, all of them round-robin that many times, so
     that a drift of the machine falls on every implementation alike)."""
     import traceback
@@ -402,7 +401,7 @@ def _case_rows(section: Section, phase, c, ctx) -> list:
                 if section.repeats == 1:  # timed now: a launch may depend on the generator's state
                     t = _timed(section, launch, got[0])
                     if t is not None:
-                        rows.append(_row(section, impl, launch, c, ctx, got[1], [t[0]], t[1]))
+                        rows.append((impl, _row(section, impl, launch, c, ctx, got[1], [t[0]], t[1])))
                 else:
                     todo.append((impl, launch, *got, []))
         except Exception:  # noqa: BLE001 - a peer missing or changed: drop its rows here
@@ -415,7 +414,7 @@ def _case_rows(section: Section, phase, c, ctx) -> list:
                 times.append(t[0])
                 hows[id(launch)] = t[1]
     rows += [
-        _row(section, impl, launch, c, ctx, err, times, hows[id(launch)])
+        (impl, _row(section, impl, launch, c, ctx, err, times, hows[id(launch)]))
         for impl, launch, o, err, times in todo
         if times
     ]
@@ -481,7 +480,7 @@ def measure(
     if section.settings:
         res.update(section.settings(ctx))
     print(f"{section.name}: {res['device']}, torch {res['torch']}, triton {res['triton']}", flush=True)
-    unranked = tuple(i.name for i in section.impls if not i.ranked)
+    unranked = set()  # the row names of implementations left out of ratio_to_best
     for phase in phases([i for i in section.impls if i.name in chosen]):
         lib = phase[0].library
         if lib:
@@ -494,11 +493,14 @@ def measure(
                 f"{section.name} {' x '.join(map(str, case))}: {', '.join(i.name for i in phase)}", flush=True
             )
             for c in section.inputs(torch, case, ctx):
-                res["rows"] += _case_rows(section, phase, c, ctx)
+                for impl, r in _case_rows(section, phase, c, ctx):
+                    res["rows"].append(r)
+                    if not impl.ranked:
+                        unranked.add(r["impl"].split(" ")[0])
                 write_json(out, res)
             if cuda:
                 torch.cuda.empty_cache()
-    rank(res["rows"], unranked)
+    rank(res["rows"], tuple(unranked))
     if section.finish:
         section.finish(res["rows"])
     write_json(out, res)
