@@ -25,6 +25,12 @@ STARTS = {
 SECTIONS = ("prefill", "decode", "paged", "cascade", "variants", "scheduled")
 
 
+def test_the_harness_finds_every_section_by_its_declaration():
+    from attnlab.gpubench.run import SECTIONS as found
+
+    assert found == tuple(sorted(SECTIONS))
+
+
 def _no_start(monkeypatch, mod):
     m = importlib.import_module(f"attnlab.gpubench.{'core' if mod in SECTIONS else mod}")
     start = "measure" if mod in SECTIONS else STARTS.get(mod, "run")

@@ -5,15 +5,10 @@ measured in one run on one GPU, written to one file.
     python -m attnlab.gpubench --sections prefill,decode --out run.json --merge
     python -m attnlab.gpubench --dry                    # tiny sizes on a CPU (Triton interpreter): the code path
 
-Sections (each a declaration, gpubench.core.Section, runnable alone; this module runs each
-through the one loop, gpubench.core.measure, and keeps its settings under "sections"):
-
-    prefill    gpubench.prefill    ours (FA2, Hopper) vs SDPA flash / cuDNN, FlexAttention, FlashInfer fa2 / fa3
-    decode     gpubench.decode     split-KV decode, a split sweep measured beside `hardware.decode_time`
-    paged      gpubench.paged      paged decode vs contiguous, SDPA and FlashInfer's decode wrapper
-    cascade    gpubench.cascade    cascade decode vs paged decode over full tables and FlashInfer's wrappers
-    variants   gpubench.variants   variants compiled into the prefill kernel vs compiled FlexAttention
-    scheduled  gpubench.scheduled  the persistent kernel under three plans, replayed in one CUDA graph
+Sections: every module of this package that declares `SECTION = core.Section(...)` (today
+cascade, decode, paged, prefill, scheduled, variants; each module's docstring says what it
+measures, and `python -m attnlab.gpubench.<name>` runs it alone). Each runs through the one
+loop, gpubench.core.measure, and keeps its settings under "sections".
 
 The ceilings (copy bandwidth, bf16 matmul rate) are measured once, first, and every section reads
 against them. Every section's rows go into the file's one table, "rows", in the one schema of
@@ -36,7 +31,25 @@ from attnlab.runfile import SCHEMA, read, write
 
 __all__ = ["SECTIONS", "run", "default_path", "table", "main"]
 
-SECTIONS = ("prefill", "decode", "paged", "cascade", "variants", "scheduled")
+
+def _declared() -> tuple:
+    """The sections: every module of this package that declares a SECTION (a core.Section), by
+    name, so that a new section is its own file and nothing here."""
+    import pkgutil
+
+    from attnlab.gpubench.core import Section
+
+    names = []
+    for info in pkgutil.iter_modules([os.path.dirname(__file__)]):
+        if info.ispkg or info.name.startswith("_") or info.name == "run":  # __main__ would run
+            continue
+        mod = importlib.import_module(f"{__package__}.{info.name}")
+        if isinstance(getattr(mod, "SECTION", None), Section):
+            names.append(info.name)
+    return tuple(sorted(names))
+
+
+SECTIONS = _declared()
 
 
 def default_path(device: str, date: str) -> str:
