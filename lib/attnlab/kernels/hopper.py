@@ -49,6 +49,10 @@ What it leaves out on purpose: the backward pass, FP8 (FA3's third idea), dropou
 KV, autotuning (the sweep picks block sizes), persistent kernels, and FA3's two explicit schedules
 that Triton does not expose on Hopper: the ping-pong of two consumer warpgroups and the
 intra-warpgroup overlap of one tile's softmax with the next tile's MMA.
+
+This file is long because its docstring is the launcher's contract (the steps, the record, the
+layout) and the launcher's fallback loop fills the record that `steps_run()`, `dropped_steps()`
+and `report=` read; the kernel, its checks and the launch table live in files of their own.
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ The KV loop runs in three stages: the window's lower edge (masked), the tiles ev
 mask with causal_split), the diagonal band and the ragged end (masked). Under TRITON_INTERPRET=1
 the interpreter runs the tensor-descriptor loads and stores too, so the tests check every step's
 arithmetic; warp_specialize changes nothing there.
+
+This file is long because the six steps and the two variants are compile-time switches of one
+kernel and its one tile function (`tile`), so that each timed step set differs from the one
+before by exactly one change; split per step, the shared loop would be written once per kernel.
 """
 
 from __future__ import annotations
