@@ -1,5 +1,9 @@
 """Notebook 03's views of a run: the prefill section beside the libraries and the model, and the
-recorded step sweeps of the Hopper and Gluon kernels."""
+recorded step sweeps of the Hopper and Gluon kernels.
+
+Long because it holds all three of notebook 03's measured views side by side (the prefill
+section; the Hopper step sweep, with the rewriting of its one recording made before the run
+file's schema; the Gluon step run), each a table and most a figure."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ from matplotlib import colormaps
 
 from attnlab.explore import style
 from attnlab.explore.measured import reader
-from attnlab.explore.measured.reader import provenance, section
+from attnlab.explore.measured.reader import impl_name, provenance, section
+from attnlab.runfile import COLUMNS, case_text, impl_text, rank
 
 __all__ = [
     "PREFILL_IMPLS",
@@ -51,8 +56,13 @@ PREFILL_COLORS = {
 }
 
 
+def _case(r) -> tuple:
+    """(batch, N, causal) of a prefill row."""
+    return r["shape"]["batch"], r["shape"]["N"], r["shape"]["causal"]
+
+
 def _prefill_cases(sec):
-    return sorted({(r["batch"], r["N"], r["causal"]) for r in sec["rows"]}, key=lambda c: (c[2], c[0], c[1]))
+    return sorted({_case(r) for r in sec["rows"]}, key=lambda c: (c[2], c[0], c[1]))
 
 
 def prefill_summary(res: dict) -> str:
@@ -63,18 +73,18 @@ def prefill_summary(res: dict) -> str:
     sec = section(res, "prefill")
     rows = []
     for case in _prefill_cases(sec):
-        at = {r["impl"]: r for r in sec["rows"] if (r["batch"], r["N"], r["causal"]) == case}
-        peers = {k: r for k, r in at.items() if not k.startswith("ours") and k != "standard"}
-        best = min(peers, key=lambda k: peers[k]["us"])
+        at = {impl_name(r): r for r in sec["rows"] if _case(r) == case}
+        peers = {k: r for k, r in at.items() if not r["ours"] and k != "standard"}
+        best = min(peers, key=lambda k: peers[k]["time_us"])
         row = {"case": f"{case[0]} x {case[1] // 1024}K", "mask": "causal" if case[2] else "none"}
         row.update({k: at[k]["tflops"] if k in at else float("nan") for k in PREFILL_IMPLS})
         fast = [at[k] for k in ("ours-hopper", "ours-gluon") if k in at] or [at["ours-fa2"]]
-        hop = min(fast, key=lambda r: r["us"])  # our fastest kernel of the case
+        hop = min(fast, key=lambda r: r["time_us"])  # our fastest kernel of the case
         row.update(
             best=best,
-            ratio=peers[best]["us"] / hop["us"],
-            model=hop["model_us"] / hop["us"],
-            err=max(r["max_err"] for r in at.values()),
+            ratio=peers[best]["time_us"] / hop["time_us"],
+            model=hop["extra"]["model_us"] / hop["time_us"],
+            err=max(r["error"] for r in at.values()),
         )
         rows.append(row)
     head = (
@@ -118,22 +128,13 @@ def prefill_figure(res: dict, batch: int = 1):
     sec = section(res, "prefill")
     fig = style.new_figure(2, height=4.4)
     peak = res.get("ceilings_by_section", {}).get("prefill", res["ceilings"])["bf16_matmul_flops"] / 1e12
-    impls = [k for k in PREFILL_IMPLS if any(r["impl"] == k for r in sec["rows"])]
+    impls = [k for k in PREFILL_IMPLS if any(impl_name(r) == k for r in sec["rows"])]
     w = 0.8 / len(impls)
     for ax, causal in zip(fig.axes, (False, True)):
-        Ns = sorted({r["N"] for r in sec["rows"] if r["batch"] == batch and r["causal"] == causal})
+        Ns = sorted({n for b, n, c in map(_case, sec["rows"]) if (b, c) == (batch, causal)})
+        tflops = {(*_case(r), impl_name(r)): r["tflops"] for r in sec["rows"]}
         for j, impl in enumerate(impls):
-            tf = [
-                next(
-                    (
-                        r["tflops"]
-                        for r in sec["rows"]
-                        if (r["batch"], r["N"], r["causal"], r["impl"]) == (batch, n, causal, impl)
-                    ),
-                    np.nan,
-                )
-                for n in Ns
-            ]
+            tf = [tflops.get((batch, n, causal, impl), np.nan) for n in Ns]
             ax.bar(
                 np.arange(len(Ns)) + (j - (len(impls) - 1) / 2) * w,
                 tf,
@@ -165,50 +166,122 @@ def prefill_figure(res: dict, batch: int = 1):
     return fig
 
 
-def hopper_steps_summary(name: str = "h200-2026-12-01-hopper-steps.json") -> str:
-    """A recorded `python -m attnlab.gpubench.sweeps.hopper` run: each cumulative step of the Hopper kernel
-    (TFLOP/s and its gain over the step before), then the best launch, against the best library."""
-    res = reader.recorded(name)
-    cases = sorted({(r["N"], r["causal"]) for r in res["rows"]}, key=lambda c: (c[1], c[0]))
-    names = ["base", *["+".join(res["steps"][: i + 1]) for i in range(len(res["steps"]))]]
+#: how a row was timed (gpubench.core.time_per_call's "how", or the recording's do_bench), in words
+_TIMING = {
+    "graph": "CUDA-graph replay",
+    "events": "CUDA events",
+    "wall": "wall clock (a dry run)",
+    "do_bench": "triton.testing.do_bench",
+}
+#: the launch parameters of a grid row of the Hopper step sweep
+_GRID = ("block_m", "block_n", "num_warps", "num_stages")
+
+
+def _sweep_rows(res: dict) -> tuple[list, bool]:
+    """(rows in the run file's columns, recorded before the schema?) of a Hopper step sweep. A
+    file written by `python -m attnlab.gpubench.sweeps.hopper` has them; one recorded before the
+    schema (times in ms by triton.testing.do_bench, each launch's label its impl, checked at
+    N = 1000 only) is rewritten into them with every number as recorded: its check's error goes
+    to extra["checked_at"], error stays None (not checked at the timed size)."""
+    if all(tuple(r) == COLUMNS for r in res["rows"]):
+        return res["rows"], False
+    checks = {(c["config"], c["causal"]): c for c in res.get("checks", [])}
     rows = []
+    for r in res["rows"]:
+        label, launch = r["impl"], {}
+        if r["peer"]:
+            name = label
+        elif "block_m" in r:  # "all 128x64 w8 s2": all steps (all-ws: but warp_specialize)
+            name, launch = "hopper", {"steps": label.split()[0], **{k: r[k] for k in _GRID}}
+        elif "steps" in r:
+            name, launch = "hopper", {"steps": label}
+        else:
+            name = "fa2"
+        case = {"batch": res["shape"]["batch"], "N": r["N"], "causal": r["causal"]}
+        check = checks.get((label, r["causal"]))
+        extra = {"timing": "do_bench"}
+        if check:
+            extra["checked_at"] = {"N": check["n"], "error": check["max_err"]}
+        rows.append(
+            {
+                "section": "hopper-steps",
+                "what": case_text(case),
+                "impl": impl_text(name, launch),
+                "shape": {**case, **launch},
+                "ours": not r["peer"],
+                "time_us": r["ms"] * 1e3,
+                "flop": None,
+                "bytes": None,
+                "tflops": r["tflops"],
+                "tbps": None,
+                "ratio_to_best": None,
+                "error": None,
+                "commit": None,
+                "extra": extra,
+            }
+        )
+    return rank(rows), True
+
+
+def hopper_steps_summary(name: str = "h200-2026-12-01-hopper-steps.json") -> str:
+    """A Hopper step sweep (`python -m attnlab.gpubench.sweeps.hopper`, recorded in
+    data/measurements/): each cumulative step of the Hopper kernel at its default launch (TFLOP/s
+    and its gain over the step before), then the grid's best launch, against the best library."""
+    res = reader.recorded(name)
+    rows, old = _sweep_rows(res)
+    cases = sorted({(r["shape"]["N"], r["shape"]["causal"]) for r in rows}, key=lambda c: (c[1], c[0]))
+    names = ["base", *["+".join(res["steps"][: i + 1]) for i in range(len(res["steps"]))]]
+    out = []
     for case in cases:
-        at = {r["impl"]: r for r in res["rows"] if (r["N"], r["causal"]) == case}
-        peer = max(r["tflops"] for r in at.values() if r.get("peer"))
+        at = [r for r in rows if (r["shape"]["N"], r["shape"]["causal"]) == case]
+        peer = max(r["tflops"] for r in at if not r["ours"])
+        steps = {
+            r["shape"]["steps"]: r["tflops"]
+            for r in at
+            if impl_name(r) == "hopper" and "block_m" not in r["shape"]
+        }
         prev = None
         for n in names:
-            if n in at:
-                t = at[n]["tflops"]
-                rows.append(
+            if n in steps:
+                out.append(
                     {
                         "case": f"{case[0] // 1024}K{' causal' if case[1] else ''}",
                         "step": n.split("+")[-1] if n != "base" else "base (FA2 loop)",
-                        "tflops": t,
-                        "gain": t / prev if prev else float("nan"),
-                        "vs": t / peer,
+                        "tflops": steps[n],
+                        "gain": steps[n] / prev if prev else float("nan"),
+                        "vs": steps[n] / peer,
                     }
                 )
-                prev = t
-        ours = {k: r for k, r in at.items() if k.startswith("all")}
-        if ours:
-            best = max(ours, key=lambda k: ours[k]["tflops"])
-            rows.append(
+                prev = steps[n]
+        grid = [r for r in at if "block_m" in r["shape"]]
+        if grid:
+            best = max(grid, key=lambda r: r["tflops"])
+            s = best["shape"]
+            out.append(
                 {
-                    "case": rows[-1]["case"],
-                    "step": f"best launch: {best}",
-                    "tflops": ours[best]["tflops"],
+                    "case": out[-1]["case"],
+                    "step": f"best launch: {s['steps']} {s['block_m']}x{s['block_n']} "
+                    f"w{s['num_warps']} s{s['num_stages']}",
+                    "tflops": best["tflops"],
                     "gain": float("nan"),
-                    "vs": ours[best]["tflops"] / peer,
+                    "vs": best["tflops"] / peer,
                 }
             )
+    sh = res["shape"]
+    timing = ", ".join(sorted({_TIMING[r["extra"]["timing"].split()[0]] for r in rows}))
     head = (
         f"{res['device']} ({res['sms']} SMs), {res['date']}: torch {res['torch']}, Triton {res['triton']}, "
-        f"FlashInfer {res.get('flashinfer')}; batch 1, 32/8 heads, d = 128, bf16; triton.testing.do_bench\n"
-        "each step adds one change to the one above; steps at their default launch of that day "
-        "(big_tiles then ran 2 stages: the 'best launch' row is 128 x 128 tiles, 3 stages)\n"
+        f"FlashInfer {res.get('flashinfer')}; batch 1, {sh['heads']}/{sh['kv_heads']} heads, "
+        f"d = {sh['head_dim']}, bf16; {timing}\n"
+        "each step adds one change to the one above; steps at their default launch"
+        + (
+            " of that day (big_tiles then ran 2 stages: the 'best launch' row is 128 x 128 tiles, 3 stages)\n"
+            if old
+            else "\n"
+        )
     )
     return head + style.table(
-        rows,
+        out,
         {"case": "N", "step": "step", "tflops": "TFLOP/s", "gain": "x previous", "vs": "/ best library"},
         {"tflops": ".0f", "gain": ".2f", "vs": ".2f"},
     )
