@@ -197,10 +197,11 @@ def test_prefill_summary_ratios_come_from_the_rows():
     ours, libs = text.split("the libraries")
     assert len(_cells(libs, r"\d+ x \d+K\s")) == len(_cells(ours, r"\d+ x \d+K\s"))
     lines = _cells(ours, r"\d+ x \d+K\s")
-    assert len(lines) == len({(r["batch"], r["N"], r["causal"]) for r in sec["rows"]})
+    assert len(lines) == len({r["what"] for r in sec["rows"]})
     for cells in lines:
         b, n, causal = int(cells[0]), int(cells[2][:-1]) * 1024, cells[3] == "causal"
-        at = {r["impl"]: r["us"] for r in sec["rows"] if (r["batch"], r["N"], r["causal"]) == (b, n, causal)}
+        what = case_text({"batch": b, "N": n, "causal": causal})
+        at = {r["impl"]: r["time_us"] for r in sec["rows"] if r["what"] == what}
         best = min(v for k, v in at.items() if not k.startswith("ours") and k != "standard")
         ours = min(v for k, v in at.items() if k in ("ours-hopper", "ours-gluon"))  # our fastest kernel
         assert cells[-3] == f"{best / ours:.2f}"
@@ -273,18 +274,17 @@ def test_the_harness_runs_a_section_end_to_end_on_the_cpu(tmp_path):
 
 
 def test_prefill_verdicts_apply_the_kernel_rule_per_case():
-    from attnlab.gpubench.prefill import _verdicts
+    from attnlab.gpubench.prefill import verdicts
 
-    case = {"batch": 1, "N": 4096, "causal": False}
     rows = [
-        {**case, "impl": "sdpa-flash", "max_err": 4e-3},
-        {**case, "impl": "sdpa-cudnn", "max_err": 2e-3},
-        {**case, "impl": "ours-gluon", "max_err": 5e-3},
-        {**case, "impl": "ours-hopper", "max_err": 5.1e-3},
-        {**case, "causal": True, "impl": "ours-fa2", "max_err": 1e-3},
+        _prefill("sdpa-flash", 1.0, causal=False, err=4e-3),
+        _prefill("sdpa-cudnn", 1.0, causal=False, err=2e-3),
+        _prefill("ours-gluon", 1.0, causal=False, err=5e-3, ours=True),
+        _prefill("ours-hopper", 1.0, causal=False, err=5.1e-3, ours=True),
+        _prefill("ours-fa2", 1.0, err=1e-3, ours=True),  # causal: no SDPA row of its case
     ]
-    _verdicts(rows)
-    assert [r.get("within_rule") for r in rows] == [None, None, True, False, None]  # 2 x 2e-3 + 1e-3
+    verdicts(rows)
+    assert [r["extra"].get("within_rule") for r in rows] == [None, None, True, False, None]  # 2 x 2e-3 + 1e-3
 
 
 def test_gluon_steps_summary_comes_from_the_recorded_file(tmp_path, monkeypatch):
