@@ -21,6 +21,11 @@ quantiser has to cover the range. Everything is seeded.
 
 What this leaves out on purpose: P is not quantised before PV (FA3's FP8 kernel rounds it to
 FP8 too), accumulation is exact (float64), and nothing is fused or tiled.
+
+This file is long because it is one experiment from end to end: the quantiser, the seeded outlier
+inputs, the float64 reference and the error between them share their caches and size limits
+(`_inputs`, `_reference`, `_CACHE_BYTES`), so that a repeated setting costs nothing; apart, the
+error would reach into the inputs' private caches.
 """
 
 from __future__ import annotations

@@ -18,6 +18,11 @@ What still needs the network: MathJax, which typesets the formulas (nbconvert lo
 cdnjs). Offline the formulas show as their TeX source, e.g. `$\\Theta(N^2 d^2 / M)$`; for typeset
 formulas offline, point --mathjax-url at a local MathJax 2 (Debian: `apt-get install
 libjs-mathjax`, then `--mathjax-url "file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS_CHTML"`).
+
+This file is long because `make site` is one pass over the notebooks: nbconvert's template with the
+course's navigation, each notebook's index entry, its explorers turned into their committed figures,
+and the links between pages; each is a short function that `build` calls in turn on the same
+notebook nodes.
 """
 
 from __future__ import annotations

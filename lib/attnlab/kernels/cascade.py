@@ -20,6 +20,10 @@ cascade, whose levels' outputs are merged in their dtype); the prefix state stay
 Nothing reads the page table on the host (only shapes), so a call can be captured in a CUDA graph.
 Under TRITON_INTERPRET=1 dot products run in float32 and a bf16 output is rounded by torch, as in
 `kernels.paged`. Left out: more than two levels, prefixes shared by subsets of the batch.
+
+This file is long because its two kernels, the prefix plan and the launcher are one algorithm: the
+prefix kernel writes its partial states in the layout the merge kernel reads, and the plan sizes
+both; each part is short.
 """
 
 from __future__ import annotations

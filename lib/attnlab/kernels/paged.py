@@ -40,6 +40,11 @@ the whole batch), the HND layout (pass a permuted view: any strides are taken), 
 checks of `kernels.common`), chooses the launch (`launch_choices`, from the rules the H200 sweeps
 chose in `kernels.tuning`: `split_from_lengths`, `auto_splits`, `auto_launch`), and launches.
 `paged_span`, the gather loop, is shared with `kernels.scheduled`.
+
+This file is long because checking, choosing the launch and launching hand on what each resolved
+(the checked table, the lengths read once per table and remembered, the split that sizes the
+workspace), and `paged_span`, the gather loop, is the one `kernels.scheduled_kernels` runs too; each
+part is a short function.
 """
 
 from __future__ import annotations

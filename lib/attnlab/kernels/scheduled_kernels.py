@@ -22,6 +22,10 @@ plan gives the same bits as `paged_decode(splits=1)` with the same block size.
 
 `check_fit` refuses, on the host, a workspace whose items this batch cannot serve (the kernels
 trust their items: a request or KV head past the batch would read out of bounds).
+
+This file is long because the two kernels share the work-item layout and `merge_output`, the one
+merge that both the separate and the fused launch run, so that both give the same bits; `check_fit`
+and `routes` read that layout on the host.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Your own model: a Hugging Face `config.json` read into the course's `Model`, the configs shipped
 in data/configs/, and the KV cache it needs. What the course's models say about that model on a
-GPU you pick, the report notebook 00 prints, is `attnlab.course.your_model`.
+GPU you pick, the report notebook 00 prints, is `attnlab.machine.your_model`.
 
 `from_config` reads the fields attention needs: num_attention_heads, num_key_value_heads (absent:
 equal to the heads), head_dim (absent: hidden_size // num_attention_heads), num_hidden_layers,
@@ -17,6 +17,10 @@ hub's total for the dense models shipped here; pass `params=` to use your own nu
 
 `kv_bytes_per_token` and `kv_cache_bytes` count the cache (a window caps a windowed layer's);
 `prefill_shape` is the shape prefill kernels run (MLA unabsorbed).
+
+This file is long because one config.json is read field by field through one checked reader (`_int`,
+`_flag`), and the parameter count and the windowed layers read the same fields the same way, so a
+malformed field is refused alike wherever it is read.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ the two states with ⊕. KV tokens read and the prefix part's intensity.
 
 Pure part: `cascade_numbers(n, prefix, unique, g, gpu)` -> CascadeNumbers, from
 `attnlab.core.decode.cascade_intensity`; `cascade_check` runs `attnlab.core.decode.cascade_attention`.
+
+This file is long because §4.4's count (`cascade_numbers`), its table, its float64 check against
+per-request attention and the explorer that draws the count sit together, as in every section of
+notebook 04; the explorer's two panels are most of the lines.
 """
 
 from __future__ import annotations

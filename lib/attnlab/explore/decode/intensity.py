@@ -3,6 +3,10 @@ the queries per step, never with the batch; where that sits on the bf16 roofline
 
 Pure part: `decode_intensity(g, l_qo, l_kv, batch, gpu)` -> DecodeIntensity, with FLOPs, bytes
 and intensity from `attnlab.core.decode` and the roof from `attnlab.machine.hardware`.
+
+This file is long because the explorer's roofline places the same `DecodeIntensity` the two tables
+print (decode attention, the MHA / GQA / MLA references and a linear layer for contrast), and its
+artists, made once for blitting, are most of the lines.
 """
 
 from __future__ import annotations

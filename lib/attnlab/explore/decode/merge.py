@@ -5,6 +5,10 @@ same additions changes the last bits: why deterministic kernels fix the merge or
 
 Pure part: `merge_errors(splits, dtype, order, seed)` -> MergeErrors. The states and the merge are
 `attnlab.core.decode.split_kv_attention` and `attnlab.core.softmax.merge_states`.
+
+This file is long because the explorer's curve and its ringed point must come from the same folds,
+bit for bit: the cached chunk states, the lockstep fold over every split count (`_grid_merged`) and
+`merge_errors` share one set of caches; apart, the ring could sit off its line.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ on the simplified GPU of `attnlab.machine.hardware.decode_time` ("SMs share the 
 waves"), the SM occupancy over time, and the tables notebook 04 prints.
 
 Pure part: `split_kv_plan(batch, context, kv_heads, splits, gpu)` -> SplitPlan.
+
+This file is long because the explorer's two linked panels, SM occupancy over time and the time of
+every split count, draw one `SplitPlan`, and their artists (made once; the bar labels kept in the
+blitted background while the split slider moves) are most of the lines; the model itself is
+`machine.hardware.decode_time`.
 """
 
 from __future__ import annotations

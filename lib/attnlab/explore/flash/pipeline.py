@@ -6,6 +6,10 @@ the recorded H200 row of the same setting where the run holds one.
 Pure part: `pipeline_numbers(...)` -> PipelineNumbers, from `attnlab.machine.pipeline` (the
 drawn six tiles, and 64 tiles for the steady state) and the recorded step table
 (`attnlab.explore.measured.steps`).
+
+This file is long because the explorer and `model_beside_measured` set the one model
+(`machine.pipeline.schedule`) beside the one recorded step table, once as a timeline to move and
+once as notebook 03's table; drawing the timeline's rectangles is most of the lines.
 """
 
 from __future__ import annotations

@@ -1,6 +1,11 @@
 """Checks notebook 05 prints: each runs a layer-1 or layer-2 routine on seeded random data and
 sets it beside an independent route to the same answer (contiguous attention, scipy's BSR, the
-variant's definition written out densely, full attention), in a few lines of text."""
+variant's definition written out densely, full attention), in a few lines of text.
+
+This file is long because notebook 05's checks share one rounding analysis (`_gamma`,
+`attention_bound`) and one printed form (`Checked`: portable text, a verdict and the measured
+errors); apart, each check would import those by private name or repeat them.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,10 @@ kv_indptr, kv_indices, kv_last_page_len are that matrix's indptr, indices and la
 
 Pure part: `page_table_numbers(...)` -> PageTable (a PagedKVCache with a fixed seed, `to_bsr`,
 `BSRLayout.to_scipy`); `page_table_text(...)` prints the tables and the three arrays.
+
+This file is long because the explorer's four panels (the pool, the BSR matrix, the block tables,
+the three arrays) draw one `PageTable` on one physical-block axis, and fitting their labels into the
+cells is most of the lines; the numbers come from `core.paged`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ captured kernel; a promised `uniform_q_len` narrows that to the one length.
 Pure part: `tile_size_numbers(decode, prefill, prefill_len, g, head_dim, tile, mode)` ->
 TileSizeNumbers, from `attnlab.machine.workload.tile_waste`; `tile_size_table()` for typical
 batches; `graph_mode_table()` for the tile each mode picks.
+
+This file is long because the explorer and the two tables read FlashInfer's one tile rule
+(`machine.schedule.query_tile`) through `tile_size_numbers`, per batch and under a CUDA graph; the
+explorer's two panels and the tables' doctests, which pin the printed output, are most of the lines.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ as 2; attention FLOPs count the two matmuls (4 N^2 d), as the FlashAttention pap
 Example: on an H100 SXM in bf16 the ridge point is 989.4e12 / 3.35e12 = 295 FLOP/byte; softmax
 (5 FLOPs per element, 2 bytes in and 2 out) sits at 1.25 FLOP/byte and can use at most 0.4 % of
 the Tensor Cores' peak.
+
+This file is long because it is the whole pure part of notebook 01, what `roofline.tables` prints
+and the roofline explorer draws, one short section per part of the lecture; split by section, the
+tables would import one notebook's numbers from four modules.
 """
 
 from __future__ import annotations

@@ -5,8 +5,13 @@ and how much one headline ratio depends on what is counted.
 Pure parts: `prefill_curves` -> PrefillCurves; `max_fitting_n`, `crossover_rows`,
 `ratio_conventions`; text tables `prefill_table`, `crossover_table`, `conventions_table`.
 The time model is `models.prefill_cost`'s (see its docstring: one accounting for both
-implementations, every kernel at its roofline): this module only evaluates it over many N at once. What it leaves out on purpose: sliding windows and soft-capping, L2 hits, kernel
-launches, the KV cache and the weights' own memory.
+implementations, every kernel at its roofline): this module only evaluates it over many N at once.
+What it leaves out on purpose: sliding windows and soft-capping, L2 hits, kernel launches, the KV
+cache and the weights' own memory.
+
+This file is long because the curves, the crossover and the ratio under other conventions are three
+readings of the one cost model (`models.prefill_cost`) for the same reshaped model
+(`with_head_dim`), and each table sits beside the numbers it prints.
 """
 
 from __future__ import annotations

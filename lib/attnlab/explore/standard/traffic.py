@@ -3,6 +3,10 @@ tensor, measured by the HBM counter on a small case, and its two parts against N
 
 Pure parts: `algorithm0_traffic` (the counter of `standard_attention`, tensor by tensor) and
 `traffic_curves` (accesses per head by tensor against N) -> frozen dataclasses.
+
+This file is long because the counter's table and the explorer's curves are §2.1-2.2's two views of
+Algorithm 0's traffic (counted on a small case, then `iomodel.standard_io` against N), and the
+explorer's two panels, their labels kept clear of the read-off line, are most of the lines.
 """
 
 from __future__ import annotations

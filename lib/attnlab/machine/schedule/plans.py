@@ -10,6 +10,10 @@ A Plan is the planner's decision (the CTAs and their loads, from `lpt.list_sched
 `lpt.heap_schedule`'s assignment) over the items cut by `pieces`; its per-item columns (cta,
 start, cost, request, ...), `work` and `merge` are built when first read. `run_plan` executes a
 decode plan in numpy, item by item, then the merge in the plan's order.
+
+This file is long because the Plan, its three planners and `run_plan` share the plan's private items
+and schedule (`_items`, `_schedule`): the columns are built from them when first read, and
+`run_plan` checks the arrays against them; apart, each would reach into the others' private fields.
 """
 
 from __future__ import annotations
