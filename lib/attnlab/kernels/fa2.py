@@ -35,7 +35,7 @@ from attnlab.kernels.common import (
     online_update,
 )
 
-__all__ = ["flash_attention_triton", "online_update", "finish"]  # the last two re-exported from common
+__all__ = ["flash_attention_triton"]
 
 
 @triton.jit

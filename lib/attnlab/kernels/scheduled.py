@@ -10,10 +10,9 @@ or, for an output of one item, straight into the output; kernel 2, persistent, m
 outputs of two or more items, each in the plan's fixed order (bitwise reproducible). With
 `fused_merge=True` there is one launch: each item of a merged output counts itself done with an
 atomic add after storing its state, and the last one merges the output (same fixed order, fewer
-slots per step; the counter is reset by that item for the next replay). On the H200 (notebook 05's
-long-tailed batches) that saved 3-4 µs at batches 1-2 and cost 6 µs at batch 4 and 2-3 % at batch
-128-256, so it is off by default. Both kernels, and the item layout they read, are in
-`kernels.scheduled_kernels`.
+slots per step; the counter is reset by that item for the next replay). It is off by default: on
+the H200 (notebook 05's long-tailed batches) it pays only at batches 1-2 (docs/gpu-notes.md has
+the numbers). Both kernels, and the item layout they read, are in `kernels.scheduled_kernels`.
 
 `ScheduledDecoder` owns every buffer the two launches read or write (q, the page table, the
 workspace, the partial states, the output), sized by maxima fixed at construction; `load` copies
@@ -27,6 +26,10 @@ as in `kernels.paged`. What it leaves out on purpose: prefill items (l_qo > 1), 
 (pass a permuted view), fp8 KV.
 
 The decoder's launch choices (block_n) come from `kernels.tuning.auto_block_n`.
+
+This file is long because `ScheduledDecoder` owns every buffer its two launches read and write, and
+`load`, `run`, `capture` and `replay` all act on those static buffers (a CUDA graph replays fixed
+addresses); the kernels are in `kernels.scheduled_kernels`.
 """
 
 from __future__ import annotations
@@ -90,9 +93,9 @@ class ScheduledDecoder:
         prefetch: bool | None = None,
         fused_merge: bool = False,
     ):
-        self.prefetch = (
-            False if prefetch is None else as_bool("prefetch", prefetch)
-        )  # as measured on the H200
+        # no prefetch by default: on the H200 it moves the decoder's time by 0-3 % at most (its launch
+        # run, data/measurements/h200-2026-12-01-scheduled-launch.json)
+        self.prefetch = False if prefetch is None else as_bool("prefetch", prefetch)
         self.fused_merge = as_bool("fused_merge", fused_merge)
         self.max_batch = as_int("max_batch", max_batch, 1, None)
         self.q_heads = as_int("q_heads", q_heads, 1, None)
@@ -135,8 +138,8 @@ class ScheduledDecoder:
             "direct": (slots,),  # 1: the slot is its output's only item
             "multi": (self.max_outputs,),  # the outputs of two or more items
             "num_multi": (1,),
-            "owner": (slots,),
-        }  # the output of the slot's item (fused merge)
+            "owner": (slots,),  # the output of the slot's item (fused merge)
+        }
         sizes = {k: int(np.prod(v)) for k, v in shapes.items()}
         self._plan_buf = torch.zeros(sum(sizes.values()), **i32)  # no items until a load
         self._plan_at, at = {}, 0
@@ -155,9 +158,10 @@ class ScheduledDecoder:
         self._dst = (
             self.out if not (self.interp and dtype == torch.bfloat16) else torch.zeros((B, hq, d), **f32)
         )
+        # the pool's shape for `load`'s check_paged, no memory
         self._pool_shape = torch.empty(1, dtype=dtype, device=dev).expand(
             self.max_pages, self.page_size, self.kv_heads, d
-        )  # for _check: shapes, no memory
+        )
         self.block_n = block_n or auto_block_n(self.max_ctas, dev)
         self.merge_s = (
             8
