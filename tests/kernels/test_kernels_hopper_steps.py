@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from attnlab.kernels import hopper
-from attnlab.kernels.hopper import DEFAULT_STEPS, HOPPER_STEPS, flash_attention_hopper, steps_run
+from attnlab.kernels.hopper import flash_attention_hopper, steps_run
+from attnlab.kernels.hopper_kernel import DEFAULT_STEPS, HOPPER_STEPS
 from attnlab.kernels.tuning import launch_config
 
 from refs.reference import attention as ref_attention

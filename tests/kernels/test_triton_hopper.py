@@ -16,13 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.kernels import hopper
-from attnlab.kernels.hopper import (
-    DEFAULT_STEPS,
-    HOPPER_STEPS,
-    cumulative_steps,
-    flash_attention_hopper,
-    tma_ok,
-)
+from attnlab.kernels.hopper import flash_attention_hopper
+from attnlab.kernels.hopper_checks import tma_ok
+from attnlab.kernels.hopper_kernel import DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps
 from attnlab.kernels.tuning import launch_config
 
 from refs.reference import attention as ref_attention
