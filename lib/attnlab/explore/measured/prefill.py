@@ -1,7 +1,7 @@
 """Notebook 03's views of a run: the prefill section beside the libraries and the model, and the
 recorded step sweeps of the Hopper and Gluon kernels.
 
-Long because it holds all three of notebook 03's measured views side by side (the prefill
+It is long because it holds all three of notebook 03's measured views side by side (the prefill
 section; the Hopper step sweep, with the rewriting of its one recording made before the run
 file's schema; the Gluon step run), each a table and most a figure."""
 

@@ -14,8 +14,9 @@ causal and not: the prefill section's inputs, reference and counts (`gpubench.pr
 - flashinfer: single_prefill_with_kv_cache(backend="fa3"), last (its first call compiles).
 Each launch is checked against the float32 reference at its own size (a compile error or an
 error over 3e-2 drops that launch, printed, and the sweep goes on), then timed by CUDA-graph
-replay (gpubench.core.measure, the loop every section shares). FLOPs = 4 B H d x (visible
-(query, key) pairs). explore.measured.hopper_steps_summary reads the file it writes.
+replay as in the prefill section (gpubench.core.measure, the loop every section shares).
+FLOPs = 4 B H d x (visible (query, key) pairs). explore.measured.hopper_steps_summary reads the
+file it writes.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ SECTION = Section(
     ),
     extra=model_columns,
     tolerance=3e-2,
+    timing=dict(calls=5, reps=7),
     settings=_settings,
 )
 
