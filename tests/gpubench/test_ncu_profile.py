@@ -1,5 +1,6 @@
 """attnlab.gpubench.ncu: the recorded profile's calls run (tiny sizes under Triton's interpreter
-on a CPU), and the distillation of an Nsight Compute report maps kernels to calls in order."""
+on a CPU), a group's declared calls keep the launches of their sections that match, and the
+distillation of an Nsight Compute report maps kernels to calls in order."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from attnlab.gpubench import ncu  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from attnlab.gpubench import ncu, ncu_groups  # noqa: E402
+from attnlab.gpubench.core import Impl, Launch, Section  # noqa: E402
+from attnlab.gpubench.ncu_groups import Call  # noqa: E402
 
 
 def test_the_dry_calls_run_and_launch_what_they_say(capsys):
@@ -21,8 +26,10 @@ def test_the_dry_calls_run_and_launch_what_they_say(capsys):
     made = ncu.profile(torch, todo)
     assert made == [(n, k) for n, k, _ in todo]  # nothing left out here
     assert capsys.readouterr().out.count("profiled: ") == len(todo)
-    o_pf0, o_pf1 = (fn() for n, _, fn in todo if n.startswith("paged"))
-    assert torch.equal(o_pf0, o_pf1)  # the prefetch changes no bit
+    outs = {n.split(" ")[0] + (" " + n[-3:] if n.startswith("paged") else ""): fn() for n, _, fn in todo}
+    assert torch.equal(outs["paged pf0"], outs["paged pf1"])  # the prefetch changes no bit
+    # the paged calls run on the paged section's pool of the contiguous call's K/V: the same answer
+    assert torch.allclose(outs["paged pf0"].float(), outs["contiguous"].float(), atol=2e-2)
 
 
 def test_the_scheduled_group_runs_two_kernels_a_call(capsys):
@@ -37,14 +44,71 @@ def test_the_scheduled_group_runs_two_kernels_a_call(capsys):
 
 
 def test_the_gaps_group_profiles_the_automatic_split_on_ragged_batches(capsys):
-    from attnlab.gpubench import scheduled as S
+    from attnlab.gpubench.scheduled import setup
+    from attnlab.gpubench.sweeps import ragged
 
     todo = ncu.calls(torch, dry=True, group="gaps")  # no Gluon under the interpreter
     assert [n for n, _, _ in todo] == ["paged auto ragged batch 1", "paged auto ragged batch 3"]
     assert ncu.profile(torch, todo) == [(n, 2) for n, _, _ in todo]
-    batches, pools, refs = S.setup(torch, [1, 3], S.DRY["shape"], "cpu", dry=True)
+    batches, pools, refs = setup(torch, [3], ragged.SECTION.dry_shape, "cpu", dry=True)
     o = todo[1][2]()  # batch 3: the same pool and table
-    assert torch.allclose(o.float(), refs[id(batches[1])], atol=2e-2)
+    assert torch.allclose(o.float(), refs[id(batches[0])], atol=2e-2)
+
+
+def test_every_call_names_an_implementation_its_section_declares():
+    for group, declared in ncu_groups.GROUPS.items():
+        for call in declared:
+            assert isinstance(call.section, Section), (group, call.name)
+            if isinstance(call.impl, str):
+                assert call.impl in call.section.impl_names(), (group, call.name)
+
+
+def _toy():
+    """A section of CPU tensors: case (n,), two launches of one implementation, one failing one."""
+
+    def inputs(torch, case, ctx):
+        x = torch.arange(float(case[0]))
+        yield SimpleNamespace(case={"n": case[0]}, x=x, ref=None, flop=None, bytes=None)
+
+    def twice(torch, c, ctx):
+        for k in ctx.options.factors:
+            yield Launch("twice", lambda k=k: c.x * k, launch={"k": k}, extra={"sum": float(c.x.sum() * k)})
+
+    def broken(torch, c, ctx):
+        raise RuntimeError("no such library")
+        yield
+
+    return Section(
+        name="toy",
+        doc="a toy",
+        fields=("n",),
+        cases=((4,),),
+        dry_cases=((2,),),
+        shape={},
+        dry_shape={},
+        inputs=inputs,
+        impls=(Impl("twice", twice), Impl("broken", broken)),
+        options=(("--factors", "", None, (1, 2, 3)),),
+    )
+
+
+def test_a_call_keeps_the_launches_that_match_and_says_what_it_leaves_out(capsys, monkeypatch):
+    toy = _toy()
+    group = (
+        Call("twice {n} k{k} sum {sum:g}", toy, "twice", (4,), where={"k": 2}, dry=((2,), {"k": 3})),
+        Call("twice {n} k{k}", toy, "twice", (4,), options={"factors": (5, 6)}),
+        Call("none", toy, "twice", (4,), where={"k": 4}),
+        Call("not the bool", toy, "twice", (4,), where={"k": True}),  # k 1 is no True
+        Call("broken", toy, "broken", (4,)),
+    )
+    monkeypatch.setitem(ncu_groups.GROUPS, "toy", group)
+    todo = ncu_groups.calls("toy", torch)
+    assert [(n, k) for n, k, _ in todo] == [("twice 4 k2 sum 12", 1), ("twice 4 k5", 1), ("twice 4 k6", 1)]
+    assert torch.equal(todo[0][2](), torch.arange(4.0) * 2)
+    out = capsys.readouterr().out
+    assert "left out: none (no such launch here)" in out and "left out: not the bool" in out
+    assert "left out: broken (RuntimeError: no such library)" in out
+    assert [n for n, _, _ in ncu_groups.calls("toy", torch, dry=True)] == ["twice 2 k3 sum 3"]
 
 
 def _write(path, header, rows):

@@ -13,23 +13,25 @@ Group "recorded" (the default) is the 2026-12-01 profile; group "scheduled" the 
 decoder's two kernels at batches 1 and 8 (balanced plan, with and without the 128-token floor);
 group "gaps" `paged_decode` (automatic split) at the long-tailed batches 4, 8 and 16 and the
 d = 64 prefill at 4 x 4K causal (Gluon defaults, Hopper kernel, cuDNN): where targets stayed short;
-group "gluon" the FA3 steps of
-`kernels.gluon_fa3` at 1 x 4K, 32 heads, d = 128 (as in the recorded steps file): the first step
-(TMA + wgmma, 8 warps that load and compute), the defaults and the last step (+ intra-warpgroup
-overlap), without and with the causal mask, beside FlashInfer's FA3 template and cuDNN on the same
-inputs. The raw page also gives every warp-stall reason (cycles per issued instruction), which
-`summarize` collects under "stalls".
+group "gluon" the FA3 steps of `kernels.gluon_fa3` at 1 x 4K, 32 heads, d = 128 (as in the
+recorded steps file): the first step (TMA + wgmma, 8 warps that load and compute), the defaults
+and the last step (+ intra-warpgroup overlap), without and with the causal mask, beside
+FlashInfer's FA3 template and cuDNN on the same inputs. The raw page also gives every warp-stall
+reason (cycles per issued instruction), which `summarize` collects under "stalls".
 
-The calls of each group are written out in `gpubench.ncu_groups`, one function a group.
+Each group is declared in `gpubench.ncu_groups` as launches of the sections and sweeps that
+measure the same kernels (`gpubench.paged`, `gpubench.prefill`, `sweeps.paged`, `sweeps.ragged`),
+on their inputs: a kernel is profiled as its benchmark calls it.
 
 Each call is warmed up three times, then made once between cudaProfilerStart and Stop, so the
-report holds exactly the kernels of CALLS, in order (a decode call launches two: split, merge).
-Llama-3-8B shapes (32 query heads, 8 KV heads, d = 128, bf16). Decode: contiguous split_kv_decode
-at its best split, and paged_decode over gpubench.paged's shuffled NHD pool of page size 16 with the
-launch pinned to what the recorded profile measured (1 x 32K: 128-key tiles, 2 stages; 16 x 8K:
-64-key tiles, 2 stages), without and with the page-id prefetch, beside FlashInfer's tensor-core
-decode on the same pool. Prefill at 1 x 4K: the Hopper kernel (no mask, causal), FlashInfer's
-FA3 template and cuDNN (no mask). Calls whose library is missing are left out, and say so.
+report holds exactly the kernels of the calls, in order (a decode call launches two: split,
+merge). Llama-3-8B shapes (32 query heads, 8 KV heads, d = 128, bf16; the prefill calls 32 heads
+for K and V too). Decode: contiguous split_kv_decode at its best split, and paged_decode over
+gpubench.paged's shuffled NHD pool of page size 16 with the launch pinned to what the recorded
+profile measured (1 x 32K: 128-key tiles, 2 stages; 16 x 8K: 64-key tiles, 2 stages), without and
+with the page-id prefetch, beside FlashInfer's tensor-core decode on the same pool. Prefill at
+1 x 4K: the Hopper kernel (no mask, causal), FlashInfer's FA3 template and cuDNN (no mask). Calls
+whose library is missing are left out, and say so.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import json
 import re
 import sys
 
-from attnlab.gpubench.ncu_groups import BUILDERS
+from attnlab.gpubench import ncu_groups
 
 __all__ = ["calls", "profile", "summarize", "RAW_METRICS", "STALL_METRICS", "GROUPS", "main"]
 
@@ -67,15 +69,13 @@ DETAILS = {
 #: every stall reason of the warp-state section, as ncu --metrics takes them
 STALL_METRICS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 _STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
-GROUPS = tuple(BUILDERS)  # recorded, gluon, scheduled, gaps
+GROUPS = tuple(ncu_groups.GROUPS)  # recorded, gluon, scheduled, gaps
 _RULES = ("CPIStall", "TheoreticalOccupancy", "IssueSlotUtilization", "HighPipeUtilization")
 
 
 def calls(torch, dry: bool = False, group: str = "recorded") -> list[tuple[str, int, object]]:
     """(name, kernels it launches, fn) for every call of the profile that can run here."""
-    if group not in GROUPS:
-        raise ValueError(f"group must be one of {GROUPS}, got {group!r}")
-    return BUILDERS[group](torch, dry)
+    return ncu_groups.calls(group, torch, dry)
 
 
 def profile(torch, todo) -> list[tuple[str, int]]:

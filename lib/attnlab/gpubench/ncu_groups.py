@@ -1,237 +1,296 @@
-"""The calls each Nsight Compute group of `gpubench.ncu` profiles: (name, kernels it launches, fn)
-for every call that can run here, one function a group (BUILDERS). `gpubench.ncu`'s docstring
-says what each group is for and which recorded profile it made."""
+"""The calls each Nsight Compute group of `gpubench.ncu` profiles (GROUPS), declared as launches
+of the sections and sweeps that measure the same kernels: a `Call` names a declared Section, one
+of its implementations, a case and the launch parameters it picks; `calls(group, torch, dry)`
+builds the section's inputs and the implementation's Launches as `core.measure` does and keeps
+those that match, so a kernel is called the way its benchmark calls it. `gpubench.ncu`'s
+docstring says what each group is for and which recorded profile it made."""
 
 from __future__ import annotations
 
-__all__ = ["BUILDERS", "recorded_calls", "gluon_calls", "scheduled_calls", "gap_calls", "prefill_peers"]
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from attnlab.gpubench import paged, prefill
+from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.sweeps import paged as paged_sweep
+from attnlab.gpubench.sweeps import ragged
+from attnlab.kernels.tuning import MIN_CHUNK, WAVES
+
+__all__ = ["Call", "GROUPS", "calls"]
 
 
-def recorded_calls(torch, dry: bool = False) -> list:
-    """The 2026-12-01 profile: decode (contiguous and paged, with and without the prefetch, beside
-    FlashInfer) and the Hopper prefill beside FlashInfer's FA3 template and cuDNN."""
-    from attnlab.gpubench.paged import pool
-    from attnlab.kernels.decode import split_kv_decode, workspace
-    from attnlab.kernels.hopper import flash_attention_hopper
-    from attnlab.kernels.paged import paged_decode
+@dataclass(frozen=True)
+class Call:
+    """The launches of implementation `impl` (a name in `section`, or an Impl of its own) on
+    `case` whose launch name is `launch` (None: any) and whose case and launch parameters include
+    `where`; `options` the section's options for them; `shape` the layer (None: the section's).
+    `name` is each call's name in the report, formatted with the case's and launch's parameters
+    and the launch's extra; `kernels` how many kernels one call launches; `dry` the (case, where)
+    of a --dry run, on the section's dry shape (None: not made there)."""
 
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    hq, hkv, d = (4, 2, 32) if dry else (32, 8, 128)
-    bf16 = dict(device=dev, dtype=torch.bfloat16)
+    name: str
+    section: Section
+    impl: str | Impl
+    case: tuple
+    kernels: int = 1
+    launch: str | None = None
+    where: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    shape: dict | None = None
+    dry: tuple | None = None
+
+
+def _context(torch, call: Call, case: tuple, dry: bool) -> SimpleNamespace:
+    """What `core.measure` hands a section's inputs and launches, for one case of one call."""
+    s = call.section
+    opts = {flag.lstrip("-").replace("-", "_"): default for flag, _, _, default in s.options}
+    opts.update(call.options)
+    return SimpleNamespace(
+        dry=dry,
+        seed=0,
+        shape=s.dry_shape if dry else (call.shape or s.shape),
+        cases=[case],
+        ceilings=None,
+        commit=None,
+        device="cuda" if torch.cuda.is_available() else "cpu",
+        options=SimpleNamespace(**opts),
+        state={},
+    )
+
+
+def _matching(torch, call: Call, dry: bool):
+    """(parameters, fn) of every launch of `call` (its timed function where it has one)."""
+    case, where = call.dry if dry else (call.case, call.where)
+    impl = call.impl
+    if not isinstance(impl, Impl):
+        impl = {i.name: i for i in call.section.impls}[impl]
+    ctx = _context(torch, call, case, dry)
+    for c in call.section.inputs(torch, case, ctx):
+        for launch in impl.launches(torch, c, ctx):
+            params = {**c.case, **launch.launch}
+            if call.launch in (None, launch.name) and all(
+                k in params and params[k] == v and type(params[k]) is type(v) for k, v in where.items()
+            ):
+                yield {**params, **launch.extra}, launch.timed or launch.fn
+
+
+def calls(group: str, torch, dry: bool = False) -> list[tuple[str, int, object]]:
+    """(name, kernels it launches, fn) for every call of `group` that can run here; a call that
+    cannot (a library missing, no such launch on this machine) is left out, and says so."""
+    if group not in GROUPS:
+        raise ValueError(f"group must be one of {tuple(GROUPS)}, got {group!r}")
     out = []
-    decode = [(1, 64, 4, 2, 16)] if dry else [(1, 32768, 32, 32, 128), (16, 8192, 2, 4, 64)]
-    for B, n, s_contig, s_paged, block_n in decode:
-        torch.manual_seed(0)
-        q = torch.randn(B, hq, d, **bf16)
-        k, v = (torch.randn(B, hkv, n, d, **bf16) for _ in "kv")
-        p = pool(torch, k, v, 16, 0)
-        wc, wp, o = workspace(B, hq, d, s_contig, dev), workspace(B, hq, d, s_paged, dev), torch.empty_like(q)
-        out.append(
-            (
-                f"contiguous {B}x{n} s{s_contig}",
-                2,
-                lambda q=q, k=k, v=v, s=s_contig, w=wc: split_kv_decode(q, k, v, s, ws=w),
-            )
-        )
-        for pf in (False, True):
-            out.append(
-                (
-                    f"paged ps16 {B}x{n} s{s_paged} bn{block_n} pf{int(pf)}",
-                    2,
-                    lambda q=q, p=p, s=s_paged, w=wp, o=o, bn=block_n, pf=pf: paged_decode(
-                        q,
-                        p.k_pool,
-                        p.v_pool,
-                        p.indptr,
-                        p.indices,
-                        p.last,
-                        page_size=16,
-                        splits=s,
-                        out=o,
-                        ws=w,
-                        block_n=bn,
-                        num_stages=None if dry else 2,
-                        prefetch=pf,
-                    ),
-                )
-            )
-        if dev == "cuda":
-            try:
-                import flashinfer
-
-                wrap = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-                    torch.zeros(128 << 20, dtype=torch.uint8, device=dev), "NHD", use_tensor_cores=True
-                )
-                wrap.plan(
-                    p.indptr,
-                    p.indices,
-                    p.last,
-                    hq,
-                    hkv,
-                    d,
-                    16,
-                    pos_encoding_mode="NONE",
-                    q_data_type=q.dtype,
-                    kv_data_type=q.dtype,
-                )
-                out.append(
-                    (
-                        f"flashinfer-tc ps16 {B}x{n}",
-                        2,
-                        lambda w=wrap, q=q, p=p: w.run(q, (p.k_pool, p.v_pool)),
-                    )
-                )
-            except Exception as e:  # noqa: BLE001 - FlashInfer absent
-                print(f"left out: flashinfer decode ({type(e).__name__}: {str(e)[:100]})", flush=True)
-    torch.manual_seed(0)
-    N = 64 if dry else 4096
-    q, k, v = (torch.randn(1, hq, N, d, **bf16) for _ in range(3))
-    out.append((f"hopper 1x{N} non-causal", 1, lambda: flash_attention_hopper(q, k, v)))
-    out.append((f"hopper 1x{N} causal", 1, lambda: flash_attention_hopper(q, k, v, causal=True)))
-    if dev == "cuda":
-        out += prefill_peers(torch, q, k, v, False, f"1x{N} non-causal")
-    return out
-
-
-def prefill_peers(torch, q, k, v, causal: bool, label: str, fa3: bool = True) -> list:
-    """FlashInfer's FA3 template (batch 1: NHD copies made here, outside the timing; fa3=False
-    leaves it out) and SDPA cuDNN (with GQA where q has more heads than k)."""
-    out = []
-    if fa3:
+    for call in GROUPS[group]:
+        if dry and call.dry is None:
+            continue
         try:
-            import flashinfer
-
-            qn, kn, vn = (t[0].transpose(0, 1).contiguous() for t in (q, k, v))
-            out.append(
-                (
-                    f"flashinfer-fa3 {label}",
-                    1,
-                    lambda: flashinfer.single_prefill_with_kv_cache(qn, kn, vn, causal=causal, backend="fa3"),
-                )
-            )
-        except Exception as e:  # noqa: BLE001 - FlashInfer absent
-            print(f"left out: flashinfer prefill ({type(e).__name__}: {str(e)[:100]})", flush=True)
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    def cudnn():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1]
-            )
-
-    out.append((f"sdpa-cudnn {label}", 1, cudnn))
+            made = [(call.name.format(**p), call.kernels, fn) for p, fn in _matching(torch, call, dry)]
+        except Exception as e:  # noqa: BLE001 - e.g. FlashInfer absent
+            print(f"left out: {call.name} ({type(e).__name__}: {str(e)[:200]})", flush=True)
+            continue
+        if not made:
+            print(f"left out: {call.name} (no such launch here)", flush=True)
+        out += made
     return out
 
 
-def gluon_calls(torch, dry: bool) -> list:
+def _gluon_steps(torch, c, ctx):
+    """The Gluon prefill at each step set of `sweeps.gluon`'s STEP_SETS, on sm_90 only."""
     from attnlab.gpubench.sweeps.gluon import STEP_SETS
     from attnlab.kernels.gluon_fa3 import flash_attention_gluon
 
-    if dry:
-        return []  # Gluon kernels do not run under the interpreter
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(1, 32, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if c.q.is_cuda and torch.cuda.get_device_capability(c.q.device) == (9, 0):
+        for name, steps in STEP_SETS.items():
+            yield Launch(
+                "gluon",
+                lambda s=steps: flash_attention_gluon(c.q, c.k, c.v, causal=c.causal, steps=s)[0],
+                launch={"steps": name},
+            )
+
+
+#: the recorded profiles' prefill layer: 32 heads for Q, K and V (no GQA), d = 128
+_MHA = dict(heads=32, kv_heads=32, head_dim=128)
+_PS16 = {"page_sizes": (16,)}
+
+
+def _recorded() -> tuple:
+    """The 2026-12-01 profile: decode (contiguous and paged, the launch pinned, without and with the
+    page-id prefetch, beside FlashInfer) and the Hopper prefill beside FlashInfer's FA3 template
+    and cuDNN."""
     out = []
-    for causal in (False, True):
-        label = f"1x4096 {'causal' if causal else 'non-causal'}"
-        for name, steps in (
-            ("no_ws", STEP_SETS["no_ws"]),
-            ("default", None),
-            ("split_pp_ov", STEP_SETS["split_pp_ov"]),
-        ):
-            out.append(
-                (
-                    f"gluon {name} {label}",
-                    1,
-                    lambda c=causal, s=steps: flash_attention_gluon(q, k, v, causal=c, steps=s),
-                )
-            )
-        out += prefill_peers(torch, q, k, v, causal, label)
-    return out
-
-
-def scheduled_calls(torch, dry: bool) -> list:
-    """The plan-driven decoder's two kernels (items, merge) at batches 1 and 8 of the long-tailed
-    recorded batches, balanced plan without and with the 128-token floor, eager launches."""
-    import numpy as np
-
-    from attnlab.gpubench import scheduled as S
-    from attnlab.kernels.scheduled import ScheduledDecoder
-
-    shape = S.DRY["shape"] if dry else S.SHAPE
-    hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    ctas = S.DRY["ctas"] if dry else S.CTAS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
-    gen = torch.Generator().manual_seed(0)
-    out = []
-    for bsz in (1, 3) if dry else (1, 8):
-        lens = S._lengths(bsz, dry)
-        pages = int((-(-lens[:, 1] // S.PAGE_SIZE)).sum()) + 1
-        k, v = (
-            torch.randn(pages, S.PAGE_SIZE, hkv, d, generator=gen).to(device=dev, dtype=torch.bfloat16)
-            for _ in "kv"
-        )
-        b = S._batch(torch, bsz, lens, pages, shape, dev, gen)
-        for kind in ("balanced", "balanced-128"):
-            plan = S._planner(kind, hkv, hq // hkv, ctas, S.CHUNK)(lens)
-            dec = ScheduledDecoder(
-                bsz,
-                hq,
-                hkv,
-                d,
-                ctas,
-                int(np.bincount(plan.cta).max()),
-                pages,
-                S.PAGE_SIZE,
-                torch.bfloat16,
-                dev,
-                max_outputs=plan.num_outputs,
-            )
-            dec.load(plan, b.q, b.indptr, b.indices, b.last)
-            out.append(
-                (
-                    f"sched {kind} batch {bsz} ({len(plan.work)} items)",
-                    2,
-                    lambda dec=dec, k=k, v=v: dec.run(k, v),
-                )
-            )
-    return out
-
-
-def gap_calls(torch, dry: bool) -> list:
-    """Where issue targets stayed short: `paged_decode` with its automatic split on the long-tailed
-    recorded batches 4, 8 and 16 (split and merge kernels), and prefill at d = 64, batch 4 x 4K
-    causal: the Gluon kernel's defaults, the Hopper kernel and cuDNN."""
-    from attnlab.gpubench import scheduled as S
-    from attnlab.kernels.paged import paged_decode
-
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    batches, pools, _ = S.setup(
-        torch, [1, 3] if dry else [4, 8, 16], S.DRY["shape"] if dry else S.SHAPE, dev, dry=dry
-    )
-    out = [
-        (
-            f"paged auto ragged batch {b.q.shape[0]}",
-            2,
-            lambda b=b: paged_decode(
-                b.q, pools.k, pools.v, b.indptr, b.indices, b.last, page_size=b.page_size
+    # batch, context, contiguous splits, paged splits, paged KV tile; a dry run makes the first
+    for b, n, s_contig, s_paged, bn, dry in ((1, 32768, 32, 32, 128, True), (16, 8192, 2, 4, 64, False)):
+        out += [
+            Call(
+                "contiguous {batch}x{context} s{splits}",
+                paged.SECTION,
+                "contiguous",
+                (b, n),
+                2,
+                where={"splits": s_contig},
+                options=_PS16,
+                dry=((1, 64), {"splits": 3}) if dry else None,
             ),
+            Call(
+                "paged ps{page_size} {batch}x{context} s{splits} bn{block_n} pf{prefetch:d}",
+                paged_sweep.SECTION,
+                "paged",
+                (b, n),
+                2,
+                where={"splits": s_paged, "block_n": bn, "num_warps": 4, "num_stages": 2},
+                options={**_PS16, "prefetch": (False, True)},
+                dry=((1, 64), {"splits": 2}) if dry else None,
+            ),
+            Call(
+                "flashinfer-tc ps{page_size} {batch}x{context}",
+                paged.SECTION,
+                "flashinfer",
+                (b, n),
+                2,
+                launch="flashinfer-tc",
+                options=_PS16,
+            ),
+        ]
+    for causal, word in ((False, "non-causal"), (True, "causal")):
+        out.append(
+            Call(
+                f"hopper 1x{{N}} {word}",
+                prefill.SECTION,
+                "ours",
+                (1, 4096),
+                launch="ours-hopper",
+                where={"causal": causal},
+                shape=_MHA,
+                dry=((1, 64), {"causal": causal}),
+            )
         )
-        for b in batches
+    for impl, launch in (("flashinfer", "flashinfer-fa3"), ("sdpa", "sdpa-cudnn")):
+        out.append(
+            Call(
+                f"{launch} 1x{{N}} non-causal",
+                prefill.SECTION,
+                impl,
+                (1, 4096),
+                launch=launch,
+                where={"causal": False},
+                shape=_MHA,
+            )
+        )
+    return tuple(out)
+
+
+def _gluon() -> tuple:
+    """The FA3 steps of `kernels.gluon_fa3` at 1 x 4K, 32 heads, d = 128: the first step (no
+    warp specialisation), the defaults, the last step, without and with the causal mask, beside
+    FlashInfer's FA3 template and cuDNN on the same inputs. Not under the interpreter."""
+    out = []
+    for causal, word in ((False, "non-causal"), (True, "causal")):
+        label, on = f"1x{{N}} {word}", {"causal": causal}
+        out += [
+            Call(
+                f"gluon no_ws {label}",
+                prefill.SECTION,
+                Impl("gluon", _gluon_steps),
+                (1, 4096),
+                where={**on, "steps": "no_ws"},
+                shape=_MHA,
+            ),
+            Call(
+                f"gluon default {label}",
+                prefill.SECTION,
+                "ours",
+                (1, 4096),
+                launch="ours-gluon",
+                where=on,
+                shape=_MHA,
+            ),
+            Call(
+                f"gluon split_pp_ov {label}",
+                prefill.SECTION,
+                Impl("gluon", _gluon_steps),
+                (1, 4096),
+                where={**on, "steps": "split_pp_ov"},
+                shape=_MHA,
+            ),
+            Call(
+                f"flashinfer-fa3 {label}",
+                prefill.SECTION,
+                "flashinfer",
+                (1, 4096),
+                launch="flashinfer-fa3",
+                where=on,
+                shape=_MHA,
+            ),
+            Call(
+                f"sdpa-cudnn {label}",
+                prefill.SECTION,
+                "sdpa",
+                (1, 4096),
+                launch="sdpa-cudnn",
+                where=on,
+                shape=_MHA,
+            ),
+        ]
+    return tuple(out)
+
+
+def _scheduled() -> tuple:
+    """The plan-driven decoder's two kernels (items, merge) at batches 1 and 8 of the long-tailed
+    recorded batches (1 and 3 on a dry run), the balanced plan without and with the 128-token
+    floor, its own launch choice, the merge a kernel of its own; eager launches."""
+    return tuple(
+        Call(
+            f"sched {plan} batch {{batch}} ({{items}} items)",
+            ragged.SECTION,
+            "scheduled",
+            (b,),
+            2,
+            where={"min_chunk": floor, "fused": False},
+            options={"floors": (floor,), "launches": (None,)},
+            dry=((dry_b,), {"min_chunk": floor, "fused": False}),
+        )
+        for b, dry_b in ((1, 1), (8, 3))
+        for plan, floor in (("balanced", 1), ("balanced-128", 128))
+    )
+
+
+def _gaps() -> tuple:
+    """Where targets stayed short: `paged_decode` with its automatic split (the shipped rule and
+    launch) on the long-tailed recorded batches 4, 8 and 16 (1 and 3 on a dry run; split and merge
+    kernels), and prefill at d = 64, batch 4 x 4K causal: the Gluon kernel's defaults, the Hopper
+    kernel and cuDNN."""
+    shipped = {"rules": ((WAVES, MIN_CHUNK),), "launches": (None,)}
+    out = [
+        Call(
+            "paged auto ragged batch {batch}",
+            ragged.SECTION,
+            "paged",
+            (b,),
+            2,
+            options=shipped,
+            dry=None if dry_b is None else ((dry_b,), {}),
+        )
+        for b, dry_b in ((4, 1), (8, 3), (16, None))
     ]
-    if dry:
-        return out  # Gluon kernels do not run under the interpreter
-    from attnlab.kernels.gluon_fa3 import flash_attention_gluon
-    from attnlab.kernels.hopper import flash_attention_hopper
+    d64 = dict(heads=32, kv_heads=8, head_dim=64)
+    for impl, launch, word in (
+        ("ours", "ours-gluon", "gluon default"),
+        ("ours", "ours-hopper", "hopper"),
+        ("sdpa", "sdpa-cudnn", "sdpa-cudnn"),
+    ):
+        out.append(
+            Call(
+                f"{word} 4x4096 d64 causal",
+                prefill.SECTION,
+                impl,
+                (4, 4096),
+                launch=launch,
+                where={"causal": True},
+                shape=d64,
+            )
+        )
+    return tuple(out)
 
-    torch.manual_seed(0)
-    q = torch.randn(4, 32, 4096, 64, device=dev, dtype=torch.bfloat16)
-    k, v = (torch.randn(4, 8, 4096, 64, device=dev, dtype=torch.bfloat16) for _ in "kv")
-    label = "4x4096 d64 causal"
-    out.append((f"gluon default {label}", 1, lambda: flash_attention_gluon(q, k, v, causal=True)))
-    out.append((f"hopper {label}", 1, lambda: flash_attention_hopper(q, k, v, causal=True)))
-    return out + prefill_peers(torch, q, k, v, True, label, fa3=False)
 
-
-#: group name -> the function that makes its calls
-BUILDERS = {"recorded": recorded_calls, "gluon": gluon_calls, "scheduled": scheduled_calls, "gaps": gap_calls}
+#: group name -> the calls it profiles, in order
+GROUPS = {"recorded": _recorded(), "gluon": _gluon(), "scheduled": _scheduled(), "gaps": _gaps()}
