@@ -356,12 +356,12 @@ def test_measured_tables_fit_and_agree_with_the_run_rows():
     lines = [ln.split() for ln in text.splitlines() if re.match(r"\s*\d+\s+\d+\s+\d+\s+\d+\s", ln)]
     assert len(lines) == len(sec["rows"])
     for r, cells in zip(sec["rows"], lines):
+        b, n, s = (r["shape"][k] for k in ("batch", "context", "splits"))
         base = next(
-            x["us"]
-            for x in sec["rows"]
-            if (x["batch"], x["context"], x["splits"]) == (r["batch"], r["context"], 1)
+            x["time_us"] for x in sec["rows"] if x["shape"] == {"batch": b, "context": n, "splits": 1}
         )
-        assert [int(c) for c in cells[:4]] == [r["batch"], r["context"], r["splits"], r["blocks"]]
-        assert float(cells[7]) == pytest.approx(r["us"] / r["model_us_measured_bw"], abs=0.005)
-        assert float(cells[8]) == pytest.approx(base / r["us"], abs=0.005)
+        assert [int(c) for c in cells[:4]] == [b, n, s, r["extra"]["blocks"]]
+        assert float(cells[7]) == pytest.approx(r["time_us"] / r["extra"]["model_us_measured_bw"], abs=0.005)
+        assert float(cells[8]) == pytest.approx(base / r["time_us"], abs=0.005)
+        assert float(cells[9]) == pytest.approx(r["bytes"] / r["time_us"] * 1e-6, abs=0.005)  # TB/s
     assert "1 x 32K" in band and "best / copy ceiling" in band

@@ -97,15 +97,15 @@ def _spans(text):
 
 def test_paged_lesson_ratios_come_from_the_rows():
     sec = measured.section(measured.newest_run(), "paged")
-    rows = [r for r in sec["rows"] if r.get("page_size")]
-    cases = {(r["batch"], r["page_size"]) for r in rows}
+    rows = [r for r in sec["rows"] if r["shape"].get("page_size")]
+    cases = {(r["shape"]["batch"], r["shape"]["page_size"]) for r in rows}
 
     def best(impl, b, ps):
         return min(
-            r["us"]
+            r["time_us"]
             for r in rows
-            if (r["impl"], r["batch"], r["page_size"]) == (impl, b, ps)
-            and not (impl == "paged" and r.get("auto"))
+            if (r["impl"].split()[0], r["shape"]["batch"], r["shape"]["page_size"]) == (impl, b, ps)
+            and not (impl == "paged" and r["shape"].get("auto"))
         )
 
     cc = [best("flashinfer", *c) / best("flashinfer-tc", *c) for c in cases]
@@ -119,7 +119,7 @@ def test_paged_lesson_ratios_come_from_the_rows():
 def test_host_costs_read_the_plan_times():
     run = measured.newest_run()
     text = host_costs(run)
-    fi = [r["plan_us"] / 1e3 for r in run["sections"]["paged"]["rows"] if "plan_us" in r]
+    fi = [r["extra"]["plan_us"] / 1e3 for r in run["sections"]["paged"]["rows"] if "plan_us" in r["extra"]]
     assert _spans(text.splitlines()[0])[0] == (round(min(fi), 2), round(max(fi), 2))
     assert f"({len(fi)} batches)" in text
 

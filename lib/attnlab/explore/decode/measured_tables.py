@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 
 from attnlab.explore import style
-from attnlab.explore.measured import section
+from attnlab.explore.measured import impl_name, section
 
 __all__ = ["run_header", "split_measured_table", "bandwidth_table"]
 
@@ -31,8 +31,9 @@ def run_header(res: dict, name: str | None = None) -> str:
 
 
 def split_measured_table(sec: dict) -> str:
-    """The decode section (`runs.section(run, "decode")`): per (batch, context, splits) the
-    measured time beside the model's, in µs, with the speedup over no split and the KV bandwidth."""
+    """The decode section (`measured.section(run, "decode")`: its settings and schema rows): per
+    (batch, context, splits) the measured time beside the model's, in µs, with the speedup over no
+    split and the KV bandwidth (the row's TB/s: K and V bytes over the time)."""
     head = (
         f"{sec['device']} ({sec['sms']} SMs), torch {sec['torch']}, Triton {sec['triton']}, measured "
         f"{sec['date']}; Llama-3-8B layer (32 query heads, 8 KV heads, d = 128, bf16); time per call "
@@ -41,23 +42,26 @@ def split_measured_table(sec: dict) -> str:
         f"{sec['copy_bytes_per_s'] / 1e12:.2f} TB/s; ratio: measured / model@copy; speedup: against no "
         f"split; TB/s: KV bytes over the measured time."
     )
-    errs = [r["rel_err"] for r in sec["rows"] if r["rel_err"] is not None]
+    errs = [r["error"] for r in sec["rows"] if r["error"] is not None]
     head += (
         f" checked: the {len(errs)} configurations with batch x context <= 64K, against an fp32 "
         f"reference, worst relative error {max(errs):.1e}."
     )
+    time = {tuple(r["shape"][k] for k in ("batch", "context", "splits")): r["time_us"] for r in sec["rows"]}
     rows = []
     for r in sec["rows"]:
-        base = next(
-            x for x in sec["rows"] if (x["batch"], x["context"], x["splits"]) == (r["batch"], r["context"], 1)
-        )
+        b, n, s = (r["shape"][k] for k in ("batch", "context", "splits"))
         rows.append(
             dict(
-                r,
-                speedup=base["us"] / r["us"],
-                ratio=r["us"] / r["model_us_measured_bw"],
-                tbs=r["achieved_bytes_per_s"] / 1e12,
-                checked="yes" if r["rel_err"] is not None else "-",
+                r["extra"],
+                batch=b,
+                context=n,
+                splits=s,
+                us=r["time_us"],
+                speedup=time[(b, n, 1)] / r["time_us"],
+                ratio=r["time_us"] / r["extra"]["model_us_measured_bw"],
+                tbs=r["tbps"],
+                checked="yes" if r["error"] is not None else "-",
             )
         )
     return (
@@ -97,11 +101,11 @@ def bandwidth_table(res: dict) -> str:
     sec = section(res, "paged")
     copy = res.get("ceilings_by_section", {}).get("paged", res["ceilings"])["copy_bytes_per_s"]
     rows = []
-    for b, n in sorted({(r["batch"], r["context"]) for r in sec["rows"]}):
-        at = [r for r in sec["rows"] if (r["batch"], r["context"]) == (b, n)]
+    for b, n in sorted({(r["shape"]["batch"], r["shape"]["context"]) for r in sec["rows"]}):
+        at = [r for r in sec["rows"] if (r["shape"]["batch"], r["shape"]["context"]) == (b, n)]
 
         def best(impl, ps=None):
-            us = [r["us"] for r in at if r["impl"] == impl and r.get("page_size") == ps]
+            us = [r["time_us"] for r in at if impl_name(r) == impl and r["shape"].get("page_size") == ps]
             return min(us) if us else float("nan")
 
         t = {

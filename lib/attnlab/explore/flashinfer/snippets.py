@@ -14,6 +14,7 @@ from attnlab.machine.schedule import fixed_size_workspace, plan_balanced
 from attnlab.core.variants import Variant, variant_attention
 from attnlab.explore import style
 from attnlab.explore.flashinfer.checks import Checked, attention_bound
+from attnlab.explore.measured.reader import impl_name
 
 __all__ = [
     "mixed_batch_check",
@@ -229,22 +230,21 @@ def paged_lesson(sec: dict) -> str:
     the ratios computed from its rows: packing GQA heads into tensor-core tiles (its CUDA-core
     decode's time over its tensor-core decode's), paging's cost (the paged kernel's best split
     over the contiguous kernel from batch 64 up) and the course's kernel against FlashInfer's."""
-    rows = [r for r in sec["rows"] if r.get("page_size")]
-    cases = sorted({(r["batch"], r["page_size"]) for r in rows})
+    rows = [r for r in sec["rows"] if r["shape"].get("page_size")]
+    cases = sorted({(r["shape"]["batch"], r["shape"]["page_size"]) for r in rows})
 
     def us(impl, b, ps):
         at = [
-            r["us"]
+            r["time_us"]
             for r in rows
-            if r["impl"] == impl
-            and r["batch"] == b
-            and r["page_size"] == ps
-            and not (impl == "paged" and r.get("auto"))
+            if impl_name(r) == impl
+            and (r["shape"]["batch"], r["shape"]["page_size"]) == (b, ps)
+            and not (impl == "paged" and r["shape"].get("auto"))
         ]
         return min(at)
 
     contig = {
-        b: min(r["us"] for r in sec["rows"] if r["impl"] == "contiguous" and r["batch"] == b)
+        b: min(r["time_us"] for r in sec["rows"] if impl_name(r) == "contiguous" and r["shape"]["batch"] == b)
         for b, _ in cases
     }
     cc = [us("flashinfer", b, ps) / us("flashinfer-tc", b, ps) for b, ps in cases]
@@ -263,10 +263,10 @@ def host_costs(res: dict) -> str:
     paged and scheduled sections, and the course's balanced plan built and packed in Python
     (`plan_us`) and copied into the CUDA graph's buffers (`load_us`)."""
     secs = res["sections"]
-    fi_paged = [r["plan_us"] / 1e3 for r in secs["paged"]["rows"] if "plan_us" in r]
+    fi_paged = [r["extra"]["plan_us"] / 1e3 for r in secs["paged"]["rows"] if "plan_us" in r["extra"]]
     sched = secs["scheduled"]["rows"]
-    fi_sched = [r["plan_us"] / 1e3 for r in sched if r["impl"] == "flashinfer-tc"]
-    ours = [r for r in sched if r["impl"] == "sched balanced"]
+    fi_sched = [r["extra"]["plan_us"] / 1e3 for r in sched if r["impl"] == "flashinfer-tc"]
+    ours = [r["extra"] for r in sched if r["impl"] == "sched balanced"]
     return (
         f"FlashInfer plan(), paged section: {_span(fi_paged)} ms per call ({len(fi_paged)} batches)\n"
         f"FlashInfer plan(), scheduled section: {_span(fi_sched)} ms per call ({len(fi_sched)} batches)\n"

@@ -5,7 +5,6 @@ the run (time beside the model, KV bandwidth against the copy ceiling) are
 from __future__ import annotations
 
 from attnlab.explore import style
-from attnlab.explore.measured.reader import section
 
 __all__ = ["decode_figure"]
 
@@ -13,7 +12,8 @@ __all__ = ["decode_figure"]
 def decode_figure(
     res: dict, cases=((1, 32768), (2, 16384), (16, 8192), (256, 1024), (256, 4096), (256, 32768))
 ):
-    """Measured time per split count (solid) against the model (dashed), one line per case."""
+    """Measured time per split count (solid) against the model (dashed), one line per case, of
+    the decode section `res` (`measured.section(run, "decode")`: its schema rows)."""
     fig = style.new_figure(1, height=3.8, width=9.5)
     ax = fig.axes[0]
     colors = [
@@ -26,13 +26,14 @@ def decode_figure(
     ]
     for (batch, ctx), c in zip(cases, colors):
         rs = sorted(
-            (r for r in res["rows"] if r["batch"] == batch and r["context"] == ctx), key=lambda r: r["splits"]
+            (r for r in res["rows"] if (r["shape"]["batch"], r["shape"]["context"]) == (batch, ctx)),
+            key=lambda r: r["shape"]["splits"],
         )
         if not rs:
             continue
-        s = [r["splits"] for r in rs]
-        ax.plot(s, [r["us"] for r in rs], "-o", color=c, ms=4, label=f"batch {batch}, context {ctx:,}")
-        ax.plot(s, [r["model_us_measured_bw"] for r in rs], "--", color=c, alpha=0.7)
+        s = [r["shape"]["splits"] for r in rs]
+        ax.plot(s, [r["time_us"] for r in rs], "-o", color=c, ms=4, label=f"batch {batch}, context {ctx:,}")
+        ax.plot(s, [r["extra"]["model_us_measured_bw"] for r in rs], "--", color=c, alpha=0.7)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.grid(True, alpha=0.25)

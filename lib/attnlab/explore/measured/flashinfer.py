@@ -155,28 +155,29 @@ def variants_summary(res: dict) -> str:
 
 
 def cascade_summary(res: dict) -> str:
-    """Cascade decode measured beside what the library counts: KV tokens read (cascade against
-    full tables) and the time of paged decode over the full tables against the cascade's."""
+    """Run `res`'s cascade section measured beside what the library counts: KV tokens read
+    (cascade against full tables) and the time of paged decode over the full tables against the
+    cascade's (its automatic split, and its best split of all)."""
     sec = section(res, "cascade")
     rows = []
-    for n in sorted({r["n"] for r in sec["rows"]}):
-        at = [r for r in sec["rows"] if r["n"] == n]
-        get = {r["impl"] + (" auto" if r.get("auto") else ""): r for r in at if not r.get("splits_fixed")}
-        fixed = min((r for r in at if r["impl"] == "cascade"), key=lambda r: r["us"])
-        c, p = get["cascade auto"], get["paged"]
+    for n in sorted({r["shape"]["n"] for r in sec["rows"]}):
+        at = [r for r in sec["rows"] if r["shape"]["n"] == n]
+        get = {impl_name(r): r for r in at if impl_name(r) != "cascade" or r["shape"]["auto"]}
+        fixed = min((r for r in at if impl_name(r) == "cascade"), key=lambda r: r["time_us"])
+        c, p = get["cascade"], get["paged"]
         rows.append(
             {
                 "n": n,
-                "prefix": c["prefix"],
-                "unique": c["unique"],
-                "saving": c["saving"],
-                "auto": c["us"],
-                "best": fixed["us"],
-                "paged": p["us"],
-                "fi_tc": get.get("flashinfer-tc", {}).get("us", float("nan")),
-                "fi_cascade": get.get("flashinfer-cascade", {}).get("us", float("nan")),
-                "speedup": p["us"] / c["us"],
-                "time_saved": 1 - c["us"] / p["us"],
+                "prefix": c["shape"]["prefix"],
+                "unique": c["shape"]["unique"],
+                "saving": c["extra"]["saving"],
+                "auto": c["time_us"],
+                "best": fixed["time_us"],
+                "paged": p["time_us"],
+                "fi_tc": get.get("flashinfer-tc", {}).get("time_us", float("nan")),
+                "fi_cascade": get.get("flashinfer-cascade", {}).get("time_us", float("nan")),
+                "speedup": p["time_us"] / c["time_us"],
+                "time_saved": 1 - c["time_us"] / p["time_us"],
             }
         )
     head = (
@@ -218,9 +219,10 @@ SCHEDULES = ("sched per-request", "sched fixed", "sched balanced", "sched balanc
 
 
 def _schedules(res):
+    """The scheduled section, its batches, and its rows by (batch, impl text)."""
     sec = section(res, "scheduled")
-    batches = sorted({r["batch"] for r in sec["rows"]})
-    at = {(r["batch"], r["impl"]): r for r in sec["rows"]}
+    batches = sorted({r["shape"]["batch"] for r in sec["rows"]})
+    at = {(r["shape"]["batch"], r["impl"]): r for r in sec["rows"]}
     return sec, batches, at
 
 
@@ -232,21 +234,25 @@ def schedules_summary(res: dict) -> str:
     sec, batches, at = _schedules(res)
     rows = []
     for b in batches:
-        row = {"batch": b, "tokens": next(r["tokens"] for r in sec["rows"] if r["batch"] == b)}
+        row = {
+            "batch": b,
+            "tokens": next(r["extra"]["tokens"] for r in sec["rows"] if r["shape"]["batch"] == b),
+        }
+        nan = {"time_us": float("nan"), "extra": {}}
         for s in SCHEDULES:
-            r = at.get((b, s), {})
+            r = at.get((b, s), nan)
             key = s.split()[1]
-            row[key] = r.get("us", float("nan"))
-            row[key + "_pred"] = r.get("predicted_us", float("nan"))
-            row[key + "_util"] = r.get("utilization", float("nan"))
-        row["paged"] = at.get((b, "paged auto"), {}).get("us", float("nan"))
-        row["fi"] = at.get((b, "flashinfer-tc"), {}).get("us", float("nan"))
+            row[key] = r["time_us"]
+            row[key + "_pred"] = r["extra"].get("predicted_us", float("nan"))
+            row[key + "_util"] = r["extra"].get("utilization", float("nan"))
+        row["paged"] = at.get((b, "paged auto"), nan)["time_us"]
+        row["fi"] = at.get((b, "flashinfer-tc"), nan)["time_us"]
         best = min(
             (row[k] for k in ("balanced", "balanced-128+fused") if row[k] == row[k]), default=float("nan")
         )
         row["ratio"] = row["fi"] / best
         rows.append(row)
-    ctas = next(r["ctas"] for r in sec["rows"] if "ctas" in r)
+    ctas = next(r["extra"]["ctas"] for r in sec["rows"] if "ctas" in r["extra"])
     head = (
         provenance(res, "scheduled")
         + f"\nrecorded {sec.get('dist')} batches, 32/8 heads, d = 128, bf16, page size "
@@ -287,7 +293,7 @@ def schedules_figure(res: dict):
         bs = [b for b in batches if (b, s) in at]
         ax.plot(
             bs,
-            [at[(b, s)]["us"] for b in bs],
+            [at[(b, s)]["time_us"] for b in bs],
             "-o",
             ms=4,
             color=colors[s],
@@ -295,7 +301,7 @@ def schedules_figure(res: dict):
         )
         ax.plot(
             bs,
-            [at[(b, s)]["predicted_us"] for b in bs],
+            [at[(b, s)]["extra"]["predicted_us"] for b in bs],
             "--",
             color=colors[s],
             alpha=0.7,
@@ -306,13 +312,13 @@ def schedules_figure(res: dict):
         ("flashinfer-tc", style.COLORS["fa1"], "FlashInfer TC decode"),
     ):
         bs = [b for b in batches if (b, impl) in at]
-        ax.plot(bs, [at[(b, impl)]["us"] for b in bs], "-s", ms=4, color=c, label=label)
+        ax.plot(bs, [at[(b, impl)]["time_us"] for b in bs], "-s", ms=4, color=c, label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.grid(True, alpha=0.25)
     ax.set_xlabel("batch (requests, long-tailed lengths)")
     ax.set_ylabel("decode attention time per layer (µs)")
-    ctas = next(r["ctas"] for r in sec["rows"] if "ctas" in r)
+    ctas = next(r["extra"]["ctas"] for r in sec["rows"] if "ctas" in r["extra"])
     shown = sum(any((b, s) in at for b in batches) for s in SCHEDULES)
     ax.set_title(
         f"{res['device']}: one persistent kernel, {shown} plans (32/8 heads, d=128, bf16, {ctas} CTAs)",
