@@ -6,7 +6,6 @@ exit status 2 and one line naming the argument, never a traceback."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -23,9 +22,6 @@ __all__ = [
     "describe",
     "parse",
     "section_main",
-    "library_version",
-    "flashinfer_version",
-    "write_json",
 ]
 
 NO_GPU = "no CUDA GPU here: the full-size cases need one; --dry runs the small cases on the CPU"
@@ -254,33 +250,3 @@ def section_main(section, argv=None) -> int:
     options = {k: v for k, v in options.items() if v is not None}
     print(table(measure(section, cases, chosen, dry=args.dry, out=args.out, options=options)))
     return 0
-
-
-def library_version(name: str) -> tuple[bool, str]:
-    """(importable, what the result file records): library `name`'s version, or why it is absent.
-    Imported only when its rows are due, so a crash while importing it keeps the rows before."""
-    import importlib
-
-    try:
-        return True, importlib.import_module(name).__version__
-    except Exception as e:  # noqa: BLE001
-        return False, f"absent ({type(e).__name__}: {str(e)[:100]})"
-
-
-def flashinfer_version() -> tuple[bool, str]:
-    """(importable, what the result file records): FlashInfer's version, or why it is absent.
-    Imported only when its rows are due, so a crash while importing it keeps the rows before."""
-    try:
-        import flashinfer
-
-        return True, flashinfer.__version__
-    except Exception as e:  # noqa: BLE001
-        return False, f"absent ({type(e).__name__}: {str(e)[:100]})"
-
-
-def write_json(path, obj) -> None:
-    """Write obj as indented JSON to path; nothing when path is None or "" (out="": write nothing).
-    The harnesses call it after every row or section, so a timeout keeps what came before."""
-    if path:
-        with open(path, "w") as f:
-            json.dump(obj, f, indent=1)

@@ -1,12 +1,24 @@
-"""What every benchmark section shares: the run's header (`header`), the ceilings measured once
-per process (`ceilings`: copy bandwidth and bf16 matmul rate), the float32 reference
-(`reference`), one timer for every row (`time_per_call`: a batch of calls in one CUDA graph, the
-median over replays), `eager_time` (the host's launch included) and `checked_time` (time a call
-only after its output matched the reference)."""
+"""What every benchmark section and sweep shares, and the one loop that runs them.
+
+The declarations: a `Section` names its cases, builds each case's inputs and float32 answer,
+and lists its `Impl`s (ours and each peer), each yielding the `Launch`es it has on a case.
+`measure(section)` is the loop: every launch's output checked against the reference (NaN or inf
+refused, the section's tolerance), then timed by the one timer (`time_per_call`: a batch of
+calls in one CUDA graph, the median over replays; round-robin repeats where the section asks),
+and written as a row of the run file's schema (attnlab.runfile.row), a library's implementations
+(FlashInfer) after the rest. Beside it: the run's `header`, the `ceilings` measured once per
+process (copy bandwidth and bf16 matmul rate), `eager_time` (the host's launch included), the
+table a command line prints, and the JSON written after every case.
+
+This module is long because the loop, its declarations and the timer it calls are one contract:
+a section module depends on all of it, and splitting it would make a reader of one section open
+three files to see how its rows are made.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -18,10 +30,9 @@ __all__ = [
     "ceilings",
     "time_per_call",
     "eager_time",
-    "checked_time",
-    "flashinfer_last",
-    "try_peer",
     "table",
+    "library_version",
+    "write_json",
     "Launch",
     "Impl",
     "Section",
@@ -85,31 +96,6 @@ def ceilings(torch) -> dict:
         mm = 2 * m**3 / (eager_time(lambda: x @ y, warmup=50, rep=300)[0] * 1e-6)
         _CEILINGS.update(copy_bytes_per_s=copy, bf16_matmul_flops=mm)
     return dict(_CEILINGS)
-
-
-def flashinfer_last(peers) -> list[list[str]]:
-    """The peers in two phases, FlashInfer's (whose JIT compiles, and whose import can crash) after
-    the rest, so a timeout or crash there keeps our rows; empty phases left out.
-
-    >>> flashinfer_last(("paged", "flashinfer", "sdpa"))
-    [['paged', 'sdpa'], ['flashinfer']]
-    """
-    return [
-        p for p in ([x for x in peers if x != "flashinfer"], [x for x in peers if x == "flashinfer"]) if p
-    ]
-
-
-def try_peer(name: str, fn, *args, word: str = "skipped", limit: int = 2) -> bool:
-    """Call fn(*args); a failure (a library missing, an API changed) is printed with a short
-    traceback and drops only what this call would have added. True when it ran through."""
-    import traceback
-
-    try:
-        fn(*args)
-        return True
-    except Exception:  # noqa: BLE001 - keep the other peers
-        print(f"  {name}: {word}\n" + traceback.format_exc(limit=limit), flush=True)
-        return False
 
 
 def table(res: dict) -> str:
@@ -223,19 +209,23 @@ def eager_time(fn, warmup: int = 25, rep: int = 100):
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median") * 1e3, "do_bench"
 
 
-def checked_time(fn, ref, what: str, **kw):
-    """(max |error| against `ref`, us per call, how) for one harness row, or None: the output is
-    checked before it is timed (`time_per_call`, with `kw`), and a failure, printed with a short
-    traceback, drops this row only. `fn`'s output is copied first: it may live in a reused buffer."""
-    import traceback
+def library_version(name: str) -> tuple[bool, str]:
+    """(importable, what the result file records): library `name`'s version, or why it is absent.
+    Imported only when its rows are due, so a crash while importing it keeps the rows before."""
+    import importlib
 
     try:
-        o = fn().float().clone()
-        err = (o - ref).abs().max().item()
-        return (err, *time_per_call(fn, o, **kw))
-    except Exception:  # noqa: BLE001 - drop this row only
-        print(f"  {what}: failed\n" + traceback.format_exc(limit=3), flush=True)
-        return None
+        return True, importlib.import_module(name).__version__
+    except Exception as e:  # noqa: BLE001
+        return False, f"absent ({type(e).__name__}: {str(e)[:100]})"
+
+
+def write_json(path, obj) -> None:
+    """Write obj as indented JSON to path; nothing when path is None or "" (out="": write nothing).
+    The harnesses call it after every row or section, so a timeout keeps what came before."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(obj, f, indent=1)
 
 
 # -- the declarations and the one loop ------------------------------------------------------------
@@ -449,8 +439,6 @@ def measure(
     import torch
 
     from attnlab.runfile import rank
-
-    from attnlab.gpubench.cli import library_version, write_json
 
     if not isinstance(section, Section):
         raise TypeError(f"section must be a gpubench.core.Section; got {type(section).__name__}")

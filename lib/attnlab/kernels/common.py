@@ -12,8 +12,7 @@ merge of split states, and the launchers' argument checks.
                                            through `attnlab.validate` before anything reaches Triton
                                            (flags: `validate.as_bool`)
 
-`kernels.fa2` is the readable kernel that first uses them (and re-exports online_update and
-finish); every other kernel imports them from here.
+`kernels.fa2` is the readable kernel that first uses them; every kernel imports them from here.
 """
 
 from __future__ import annotations
