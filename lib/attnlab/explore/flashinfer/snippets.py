@@ -2,7 +2,8 @@
 (chunked prefill) through the paged layer, a speculative-decoding token tree as a variant's mask,
 and sentences read from the recorded GPU run (what FlashInfer's design buys, what its `plan()`
 costs on the host). Every check returns a `checks.Checked`: portable text (counts, verdicts,
-bounds) with the measured errors beside it."""
+bounds) with the measured errors beside it. This file is long because notebook 05 calls all of
+these by one name (`snippets`), each a short computation beside the text it prints."""
 
 from __future__ import annotations
 

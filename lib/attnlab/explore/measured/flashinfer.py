@@ -1,10 +1,11 @@
 """Notebook 05's views of a run: paged decode beside FlashInfer, cascade decode, the variants
-beside FlexAttention and the persistent kernel's three plans."""
+beside FlexAttention and the persistent kernel's plans. Each reads its section's schema rows
+(`reader.section`). This file is long because it holds the notebook's four measured views, which
+share one way of splitting a wide table (`_tables`)."""
 
 from __future__ import annotations
 
 import textwrap
-
 
 from attnlab.explore import style
 from attnlab.explore.measured.reader import impl_name, provenance, section
