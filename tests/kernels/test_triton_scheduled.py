@@ -325,36 +325,26 @@ def test_refusals_of_the_function():
 
 
 def test_bench_dry_run(tmp_path, capsys):
-    """The GPU harness end to end at tiny sizes (eager runs stand in for the replays on a CPU)."""
+    """The GPU harness's command line end to end at tiny sizes (eager runs stand in for the replays
+    on a CPU): every plan kind and paged_decode on both dry batches, in the run file's schema."""
     import json
 
+    from attnlab import runfile
     from attnlab.gpubench import scheduled as scheduled_bench
 
     if DEVICE == "cuda":
         pytest.skip("the dry run is for machines without a GPU")
-    scheduled_bench.main(
-        ["--dry", "--out", str(tmp_path / "r.json"), "--plans", ",".join(scheduled_bench.KINDS)]
-    )
+    plans = ",".join((*scheduled_bench.KINDS, "paged"))
+    assert scheduled_bench.main(["--dry", "--out", str(tmp_path / "r.json"), "--plans", plans]) == 0
     res = json.loads((tmp_path / "r.json").read_text())
-    impls = {(r["batch"], r["impl"]) for r in res["rows"]}
-    assert impls == {
-        (b, i)
-        for b in (1, 3)
-        for i in (
-            "sched per-request",
-            "sched fixed",
-            "sched balanced",
-            "sched balanced-128",
-            "sched balanced+fused",
-            "sched balanced-128+fused",
-            "paged auto",
-        )
-    }
-    assert all(r["max_err"] < 0.05 for r in res["rows"])
-    table = capsys.readouterr().out.split("pred_us")[-1]  # the table printed last
-    assert table.count("sched balanced ") == 2 and table.count("sched balanced-128 ") == 2
-    assert table.count("sched balanced+fused") == 2 and table.count("sched balanced-128+fused") == 2
-    assert table.count("paged auto") == 2
+    assert all(tuple(r) == runfile.COLUMNS for r in res["rows"])
+    impls = [(r["shape"]["batch"], r["impl"]) for r in res["rows"]]
+    assert sorted(impls) == sorted(
+        (b, i) for b in (1, 3) for i in (*(f"sched {k}" for k in scheduled_bench.KINDS), "paged auto")
+    )
+    assert all(r["error"] < 0.05 for r in res["rows"])
+    table = capsys.readouterr().out.split("best/us")[-1]  # the table printed last
+    assert table.count("scheduled  batch 1 ") == table.count("scheduled  batch 3 ") == 7
 
 
 def test_long_merges_direct_writes_and_more_outputs_than_merge_programs():

@@ -1,120 +1,115 @@
 """Decode attention on a real GPU: split-KV against the lecture's simplified-GPU time model.
 
     python -m attnlab.gpubench.decode --out results.json      # on a CUDA machine
+    TRITON_INTERPRET=1 python -m attnlab.gpubench.decode --dry # tiny sizes on a CPU: the code path
 
 A Llama-3-8B-shaped layer (32 query heads, 8 KV heads, d = 128, bf16): for each (batch, context)
 case and split count, `split_kv_decode` (split kernel + merge kernel) is timed by CUDA-graph
-replay (`time_per_call`, median, launch overhead excluded; the plain per-call time with launches
-is kept too), beside `attnlab.machine.hardware.decode_time` for this GPU: once with the datasheet
-bandwidth and once with the copy bandwidth measured in the same run. Correctness first: each
-configuration that is timed is also checked against a float32 reference on the same inputs.
+replay (gpubench.core.measure: median, launch overhead excluded; the eager per-call time with
+launches is kept too, us_with_launch), beside `attnlab.machine.hardware.decode_time` for this GPU:
+once with the datasheet bandwidth (model_us) and once with the copy bandwidth measured in the same
+run (model_us_measured_bw), with the model's utilization, blocks and waves. Correctness first:
+each configuration with batch x context <= 64K is checked against a float32 reference on the same
+inputs (the relative error of the norm). bytes = K and V read once (bf16).
 """
 
 from __future__ import annotations
 
-import math
 import sys
+from types import SimpleNamespace
 
-from attnlab.machine.models import get_model
 from attnlab.gpubench.cli import section_main
+from attnlab.gpubench.core import Impl, Launch, Section, eager_time
+from attnlab.gpubench.paged import SHAPE
+from attnlab.gpubench.reference import reference
 
-__all__ = ["run", "main"]
+__all__ = ["SECTION", "main"]
 
-#: The layer measured: Llama-3-8B's attention shape, from data/models.json.
-_SHAPE = get_model("Llama-3-8B")
-HEADS, KV_HEADS, HEAD_DIM = _SHAPE.q_heads, _SHAPE.kv_heads, _SHAPE.head_dim
-CASES = [
+#: (batch, context, the split counts timed): each case holds its own splits, so no --cases
+CASES = (
     (1, 32768, (1, 2, 4, 8, 16, 32, 64)),
     (2, 16384, (1, 2, 4, 8, 16, 32, 64)),
     (16, 8192, (1, 2, 4, 8, 16)),
     (256, 1024, (1, 4, 16, 64)),
     (256, 4096, (1, 4, 16, 64)),
     (256, 32768, (1, 64)),
-]
-DRY = dict(cases=[(2, 40, (1, 3))], shape=dict(heads=8, kv_heads=2, head_dim=32))
+)
+#: data/gpus.json's GPU the model predicts for
+GPU = "H200-SXM"
+#: the float32 reference is computed where batch x context is at most this
+CHECKED = 64 * 1024
 
 
-def run(
-    cases=CASES,
-    gpu_name: str = "H200-SXM",
-    seed: int = 0,
-    *,
-    dry: bool = False,
-    out: str | None = None,
-    ceil: dict | None = None,
-) -> dict:
-    import torch
-    from attnlab.machine.hardware import decode_time, get_gpu
-    from attnlab.gpubench.cli import write_json
-    from attnlab.gpubench.core import eager_time, header, time_per_call
+def _inputs(torch, case, ctx):
+    batch, n, splits = case
+    hq, hkv, d = ctx.shape["heads"], ctx.shape["kv_heads"], ctx.shape["head_dim"]
+    torch.manual_seed(ctx.seed + batch + n)
+    bf = dict(device=ctx.device, dtype=torch.bfloat16)
+    q = torch.randn(batch, hq, d, **bf)
+    k, v = (torch.randn(batch, hkv, n, d, **bf) for _ in "kv")
+    yield SimpleNamespace(
+        q=q,
+        k=k,
+        v=v,
+        splits=splits,
+        case={"batch": batch, "context": n},
+        ref=reference(torch, q, k, v) if batch * n <= CHECKED else None,
+        flop=None,
+        bytes=2 * k.numel() * k.element_size(),
+    )
+
+
+def _ours(torch, c, ctx):
     from attnlab.kernels.decode import split_kv_decode, workspace
 
-    torch.manual_seed(seed)
-    spec = get_gpu(gpu_name)
-    shape = DRY["shape"] if dry else dict(heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
-    hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
-    res = header(torch, shape)
-    res.pop("flashinfer", None)
-    cuda = torch.cuda.is_available()
-    if ceil:
-        res["copy_bytes_per_s"] = ceil["copy_bytes_per_s"]
-    res.setdefault("copy_bytes_per_s", 1e9)  # a dry run: no ceiling to read against
-    copy_bw = res["copy_bytes_per_s"]
-    res.update(model_gpu=spec.name)
-    dev = "cuda" if cuda else "cpu"
-    for batch, ctx, splits_list in DRY["cases"] if dry else cases:
-        q = torch.randn(batch, hq, d, device=dev, dtype=torch.bfloat16)
-        k = torch.randn(batch, hkv, ctx, d, device=dev, dtype=torch.bfloat16)
-        v = torch.randn(batch, hkv, ctx, d, device=dev, dtype=torch.bfloat16)
-        ref = None
-        if batch * ctx <= 64 * 1024:  # fp32 reference where it is cheap
-            kr = k.float().repeat_interleave(hq // hkv, dim=1)
-            vr = v.float().repeat_interleave(hq // hkv, dim=1)
-            s = torch.einsum("bhd,bhnd->bhn", q.float(), kr) / math.sqrt(d)
-            ref = torch.einsum("bhn,bhnd->bhd", torch.softmax(s, dim=-1), vr)
-            del kr, vr, s
-        for splits in splits_list:
-            ws = workspace(batch, hq, d, splits, q.device)
-            out_ = split_kv_decode(q, k, v, splits, ws=ws).clone()
-            err = None if ref is None else float((out_ - ref).norm() / ref.norm())
-            us, how = time_per_call(lambda: split_kv_decode(q, k, v, splits, ws=ws), out_.float())
-            us_events = (
-                eager_time(lambda: split_kv_decode(q, k, v, splits, ws=ws), warmup=10, rep=50)[0]
-                if cuda
-                else us
-            )
-            m = decode_time(batch, ctx, hkv, splits, spec, head_dim=d, group=hq // hkv)
-            kv_bytes = 2 * batch * hkv * ctx * d * 2
-            res["rows"].append(
-                {
-                    "batch": batch,
-                    "context": ctx,
-                    "splits": splits,
-                    "us": us,
-                    "timing": how,
-                    "us_with_launch": us_events,
-                    "model_us": m.time * 1e6,
-                    "model_us_measured_bw": m.time * 1e6 * spec.hbm_bandwidth / copy_bw,
-                    "model_utilization": m.utilization,
-                    "blocks": m.blocks,
-                    "waves": m.waves,
-                    "bytes": kv_bytes,
-                    "achieved_bytes_per_s": kv_bytes / (us * 1e-6),
-                    "rel_err": err,
-                }
-            )
-        del q, k, v
-        if cuda:
-            torch.cuda.empty_cache()
-        write_json(out, res)
-    return res
+    for s in c.splits:
+        ws = workspace(*c.q.shape[:2], c.q.shape[2], s, c.q.device)
+        yield Launch(
+            "ours", lambda s=s, ws=ws: split_kv_decode(c.q, c.k, c.v, s, ws=ws), launch={"splits": s}
+        )
+
+
+def _model(c, launch, us, ctx) -> dict:
+    """What a decode row adds: the time model at the datasheet and at the measured copy
+    bandwidth, its utilization, blocks and waves, and the eager time with the host's launch."""
+    import torch
+
+    from attnlab.machine.hardware import decode_time, get_gpu
+
+    spec = get_gpu(GPU)
+    batch, hq, d = c.q.shape
+    hkv, n = c.k.shape[1], c.k.shape[2]
+    m = decode_time(batch, n, hkv, launch.launch["splits"], spec, head_dim=d, group=hq // hkv)
+    eager = eager_time(launch.fn, warmup=10, rep=50)[0] if torch.cuda.is_available() else us
+    return {
+        "us_with_launch": eager,
+        "model_us": m.time * 1e6,
+        "model_us_measured_bw": m.time * 1e6 * spec.hbm_bandwidth / ctx.ceilings["copy_bytes_per_s"],
+        "model_utilization": m.utilization,
+        "blocks": m.blocks,
+        "waves": m.waves,
+    }
+
+
+SECTION = Section(
+    name="decode",
+    doc=__doc__,
+    fields=None,
+    cases=CASES,
+    dry_cases=((2, 40, (1, 3)),),
+    shape=SHAPE,
+    dry_shape=dict(heads=8, kv_heads=2, head_dim=32),
+    inputs=_inputs,
+    impls=(Impl("ours", _ours, ours=True),),
+    extra=_model,
+    error="relative",
+    tolerance=0.02,  # bf16 inputs and output against float32: 1.6e-3 recorded at most
+    settings=lambda ctx: {"model_gpu": GPU, "copy_bytes_per_s": ctx.ceilings["copy_bytes_per_s"]},
+)
 
 
 def main(argv=None) -> int:
-    # no --cases: each of CASES holds its split counts too
-    return section_main(
-        "decode", argv, __doc__, None, CASES, DRY["cases"], lambda a, cases, _: run(dry=a.dry, out=a.out)
-    )
+    return section_main(SECTION, argv)
 
 
 if __name__ == "__main__":
