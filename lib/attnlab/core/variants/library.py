@@ -1,12 +1,16 @@
-"""Ready-made variants, each a named `Variant` (the name shows in plots, with its parameters)."""
+"""Ready-made variants, each a named `Variant` (the name shows in plots, with its parameters), and
+each registered once (`registry.Entry`, at the end of this file): the explorer's entry, the
+kernels' switches and FlexAttention's form come from there."""
 from __future__ import annotations
 
 import numpy as np
 
 from attnlab.validate import as_float, as_int
 from attnlab.core.variants.core import Variant
+from attnlab.core.variants.registry import Entry, register
 
-__all__ = ["causal", "soft_cap", "sliding_window", "sigmoid", "alibi", "rope", "sink_window"]
+__all__ = ["causal", "soft_cap", "sliding_window", "sigmoid", "alibi", "rope", "sink_window", "W_STOPS",
+           "SINKS"]
 
 #: Windows and sink counts are positions: int32, as FlashInfer's window_left (a window of N_k or
 #: more keys is causal attention).
@@ -97,3 +101,31 @@ def rope(theta: float = 10000.0) -> Variant:
     return Variant(name=f"rope({_num(theta)})",
                    query_transform=lambda x, pos: _rotate(x, pos, theta),
                    key_transform=lambda x, pos: _rotate(x, pos, theta))
+
+
+# -- the registry's entries: each variant above as the explorer offers it, with the kernels'
+#    switches and FlexAttention's form where they have it (attnlab.core.variants.registry) --------
+
+#: The stops of a window's slider in the variant explorer (its pictures are at most 256 keys wide).
+W_STOPS = (1, 8, 16, 32, 48, 64, 96, 128, 256)
+#: The attention sinks of the explorer's "sink + window" (StreamingLLM keeps 4).
+SINKS = 4
+
+for _entry in (
+    Entry("causal", causal, "causal", kernel=lambda: {"causal": True}),
+    Entry("sliding_window", sliding_window, "sliding window", "window w (keys)", W_STOPS, 64,
+          kernel=lambda w: {"window": w}),
+    Entry("sink_window", lambda w: sink_window(SINKS, w), "sink + window",
+          f"window w (+ {SINKS} sink keys)", W_STOPS, 64),
+    Entry("soft_cap", soft_cap, "soft-cap", "cap c (|logit| < c)", (1, 2, 3, 5, 10, 30, 50), 2,
+          kernel=lambda c: {"soft_cap": c},
+          flex_logits=lambda c: lambda s, qi, kj: c * (s / c).tanh()),
+    Entry("alibi", alibi, "ALiBi", "ALiBi slope",
+          tuple((f"1/{2**k}" if k else "1", 2.0**-k) for k in range(8, -1, -1)), 0.0625),
+    Entry("sigmoid", sigmoid, "sigmoid", "bias b (weight = σ(s + b))", (-8, -6, -4, -2, 0, 2), -4),
+    # short labels: the slider's readout shows five digits cut off
+    Entry("rope", rope, "RoPE", "RoPE base θ",
+          (("10", 10), ("100", 100), ("1e3", 1000), ("1e4", 10000), ("1e5", 100000)), 10000),
+):
+    register(_entry)
+del _entry
