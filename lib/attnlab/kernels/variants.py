@@ -3,7 +3,10 @@
 FlashInfer writes an attention variant as functors filled into one CUDA template and JIT-compiles
 each combination; here the functors are `tl.constexpr` switches of a FlashAttention-2 kernel, so
 Triton compiles one specialised binary per (SOFT_CAP, WINDOW, CAUSAL) and a switch that is off
-costs nothing. The loop is kernels.fa2's (its `online_update` / `finish`), with three additions:
+costs nothing. Which switches a variant sets is its registry entry's (`Entry.kernel` in
+attnlab.core.variants.REGISTRY): `switches(uses)` reads them as the launchers' keywords, the same
+for `flash_attention_hopper` and `flash_attention_gluon`. The loop is kernels.fa2's (its
+`online_update` / `finish`), with three additions:
 
 - SOFT_CAP = c > 0: logits c * tanh(s / c) on the natural-scale logits s = scale * q k^T, then
   times log2(e) for the base-2 softmax (capping the base-2 logits would change the function);
@@ -21,6 +24,10 @@ key (q_idx < 0, possible when N_q > N_k) outputs 0. GQA: query head h reads KV h
 Inputs may have any strides (no copies). Left out: the backward pass, lse output, other variants
 (ALiBi, sinks, RoPE, sigmoid), a non-causal (two-sided) window, autotuning, Hopper-only features
 (`kernels.hopper.flash_attention_hopper` takes soft_cap and window with the same ranges).
+
+This file is long because the kernel's three loops each call the one tile function with its
+twenty-six arguments, one a line as the formatter writes them; the launcher's checks, the loop
+ranges in Python and the registry's switches are the short parts.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
+from attnlab.core.variants import REGISTRY, kernel_switches, lookup
 from attnlab.validate import as_bool, as_float, as_int
 from attnlab.kernels import interpreting
 from attnlab.kernels.common import (
@@ -43,13 +51,43 @@ from attnlab.kernels.common import (
     online_update,
 )
 
-__all__ = ["variant_prefill", "variant_args", "kv_block_range", "blocks", "MAX_SOFT_CAP"]
+__all__ = [
+    "variant_prefill",
+    "variant_args",
+    "switches",
+    "SWITCHES",
+    "kv_block_range",
+    "blocks",
+    "MAX_SOFT_CAP",
+]
 
 #: The largest soft-cap the kernels take. They compute c tanh(x / c) as c (1 - 2 / (1 + e^(2x/c))),
 #: whose absolute error grows like c x 2^-24 (fp32): 1e-6 at c = 30, 6e-4 at c = 1e4, and past about
 #: 1e7 the cap rounds every logit to 0 (uniform attention). Real caps are 30-50 (Grok, Gemma 2); a cap
 #: far above every logit changes nothing, so None is the answer there.
 MAX_SOFT_CAP = 1e4
+
+
+#: The variant switches every prefill kernel here compiles in, as the launchers' keywords
+#: (variant_prefill, flash_attention_hopper and flash_attention_gluon take all three).
+SWITCHES = ("causal", "soft_cap", "window")
+
+
+def switches(uses) -> dict:
+    """The launchers' keywords for registered variants `uses` ((name, parameter) pairs, composed in
+    order), read from their registry entries: {"soft_cap": 30.0, "causal": True}. A variant that no
+    kernel here compiles, or an entry naming a switch the kernels lack, is refused by name."""
+    kw = kernel_switches(uses)
+    if kw is None:
+        missing = [name for name, _ in uses if lookup(name).kernel is None]
+        have = [e.name for e in REGISTRY.values() if e.kernel is not None]
+        raise ValueError(f"no prefill kernel compiles {', '.join(missing)} in; valid: {', '.join(have)}")
+    unknown = [k for k in kw if k not in SWITCHES]
+    if unknown:
+        raise ValueError(
+            f"the registry entries of {list(uses)} set {unknown}; valid switches: {', '.join(SWITCHES)}"
+        )
+    return kw
 
 
 def variant_args(soft_cap, window, n_k: int) -> tuple[float, int]:

@@ -4,18 +4,24 @@ full), and the HBM traffic that skipping saves.
 
 Pure part: `variant_gallery_numbers(variants, N, tile)` -> GalleryNumbers (the long-context
 table of the same counts is `variant_tables.variant_table`).
-Every number comes from attnlab.core.variants: the weights are the output of `variant_attention` with
+The variants offered are the registry's (attnlab.core.variants.REGISTRY: each entry's label,
+slider and default). Every number comes from attnlab.core.variants: the weights are the output of `variant_attention` with
 V = I (row i of O is then row i of the weight matrix), the tile kinds come from `tile_mask`, the
 traffic from `tile_io` (equal to the HBM counter of a real run, tested). `dense_weights` writes the
 weights from the definition through the variant's own functors; the summary shows how far the
 tiled kernel is from it. Queries and keys share one direction plus noise (d = 16), as trained ones
 often do: without positions every query scores the keys alike, and RoPE turns the shared part into
 a function of q_idx - kv_idx (diagonal stripes).
+
+This file is long because the explorer draws three panels (weights, tile mask, traffic) and keeps
+the browser's slider in step with the variant picked; the numbers it draws are the short pure part
+above it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -30,15 +36,9 @@ from matplotlib.ticker import FuncFormatter
 from attnlab.validate import as_int
 from attnlab.core.softmax import softmax
 from attnlab.core.variants import (
+    REGISTRY,
     TILE_KINDS,
     Variant,
-    alibi,
-    causal,
-    rope,
-    sigmoid,
-    sink_window,
-    sliding_window,
-    soft_cap,
     tile_io,
     tile_mask,
     variant_attention,
@@ -68,47 +68,48 @@ TRAFFIC_D = 128  # head dim of the traffic panel (tile_io is exact at any d)
 TENSORS = ("Q", "K", "V", "O")
 N_STOPS = (64, 128, 192, 256)
 TILES = (16, 32, 64, 128)
-SINKS = 4  # sink keys of "sink + window" (StreamingLLM keeps 4)
-W_STOPS = (1, 8, 16, 32, 48, 64, 96, 128, 256)
 NO_PARAM = (("no parameter", 0),)
 
-#: dropdown label -> (factory of the slider's value, slider label, its stops, default)
-KINDS = {
-    "causal": (lambda _: causal(), None, NO_PARAM, 0),
-    "sliding window": (sliding_window, "window w (keys)", W_STOPS, 64),
-    "sink + window": (lambda w: sink_window(SINKS, w), f"window w (+ {SINKS} sink keys)", W_STOPS, 64),
-    "soft-cap": (soft_cap, "cap c (|logit| < c)", (1, 2, 3, 5, 10, 30, 50), 2),
-    "ALiBi": (
-        alibi,
-        "ALiBi slope",
-        tuple((f"1/{2**k}" if k else "1", 2.0**-k) for k in range(8, -1, -1)),
-        0.0625,
-    ),
-    "sigmoid": (sigmoid, "bias b (weight = σ(s + b))", (-8, -6, -4, -2, 0, 2), -4),
-    "RoPE": (
-        rope,
-        "RoPE base θ",
-        (("10", 10), ("100", 100), ("1e3", 1000), ("1e4", 10000), ("1e5", 100000)),
-        10000,
-    ),  # short labels: the slider's readout shows five digits cut off
-    "none": (lambda _: None, None, NO_PARAM, 0),
-}
-#: the variant composed with &, at fixed parameters, by name
-SECOND = {
-    "none": None,
-    **{
-        v.name: v
-        for v in (
-            causal(),
-            sliding_window(64),
-            sink_window(SINKS, 64),
-            soft_cap(2),
-            alibi(0.0625),
-            sigmoid(-4),
-            rope(10000),
+
+class _Live(Mapping):
+    """A read-only dict made from the variant registry (attnlab.core.variants.REGISTRY) each time
+    it is read, so an entry registered after this module was imported shows too."""
+
+    def __init__(self, items):
+        self._items = items
+
+    def __getitem__(self, key):
+        return self._items()[key]
+
+    def __iter__(self):
+        return iter(self._items())
+
+    def __len__(self):
+        return len(self._items())
+
+
+def _kinds() -> dict:
+    rows = {
+        e.label: (
+            lambda p, e=e: e.variant(p),
+            e.param,
+            e.stops if e.param is not None else NO_PARAM,
+            e.default if e.param is not None else 0,
         )
-    },
-}
+        for e in REGISTRY.values()
+    }
+    return {**rows, "none": (lambda _: None, None, NO_PARAM, 0)}
+
+
+def _second() -> dict:
+    return {"none": None, **{v.name: v for v in (e.variant(e.default) for e in REGISTRY.values())}}
+
+
+#: dropdown label -> (factory of the slider's value, slider label, its stops, default): one per
+#: registry entry, in the registry's order, then "none" (plain attention)
+KINDS = _Live(_kinds)
+#: the variant composed with &, by name: each registry entry at its default
+SECOND = _Live(_second)
 
 
 @lru_cache(maxsize=1)
@@ -248,7 +249,7 @@ class VariantGalleryExplorer(Explorer):
             w.layout.width, w.layout.margin = "400px", "2px 40px 2px 2px"
         return {
             "variant": variant,
-            "param": steps(KINDS["sliding window"][1], W_STOPS, 64),
+            "param": steps(*KINDS["sliding window"][1:]),
             "second": second,
             "N": steps("N = N_q = N_k (tokens)", N_STOPS, 256),
             "tile": steps("tile size B_r = B_c", TILES, 32),
