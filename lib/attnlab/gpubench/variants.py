@@ -3,59 +3,68 @@ compiled FlexAttention and SDPA.
 
     python -m attnlab.gpubench.variants --out results.json       # on a CUDA machine
     python -m attnlab.gpubench.variants --cases 1x16384          # one batch x N per run
-    TRITON_INTERPRET=1 python -m attnlab.gpubench.variants --dry  # tiny sizes on a CPU: the code path
+    python -m attnlab.gpubench.variants --dry                    # tiny sizes on a CPU: the code path
 
 A Llama-3-8B-shaped prefill (32 query heads, 8 KV heads, d = 128, bf16), B x N = 16K tokens, for
-four variants: causal, soft_cap(30) (non-causal and causal) and sliding_window(1024) (causal).
+four variants (VARIANTS; --variants picks some): causal, soft_cap(30) (non-causal and causal) and
+sliding_window(1024) (causal). Each is a list of entries of the variant registry
+(attnlab.core.variants.REGISTRY), and every form measured here comes from those entries: our
+kernels' compile-time switches (`kernels.variants.switches`), FlexAttention's score_mod and
+mask_mod (`core.variants.flex_mods`), the reference's and the FLOP count's mask.
 Ours: "ours" is `variant_prefill` (the FA2 loop, notebook 03's kernel with the switches), "ours-hopper"
-is `flash_attention_hopper` with soft_cap / window (the Hopper kernel, its default steps), "ours-gluon"
-is `flash_attention_gluon` with them (the FA3-style Gluon kernel, its default steps; sm_90 only and
-no interpreter: elsewhere, --dry included, its rows drop with the kernel's refusal as the reason).
+is `flash_attention_hopper` with them (the Hopper kernel, its default steps), "ours-gluon" is
+`flash_attention_gluon` with them (the FA3-style Gluon kernel, its default steps; sm_90 only and no
+interpreter: elsewhere, --dry included, its rows drop with the kernel's refusal as the reason).
 Peers in the same run:
-- flex: `torch.compile(flex_attention)` with score_mod 30 tanh(score / 30) and a BlockMask from
-  `create_block_mask` (causal / window mask_mod, built once outside the timing), enable_gqa=True;
-  at most four compiled variants per batch x N (each compile can take a minute);
-- sdpa-flash, sdpa-cudnn (causal alone): torch SDPA with is_causal, enable_gqa (or K/V repeated
-  outside the timing where a backend refuses GQA, marked kv_repeated).
-Each output is checked against a float32 reference computed in chunks (max_err), then timed per
-call by CUDA-graph replay (`time_per_call`; events if the capture fails). FLOPs count only the
-visible (query, key) pairs, 4 d per pair (causal ~ N^2 / 2, window ~ N w), for every implementation;
-speedup (ours rows) = the best peer's time / ours, > 1 = ours faster. Every row is tried on its own
-(a failure drops it, with a short traceback); the JSON is rewritten after each row.
+- flex: `torch.compile(flex_attention)` with the entries' score_mod and a BlockMask from
+  `create_block_mask` of their mask_mod (built once outside the timing), enable_gqa=True; at most
+  four compiled variants per batch x N (each compile can take a minute);
+- sdpa-flash, sdpa-cudnn (where the variant needs no switch but causal): torch SDPA with
+  is_causal, enable_gqa (or K/V repeated outside the timing where a backend refuses GQA, marked
+  kv_repeated).
+Each output is checked against a float32 reference computed in chunks (gpubench.reference, with the
+variant's switches), then timed per call by CUDA-graph replay (gpubench.core.measure, the loop every
+section shares). FLOPs count only the visible (query, key) pairs, 4 d per pair (causal ~ N^2 / 2,
+window ~ N w), for every implementation; ratio_to_best = the case's best time over this one.
 """
 
 from __future__ import annotations
 
 import sys
-import traceback
+from types import SimpleNamespace
 
 import numpy as np
 
-from attnlab.machine.models import get_model
-from attnlab.gpubench.core import checked_time, header, try_peer
+from attnlab.core.variants import flex_mods, lookup
+from attnlab.gpubench.cli import name_list, section_main
+from attnlab.gpubench.core import Impl, Launch, Section
 from attnlab.gpubench.reference import compiled_flex, reference
-from attnlab.gpubench.cli import section_main, write_json
+from attnlab.machine.models import get_model
 
-__all__ = ["run", "main", "pairs"]
+__all__ = ["SECTION", "VARIANTS", "uses_of", "label", "pairs", "main"]
 
 _SHAPE = get_model("Llama-3-8B")
 SHAPE = dict(heads=_SHAPE.q_heads, kv_heads=_SHAPE.kv_heads, head_dim=_SHAPE.head_dim)
-CASES = [(4, 4096), (1, 16384)]
-CAP, WINDOW = 30.0, 1024
-OURS = ("ours", "ours-hopper", "ours-gluon")
-VARIANTS = ("causal", "soft_cap(30)", "soft_cap(30) causal", "sliding_window")
-DRY = dict(cases=[(1, 40)], shape=dict(heads=4, kv_heads=2, head_dim=32), window=16)
+CAP, WINDOW, DRY_WINDOW = 30.0, 1024, 16
+#: the variants measured, by the names --variants takes: each the registry entries it composes,
+#: with their parameters (w: the run's window, WINDOW, or DRY_WINDOW in a dry run)
+VARIANTS = {
+    "causal": lambda w: (("causal", None),),
+    "soft_cap(30)": lambda w: (("soft_cap", CAP),),
+    "soft_cap(30) causal": lambda w: (("soft_cap", CAP), ("causal", None)),
+    "sliding_window": lambda w: (("sliding_window", w),),
+}
 
 
-def _kwargs(variant: str, window: int) -> dict:
-    """The keywords of a variant name for our kernels (variant_prefill, flash_attention_hopper and
-    flash_attention_gluon take the same)."""
-    return {
-        "causal": dict(causal=True),
-        "soft_cap(30)": dict(soft_cap=CAP),
-        "soft_cap(30) causal": dict(causal=True, soft_cap=CAP),
-        "sliding_window": dict(window=window),
-    }[variant]
+def uses_of(name: str, window: int) -> tuple:
+    """The (registry name, parameter) pairs of measured variant `name` at window `window`."""
+    return VARIANTS[name](window)
+
+
+def label(uses) -> str:
+    """A variant's text in its rows: its entries' Variant names, joined by spaces
+    ("soft_cap(30) causal")."""
+    return " ".join(lookup(name).variant(p).name for name, p in uses)
 
 
 def pairs(n_q: int, n_k: int, causal: bool = False, window: int = 0) -> int:
@@ -66,39 +75,66 @@ def pairs(n_q: int, n_k: int, causal: bool = False, window: int = 0) -> int:
     return int(np.maximum(hi - lo, 0).sum())
 
 
-def _ours(torch, c, add):
+def _inputs(torch, case, ctx):
+    """One batch x N's q, k, v, then one Case for each variant chosen, with its switches (kw), its
+    registry uses, its reference and its FLOPs. (The kernels are imported only here and in the
+    launches: a dry run sets the Triton interpreter first.)"""
+    from attnlab.kernels.variants import switches
+
+    batch, n = case
+    torch.manual_seed(ctx.seed + batch + n)
+    hq, hkv, d = ctx.shape["heads"], ctx.shape["kv_heads"], ctx.shape["head_dim"]
+    q = torch.randn(batch, hq, n, d, device=ctx.device, dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, hkv, n, d, device=ctx.device, dtype=torch.bfloat16) for _ in "kv")
+    window = DRY_WINDOW if ctx.dry else WINDOW
+    for name in ctx.options.variants:
+        uses = uses_of(name, window)
+        kw = switches(uses)
+        yield SimpleNamespace(
+            q=q,
+            k=k,
+            v=v,
+            n=n,
+            uses=uses,
+            kw=kw,
+            case={"batch": batch, "N": n, "variant": label(uses)},
+            ref=reference(torch, q, k, v, **kw),
+            flop=4 * d * batch * hq * pairs(n, n, kw.get("causal", False), kw.get("window", 0)),
+            bytes=None,
+        )
+
+
+def _ours(torch, c, ctx):
     from attnlab.kernels.variants import blocks, variant_prefill
 
-    kw = _kwargs(c.variant, c.window)
-    t = blocks(c.n, c.n, kw.get("causal", False), kw.get("window", 0), d=c.q.shape[3])
-    add(
+    t = blocks(c.n, c.n, c.kw.get("causal", False), c.kw.get("window", 0), d=c.q.shape[3])
+    heads = c.q.shape[0] * c.q.shape[1]
+    yield Launch(
         "ours",
-        lambda: variant_prefill(c.q, c.k, c.v, **kw),
-        tiles=t["visited"] * c.q.shape[0] * c.q.shape[1],
-        masked_tiles=t["masked"] * c.q.shape[0] * c.q.shape[1],
+        lambda: variant_prefill(c.q, c.k, c.v, **c.kw),
+        extra={"tiles": t["visited"] * heads, "masked_tiles": t["masked"] * heads},
     )
 
 
-def _ours_hopper(torch, c, add):
+def _ours_hopper(torch, c, ctx):
     from attnlab.kernels.hopper import flash_attention_hopper
 
-    kw = _kwargs(c.variant, c.window)
-    add("ours-hopper", lambda: flash_attention_hopper(c.q, c.k, c.v, **kw))
+    yield Launch("ours-hopper", lambda: flash_attention_hopper(c.q, c.k, c.v, **c.kw))
 
 
-def _ours_gluon(torch, c, add):
+def _ours_gluon(torch, c, ctx):
     from attnlab.kernels.gluon_fa3 import flash_attention_gluon
 
-    kw = _kwargs(c.variant, c.window)
-    add("ours-gluon", lambda: flash_attention_gluon(c.q, c.k, c.v, **kw)[0])
+    yield Launch("ours-gluon", lambda: flash_attention_gluon(c.q, c.k, c.v, **c.kw)[0])
 
 
-def _sdpa(torch, c, add):
-    if c.variant != "causal":
+def _sdpa(torch, c, ctx):
+    """SDPA where the variant needs no switch but causal; K/V repeated where a backend refuses GQA."""
+    if set(c.kw) - {"causal"}:
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    sdpa, causal = torch.nn.functional.scaled_dot_product_attention, c.kw.get("causal", False)
     backends = (
         [("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)]
         if c.q.is_cuda
@@ -109,135 +145,71 @@ def _sdpa(torch, c, add):
 
         def fn(k=c.k, v=c.v, gqa=True, backend=backend):
             if backend is None:
-                return sdpa(c.q, k, v, is_causal=True, enable_gqa=gqa)
+                return sdpa(c.q, k, v, is_causal=causal, enable_gqa=gqa)
             with sdpa_kernel(backend):
-                return sdpa(c.q, k, v, is_causal=True, enable_gqa=gqa)
+                return sdpa(c.q, k, v, is_causal=causal, enable_gqa=gqa)
 
         try:
             fn()
-            add(name, fn)
+            gqa = True
         except Exception as e:  # noqa: BLE001 - e.g. no GQA in this backend
             print(f"  {name} with enable_gqa: {type(e).__name__}: {str(e)[:100]}; K/V repeated", flush=True)
+            gqa = False
+        if gqa:
+            yield Launch(name, fn)
+        else:
             kr, vr = (t.repeat_interleave(g, dim=1) for t in (c.k, c.v))
-            add(name, lambda kr=kr, vr=vr, fn=fn: fn(kr, vr, False), kv_repeated=True)
+            yield Launch(name, lambda kr=kr, vr=vr, fn=fn: fn(kr, vr, False), extra={"kv_repeated": True})
 
 
-def _flex(torch, c, add):
+def _flex(torch, c, ctx):
+    """FlexAttention with the registry entries' score_mod and mask_mod (none where Flex cannot
+    express the variant), compiled once per run."""
+    mods = flex_mods(c.uses, c.n, c.n)
+    if mods is None:
+        return
     from torch.nn.attention.flex_attention import create_block_mask
 
-    if c.flex is None:  # one compiled function for the whole run
-        c.flex = compiled_flex(torch)
-    kw = _kwargs(c.variant, c.window)
-    w = kw.get("window", 0)
-
-    def capped(score, b, h, q_idx, kv_idx):
-        return CAP * torch.tanh(score / CAP)
-
-    def causal_mask(b, h, q_idx, kv_idx):
-        return q_idx >= kv_idx
-
-    def window_mask(b, h, q_idx, kv_idx):
-        return (q_idx >= kv_idx) & (q_idx - kv_idx < w)
-
-    mask_mod = window_mask if w else causal_mask if kw.get("causal") else None
+    if "flex" not in ctx.state:
+        ctx.state["flex"] = compiled_flex(torch)
+    flex, (score_mod, mask_mod) = ctx.state["flex"], mods
     block_mask = (
         None if mask_mod is None else create_block_mask(mask_mod, None, None, c.n, c.n, device=c.q.device)
     )
-    score_mod = capped if kw.get("soft_cap") else None
-    add("flex", lambda: c.flex(c.q, c.k, c.v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True))
+    yield Launch(
+        "flex", lambda: flex(c.q, c.k, c.v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True)
+    )
 
 
-def run(cases=CASES, variants=VARIANTS, *, dry: bool = False, out: str | None = None, seed: int = 0) -> dict:
-    import torch
-    from types import SimpleNamespace
+def _settings(ctx) -> dict:
+    return {"soft_cap": CAP, "window": DRY_WINDOW if ctx.dry else WINDOW}
 
-    shape = DRY["shape"] if dry else SHAPE
-    window = DRY["window"] if dry else WINDOW
-    res = header(torch, shape)
-    res.pop("flashinfer", None)
-    res.update(soft_cap=CAP, window=window)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"{res['device']}: torch {res['torch']}, triton {res['triton']}", flush=True)
 
-    def save():
-        write_json(out, res)
-
-    c = SimpleNamespace(flex=None, window=window)
-    for batch, n in cases:
-        torch.manual_seed(seed + batch + n)
-        hq, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
-        c.q = torch.randn(batch, hq, n, d, device=dev, dtype=torch.bfloat16)
-        c.k, c.v = (torch.randn(batch, hkv, n, d, device=dev, dtype=torch.bfloat16) for _ in "kv")
-        c.n = n
-        for variant in variants:
-            c.variant = variant
-            kw = _kwargs(variant, window)
-            flops = 4 * d * batch * hq * pairs(n, n, kw.get("causal", False), kw.get("window", 0))
-            try:
-                ref = reference(torch, c.q, c.k, c.v, **kw)
-            except Exception:  # noqa: BLE001
-                print(f"  reference {variant}: failed\n" + traceback.format_exc(limit=3), flush=True)
-                continue
-            print(f"batch {batch} x N {n}, {variant}: {flops / 1e12:.2f} TFLOP needed", flush=True)
-            group = []
-
-            def add(impl, fn, **extra):
-                got = checked_time(fn, ref, impl)
-                if got is None:
-                    return
-                err, us, how = got
-                label = f"sliding_window({window})" if variant == "sliding_window" else variant
-                row = {
-                    "batch": batch,
-                    "N": n,
-                    "variant": label,
-                    "impl": impl,
-                    **extra,
-                    "us": us,
-                    "timing": how,
-                    "flops": flops,
-                    "tflops": flops / us * 1e-6,
-                    "max_err": err,
-                }
-                res["rows"].append(row)
-                group.append(row)
-                print(
-                    f"  {impl:12s} {us:10.1f} us {row['tflops']:7.1f} TFLOP/s  err {err:.1e}  {how}",
-                    flush=True,
-                )
-                save()
-
-            for name, peer in (
-                ("ours", _ours),
-                ("ours-hopper", _ours_hopper),
-                ("ours-gluon", _ours_gluon),
-                ("sdpa", _sdpa),
-                ("flex", _flex),
-            ):
-                try_peer(name, peer, torch, c, add)
-            peers = [r["us"] for r in group if r["impl"] not in OURS]
-            for r in group:
-                if r["impl"] in OURS and peers:
-                    r["speedup"] = min(peers) / r["us"]
-            save()
-            del ref
-        del c.q, c.k, c.v
-        if dev == "cuda":
-            torch.cuda.empty_cache()
-    return res
+SECTION = Section(
+    name="variants",
+    doc=__doc__,
+    fields=("batch", "N"),
+    cases=((4, 4096), (1, 16384)),
+    dry_cases=((1, 40),),
+    shape=SHAPE,
+    dry_shape=dict(heads=4, kv_heads=2, head_dim=32),
+    inputs=_inputs,
+    impls=(
+        Impl("ours", _ours, ours=True),
+        Impl("ours-hopper", _ours_hopper, ours=True),
+        Impl("ours-gluon", _ours_gluon, ours=True),
+        Impl("sdpa", _sdpa),
+        Impl("flex", _flex),
+    ),
+    settings=_settings,
+    options=(
+        ("--variants", f"subset of {','.join(VARIANTS)}", name_list(VARIANTS, "variant"), tuple(VARIANTS)),
+    ),
+)
 
 
 def main(argv=None) -> int:
-    return section_main(
-        "variants",
-        argv,
-        __doc__,
-        ("batch", "N"),
-        CASES,
-        DRY["cases"],
-        lambda a, cases, variants: run(cases, variants, dry=a.dry, out=a.out),
-        ("--variants", VARIANTS),
-    )
+    return section_main(SECTION, argv)
 
 
 if __name__ == "__main__":
