@@ -118,7 +118,9 @@ def _contiguous(torch, c, ctx):
     for s in c.splits:
         ws = workspace(*c.q.shape[:2], c.q.shape[2], s, c.q.device)
         yield Launch(
-            "contiguous", lambda s=s, ws=ws: split_kv_decode(c.q, c.k, c.v, s, ws=ws), launch={"splits": s}
+            "contiguous",
+            lambda s=s, ws=ws: split_kv_decode(c.q, c.k, c.v, s, ws=ws),
+            launch={"page_size": None, "splits": s},
         )
 
 
@@ -138,7 +140,7 @@ def _sdpa(torch, c, ctx):
             with sdpa_kernel(backend):
                 return torch.nn.functional.scaled_dot_product_attention(q4, c.k, c.v).reshape(B, hq, d)
 
-        yield Launch(name, fn)
+        yield Launch(name, fn, launch={"page_size": None})  # no page: the contiguous copy
 
 
 def flashinfer_decode(torch, c, tensor_cores=(True, False)):
