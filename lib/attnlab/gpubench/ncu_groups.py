@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from attnlab.gpubench import paged, prefill
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.core import Impl, Section
+from attnlab.gpubench.sweeps import gluon_sets, gluon_steps, ragged
 from attnlab.gpubench.sweeps import paged as paged_sweep
-from attnlab.gpubench.sweeps import ragged
 from attnlab.kernels.tuning import MIN_CHUNK, WAVES
 
 __all__ = ["Call", "GROUPS", "calls"]
@@ -83,29 +83,17 @@ def calls(group: str, torch, dry: bool = False) -> list[tuple[str, int, object]]
     for call in GROUPS[group]:
         if dry and call.dry is None:
             continue
+        case = call.dry[0] if dry else call.case
+        what = f"{call.launch or getattr(call.impl, 'name', call.impl)} of {call.section.name} at {case}"
         try:
             made = [(call.name.format(**p), call.kernels, fn) for p, fn in _matching(torch, call, dry)]
         except Exception as e:  # noqa: BLE001 - e.g. FlashInfer absent
-            print(f"left out: {call.name} ({type(e).__name__}: {str(e)[:200]})", flush=True)
+            print(f"left out: {what} ({type(e).__name__}: {str(e)[:200]})", flush=True)
             continue
         if not made:
-            print(f"left out: {call.name} (no such launch here)", flush=True)
+            print(f"left out: {what} (no such launch here)", flush=True)
         out += made
     return out
-
-
-def _gluon_steps(torch, c, ctx):
-    """The Gluon prefill at each step set of `sweeps.gluon`'s STEP_SETS, on sm_90 only."""
-    from attnlab.gpubench.sweeps.gluon import STEP_SETS
-    from attnlab.kernels.gluon_fa3 import flash_attention_gluon
-
-    if c.q.is_cuda and torch.cuda.get_device_capability(c.q.device) == (9, 0):
-        for name, steps in STEP_SETS.items():
-            yield Launch(
-                "gluon",
-                lambda s=steps: flash_attention_gluon(c.q, c.k, c.v, causal=c.causal, steps=s)[0],
-                launch={"steps": name},
-            )
 
 
 #: the recorded profiles' prefill layer: 32 heads for Q, K and V (no GQA), d = 128
@@ -180,57 +168,22 @@ def _recorded() -> tuple:
 
 
 def _gluon() -> tuple:
-    """The FA3 steps of `kernels.gluon_fa3` at 1 x 4K, 32 heads, d = 128: the first step (no
-    warp specialisation), the defaults, the last step, without and with the causal mask, beside
-    FlashInfer's FA3 template and cuDNN on the same inputs. Not under the interpreter."""
-    out = []
+    """The FA3 steps of `kernels.gluon_fa3` at 1 x 4K, 32 heads, d = 128, as the Gluon sweep runs
+    them (`sweeps.gluon_steps.FULL`): the first step (no warp specialisation), the defaults and the
+    last step, without and with the causal mask, beside FlashInfer's FA3 template and cuDNN on
+    that shape. Not under the interpreter."""
+    sets = {"no_ws": gluon_sets.VARIANTS["no_ws"], "default": gluon_sets.FINAL["default"]}
+    sets["split_pp_ov"] = gluon_sets.VARIANTS["split_pp_ov"]
+    case, out = (1, 32, 4096, 128), []
     for causal, word in ((False, "non-causal"), (True, "causal")):
         label, on = f"1x{{N}} {word}", {"causal": causal}
         out += [
-            Call(
-                f"gluon no_ws {label}",
-                prefill.SECTION,
-                Impl("gluon", _gluon_steps),
-                (1, 4096),
-                where={**on, "steps": "no_ws"},
-                shape=_MHA,
-            ),
-            Call(
-                f"gluon default {label}",
-                prefill.SECTION,
-                "ours",
-                (1, 4096),
-                launch="ours-gluon",
-                where=on,
-                shape=_MHA,
-            ),
-            Call(
-                f"gluon split_pp_ov {label}",
-                prefill.SECTION,
-                Impl("gluon", _gluon_steps),
-                (1, 4096),
-                where={**on, "steps": "split_pp_ov"},
-                shape=_MHA,
-            ),
-            Call(
-                f"flashinfer-fa3 {label}",
-                prefill.SECTION,
-                "flashinfer",
-                (1, 4096),
-                launch="flashinfer-fa3",
-                where=on,
-                shape=_MHA,
-            ),
-            Call(
-                f"sdpa-cudnn {label}",
-                prefill.SECTION,
-                "sdpa",
-                (1, 4096),
-                launch="sdpa-cudnn",
-                where=on,
-                shape=_MHA,
-            ),
-        ]
+            Call(f"gluon {{steps}} {label}", gluon_steps.FULL, "gluon", case, where=on, options={"sets": sets}),
+            Call(f"flashinfer-fa3 {label}", prefill.SECTION, "flashinfer", (1, 4096), launch="flashinfer-fa3",
+                 where=on, shape=_MHA),
+            Call(f"sdpa-cudnn {label}", gluon_steps.FULL, "sdpa", case, launch="sdpa-cudnn", where=on,
+                 options={"sets": sets}),
+        ]  # fmt: skip
     return tuple(out)
 
 
