@@ -100,14 +100,13 @@ def test_paged_summary_reads_the_recorded_run_and_its_ratios():
     assert max(len(line) for line in text.splitlines()) <= 100
     first = text.split("the others")[0]  # ours beside FlashInfer TC, the ratio last
     rows = [line.split() for line in first.splitlines() if re.match(r"\s*\d+ x \d+K", line)]
-    assert len(rows) == len(
-        {(r["batch"], r["context"], r["page_size"]) for r in res["rows"] if r["page_size"]}
-    )
+    shapes = [r["shape"] for r in res["rows"]]
+    assert len(rows) == len({(s["batch"], s["context"], s["page_size"]) for s in shapes if s["page_size"]})
     for cells in rows:
         b, ps = int(cells[0]), int(cells[3])
-        at = [r for r in res["rows"] if r["batch"] == b and r["page_size"] == ps]
-        ours = min(r["us"] for r in at if r["impl"] == "paged" and not r.get("auto"))
-        fi = next(r["us"] for r in at if r["impl"] == "flashinfer-tc")
+        at = [r for r in res["rows"] if r["shape"]["batch"] == b and r["shape"]["page_size"] == ps]
+        ours = min(r["time_us"] for r in at if r["impl"].startswith("paged ") and not r["shape"].get("auto"))
+        fi = next(r["time_us"] for r in at if r["impl"].startswith("flashinfer-tc "))
         assert float(cells[4]) == round(ours, 1) and float(cells[-1]) == round(fi / ours, 2)
 
 
@@ -117,7 +116,7 @@ def test_variants_summary_ratios_come_from_the_recorded_rows():
     sec = measured.section(measured.newest_run(), "variants")
     text = measured.variants_summary(sec)
     rows = sec["rows"]
-    cases = {(r["batch"], r["N"], r["variant"]) for r in rows}
+    cases = {(r["shape"]["batch"], r["shape"]["N"], r["shape"]["variant"]) for r in rows}
     ours = ("ours", "ours-hopper", "ours-gluon")
     assert {r["impl"] for r in rows} >= {*ours, "flex"} and len(cases) == 8
     assert max(len(line) for line in text.splitlines()) <= 100
@@ -125,7 +124,11 @@ def test_variants_summary_ratios_come_from_the_recorded_rows():
     lines = [line for line in ratios.splitlines() if re.match(r"\d+ x [\d,]+\s", line)]
     assert len(lines) == len(cases)
     for b, n, var in cases:
-        at = {r["impl"]: r["us"] for r in rows if (r["batch"], r["N"], r["variant"]) == (b, n, var)}
+        at = {
+            r["impl"]: r["time_us"]
+            for r in rows
+            if (r["shape"]["batch"], r["shape"]["N"], r["shape"]["variant"]) == (b, n, var)
+        }
         best = min(v for k, v in at.items() if k not in ours)  # a library's, never one of ours
         line = next(s for s in lines if s.startswith(f"{b} x {n:,} ") and f" {var} " in f" {s} ")
         assert line.split()[-3:] == [f"{best / at[k]:.2f}" for k in ours]

@@ -16,7 +16,6 @@ STARTS = {
     "sweeps.hopper": "sweep",
     "sweeps.paged": "sweep",
     "sweeps.ragged": "sweep",
-    "sweeps.gluon": "_torch",
     "ncu": "profile",
 }
 

@@ -149,6 +149,10 @@ def test_repeats_time_every_launch_round_robin():
         assert r["time_us"] == sorted(r["extra"]["repeat_us"])[1]  # the median of three
     # first each launch's check (one call each), then three rounds of (p, q), two calls per timing
     assert order == ["p", "q"] + ["p", "p", "q", "q"] * 3
+    order.clear()
+    rows = measure(_section(impls=(Impl("p", counted),), untimed_rounds=1), cases=[(4,)], dry=True)["rows"]
+    assert [len(r["extra"].get("repeat_us", [0])) for r in rows] == [1, 1]  # one timed round
+    assert order == ["p", "q"] + ["p", "p", "q", "q"] * 2  # and one round before it, untimed
 
 
 def test_bad_arguments_are_refused_by_name():

@@ -275,7 +275,8 @@ class Section:
     type, default) the command line adds; `default_impls`: what a run measures unless told;
     `subset`: the command-line flag that picks implementations; `allowed`: the values a case's
     first number may take off --dry (None: any); `repeats`: each launch of a case timed this many
-    times, round-robin over the case's launches (the median is its time; the times in extra)."""
+    times, round-robin over the case's launches (the median is its time; the times in extra),
+    after `untimed_rounds` rounds whose times are dropped (the clocks and caches settle)."""
 
     name: str
     doc: str
@@ -297,6 +298,7 @@ class Section:
     subset: str = "--peers"
     allowed: tuple | None = None
     repeats: int = 1
+    untimed_rounds: int = 0
 
     def impl_names(self) -> tuple:
         return tuple(i.name for i in self.impls)
@@ -388,7 +390,9 @@ def _case_rows(section: Section, phase, c, ctx) -> list:
                 got = _checked(section, launch, c)
                 if got is None:
                     continue
-                if section.repeats == 1:  # timed now: a launch may depend on the generator's state
+                if (
+                    section.repeats == 1 and not section.untimed_rounds
+                ):  # timed now: a launch may depend on the generator's state
                     t = _timed(section, launch, got[0])
                     if t is not None:
                         rows.append((impl, _row(section, impl, launch, c, ctx, got[1], [t[0]], t[1])))
@@ -397,10 +401,10 @@ def _case_rows(section: Section, phase, c, ctx) -> list:
         except Exception:  # noqa: BLE001 - a peer missing or changed: drop its rows here
             print(f"  {impl.name}: skipped\n" + traceback.format_exc(limit=3), flush=True)
     hows: dict = {}
-    for _ in range(section.repeats if todo else 0):
+    for k in range(section.untimed_rounds + section.repeats if todo else 0):
         for impl, launch, o, err, times in todo:
             t = _timed(section, launch, o)
-            if t is not None:
+            if t is not None and k >= section.untimed_rounds:
                 times.append(t[0])
                 hows[id(launch)] = t[1]
     rows += [

@@ -250,4 +250,5 @@ LADDER = Section(
     finish=verdicts,
     options=(_sets_option("ladder"),),
     repeats=REPEATS,
+    untimed_rounds=1,  # one round first, untimed: the clocks and the L2 settle before the five
 )
