@@ -94,7 +94,8 @@ def default_descriptors(causal: bool) -> str:
     return "host" if causal else "device"
 
 
-# -- flash_attention_gluon: set by gpubench/sweeps/gluon.py, whose H200 run is
+# -- flash_attention_gluon: set by gpubench/sweeps/gluon_sets.py's EARLY table (`python -m
+#    attnlab.gpubench.sweeps.gluon full early_k`), whose H200 run is
 #    data/measurements/h200-2026-12-03-gluon-early-k.json (every step set, causal and not) -----------
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 #: flash_attention_gluon's steps=None per (d, causal): that sweep's fastest correct set (H200, Triton 3.6).
