@@ -13,7 +13,6 @@ pytest.importorskip("torch")
 MISSING = "no-such-folder/x.json"
 #: what each entry point calls to start measuring: a refused command line never gets there
 STARTS = {
-    "sweeps.hopper": "sweep",
     "sweeps.paged": "sweep",
     "sweeps.ragged": "sweep",
     "ncu": "profile",
@@ -31,9 +30,13 @@ def test_the_harness_finds_every_section_by_its_declaration():
 
 
 def _no_start(monkeypatch, mod):
-    m = importlib.import_module(f"attnlab.gpubench.{'core' if mod in SECTIONS else mod}")
-    start = "measure" if mod in SECTIONS else STARTS.get(mod, "run")
-    monkeypatch.setattr(m, start, lambda *a, **k: pytest.fail(f"{mod} started"))
+    """A declaration (a module with SECTION) starts in core.measure; the others where STARTS says."""
+    m = importlib.import_module(f"attnlab.gpubench.{mod}")
+    fail = lambda *a, **k: pytest.fail(f"{mod} started")  # noqa: E731
+    if hasattr(m, "SECTION"):
+        monkeypatch.setattr("attnlab.gpubench.core.measure", fail)
+    else:
+        monkeypatch.setattr(m, STARTS.get(mod, "run"), fail)
 
 
 def _refused(capsys, mod, argv, names):

@@ -389,7 +389,9 @@ def test_the_run_file_reads_back_what_it_wrote_and_refuses_a_broken_one(tmp_path
 def test_the_live_cells_refuse_an_unknown_section_by_name():
     from attnlab.gpubench import live
 
-    with pytest.raises(ValueError, match="sections='nope' is not allowed; valid: 'prefill'"):
+    with pytest.raises(
+        ValueError, match="sections='nope' is not allowed; valid: 'cascade', 'decode', 'paged', 'prefill'"
+    ):
         live.live_run(("prefill", "nope"))
     with pytest.raises(TypeError, match="sections must be a tuple"):
         live.live_run("paged")

@@ -85,6 +85,11 @@ def test_rows_are_schema_rows_checked_before_they_are_timed(capsys):
     assert {r["what"] for r in rows} == {"n 5", "n 9"}  # the dry cases
     out = capsys.readouterr().out
     assert "over the section's tolerance" in out and "NaN or inf" in out and "ZeroDivisionError" in out
+    # and the file keeps why each has no row
+    why = {(d["what"], d["impl"]): d["reason"] for d in res["dropped"]}
+    assert set(why) == {(w, i) for w in ("n 5", "n 9") for i in ("wrong", "nan", "raises")}
+    assert why["n 5", "wrong"].startswith("RuntimeError: error") and "NaN" in why["n 9", "nan"]
+    assert why["n 5", "raises"] == "ZeroDivisionError: division by zero"
     for r in rows:
         assert r["error"] <= 1e-5 and r["ours"] == (r["impl"].startswith("good"))
         assert r["tflops"] == pytest.approx(r["flop"] / r["time_us"] * 1e-6)

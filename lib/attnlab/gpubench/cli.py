@@ -223,11 +223,12 @@ def parse(
     return args, cases, chosen
 
 
-def section_main(section, argv=None) -> int:
-    """A declared section's `main` (a gpubench.core.Section): its command line built from the
-    declaration (--cases from its fields, its implementations as the choices of its subset flag,
-    its options), checked before anything runs (`parse`); then `core.measure` and the rows'
-    table; exit 0."""
+def section_main(section, argv=None, prog: str | None = None) -> int:
+    """A declared section's or sweep's `main` (a gpubench.core.Section): its command line built
+    from the declaration (--cases from its fields, its implementations as the choices of its
+    subset flag, its options), checked before anything runs (`parse`); then `core.measure` and
+    the rows' table; exit 0. `prog`: the command's name (default: python -m
+    attnlab.gpubench.<section name>)."""
     from attnlab.gpubench.core import measure, table
 
     extra = [(flag, text, kind) for flag, text, kind, _ in section.options]
@@ -240,7 +241,7 @@ def section_main(section, argv=None) -> int:
         section.dry_cases,
         subset,
         extra,
-        prog=f"python -m attnlab.gpubench.{section.name}",
+        prog=prog or f"python -m attnlab.gpubench.{section.name}",
         allowed=section.allowed,
     )
     options = {

@@ -311,11 +311,30 @@ def _error(o, ref, kind: str):
     return float(d.norm() / ref.norm()) if kind == "relative" else d.abs().max().item()
 
 
-def _checked(section: Section, launch: Launch, c):
-    """(output, error) of one launch, or None (printed): the call's output (copied: it may live in
-    a reused buffer) must be finite and within the section's tolerance of the reference."""
+def _dropped(ctx, c, name: str, launch: dict, what: str) -> None:
+    """Print why a launch (or an implementation, on this case) has no row, with a short
+    traceback, and keep the reason in ctx.dropped (the result's "dropped": a compile error or a
+    wrong answer stays on record)."""
+    import sys
     import traceback
 
+    from attnlab.runfile import case_text, impl_text
+
+    e = sys.exc_info()[1]
+    print(f"  {name} {launch}: {what}\n" + traceback.format_exc(limit=3), flush=True)
+    ctx.dropped.append(
+        {
+            "what": case_text(c.case),
+            "impl": impl_text(name, launch),
+            "stage": what,
+            "reason": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}",
+        }
+    )
+
+
+def _checked(section: Section, launch: Launch, c, ctx):
+    """(output, error) of one launch, or None (dropped): the call's output (copied: it may live
+    in a reused buffer) must be finite and within the section's tolerance of the reference."""
     ref = launch.ref if launch.ref is not None else c.ref
     try:
         o = launch.fn().float().clone()
@@ -326,18 +345,16 @@ def _checked(section: Section, launch: Launch, c):
             raise RuntimeError(f"error {err:.2e} is over the section's tolerance {section.tolerance}")
         return o, err
     except Exception:  # noqa: BLE001 - drop this row only
-        print(f"  {launch.name} {launch.launch}: failed\n" + traceback.format_exc(limit=3), flush=True)
+        _dropped(ctx, c, launch.name, launch.launch, "failed")
         return None
 
 
-def _timed(section: Section, launch: Launch, o):
-    """(µs, how) by the one timer, or None (printed) when the timing itself fails."""
-    import traceback
-
+def _timed(section: Section, launch: Launch, o, c, ctx):
+    """(µs, how) by the one timer, or None (dropped) when the timing itself fails."""
     try:
         return time_per_call(launch.timed or launch.fn, o, **section.timing)
     except Exception:  # noqa: BLE001 - drop this row only
-        print(f"  {launch.name} {launch.launch}: timing failed\n" + traceback.format_exc(limit=3), flush=True)
+        _dropped(ctx, c, launch.name, launch.launch, "timing failed")
         return None
 
 
@@ -379,7 +396,6 @@ def _case_rows(section: Section, phase, c, ctx) -> list:
     """(impl, row) of one Case: every launch of every implementation of the phase checked, then timed
     (once each, in turn; or, with section.repeats > 1, all of them round-robin that many times, so
     that a drift of the machine falls on every implementation alike)."""
-    import traceback
 
     import torch
 
@@ -387,23 +403,23 @@ def _case_rows(section: Section, phase, c, ctx) -> list:
     for impl in phase:
         try:
             for launch in impl.launches(torch, c, ctx):
-                got = _checked(section, launch, c)
+                got = _checked(section, launch, c, ctx)
                 if got is None:
                     continue
                 if (
                     section.repeats == 1 and not section.untimed_rounds
                 ):  # timed now: a launch may depend on the generator's state
-                    t = _timed(section, launch, got[0])
+                    t = _timed(section, launch, got[0], c, ctx)
                     if t is not None:
                         rows.append((impl, _row(section, impl, launch, c, ctx, got[1], [t[0]], t[1])))
                 else:
                     todo.append((impl, launch, *got, []))
         except Exception:  # noqa: BLE001 - a peer missing or changed: drop its rows here
-            print(f"  {impl.name}: skipped\n" + traceback.format_exc(limit=3), flush=True)
+            _dropped(ctx, c, impl.name, {}, "skipped")
     hows: dict = {}
     for k in range(section.untimed_rounds + section.repeats if todo else 0):
         for impl, launch, o, err, times in todo:
-            t = _timed(section, launch, o)
+            t = _timed(section, launch, o, c, ctx)
             if t is not None and k >= section.untimed_rounds:
                 times.append(t[0])
                 hows[id(launch)] = t[1]
@@ -434,8 +450,9 @@ def measure(
     ceil: dict | None = None,
     options: dict | None = None,
 ) -> dict:
-    """Run declared `section`: the header, its settings and its rows in the run file's schema
-    (attnlab.runfile.row; ratio_to_best filled by runfile.rank), written to `out` after every row
+    """Run declared `section`: the header, its settings, its rows in the run file's schema
+    (attnlab.runfile.row; ratio_to_best filled by runfile.rank) and under "dropped" each launch
+    that has none and why (a wrong answer, a compile error), written to `out` after every case
     (nothing when out is None or ""). `cases`: the section's cases unless given; `impls`: names
     of its implementations (default_impls, else all); `options`: the values of its declared
     command-line options by name (the defaults where missing); `ceil`: the run's ceilings (measured
@@ -468,6 +485,7 @@ def measure(
         device="cuda" if cuda else "cpu",
         options=SimpleNamespace(**opts),
         state={},
+        dropped=[],
     )
     if section.settings:
         res.update(section.settings(ctx))
@@ -493,6 +511,7 @@ def measure(
             if cuda:
                 torch.cuda.empty_cache()
     rank(res["rows"], tuple(unranked))
+    res["dropped"] = ctx.dropped
     if section.finish:
         section.finish(res["rows"])
     write_json(out, res)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import sys
 
+from attnlab.gpubench.cli import section_main
 from attnlab.gpubench.core import Impl, Launch, Section
 from attnlab.gpubench.paged import SHAPE
 from attnlab.gpubench.prefill import DRY_SHAPE, flashinfer_prefill, inputs, model_columns, sdpa_prefill
@@ -97,23 +98,9 @@ SECTION = Section(
 
 
 def main(argv=None) -> int:
-    """The command line (cli.parse: --cases N,..., --peers, --out, --dry; no GPU without --dry
-    refused), then core.measure and the rows' table."""
-    from attnlab.gpubench import core
-    from attnlab.gpubench.cli import parse
-
-    names = SECTION.impl_names()
-    args, cases, chosen = parse(
-        argv,
-        __doc__,
-        SECTION.fields,
-        SECTION.cases,
-        SECTION.dry_cases,
-        (SECTION.subset, names),
-        prog="python -m attnlab.gpubench.sweeps.hopper",
-    )
-    print(core.table(core.measure(SECTION, cases, chosen, dry=args.dry, out=args.out)))
-    return 0
+    """The command line (--cases N,..., --peers, --out, --dry; no GPU without --dry refused),
+    then core.measure and the rows' table."""
+    return section_main(SECTION, argv, prog="python -m attnlab.gpubench.sweeps.hopper")
 
 
 if __name__ == "__main__":
