@@ -85,7 +85,7 @@ def test_prefill_cases_name_the_recorded_rows():
 
 
 def test_the_sweep_lists_every_step_set_and_the_grid_but_its_default_launches(monkeypatch):
-    from attnlab.kernels.hopper import HOPPER_STEPS
+    from attnlab.kernels.hopper_kernel import HOPPER_STEPS
 
     # under the interpreter the default launch is 16 x 16 (16 x 32 with big_tiles), 4 warps, 3 stages
     monkeypatch.setattr(

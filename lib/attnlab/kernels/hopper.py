@@ -66,15 +66,11 @@ from attnlab.validate import as_bool
 from attnlab.kernels import interpreting
 from attnlab.kernels.common import LOG2E
 from attnlab.kernels.hopper_checks import COMPILE_ERRORS, check_args, parse_steps, tma_ok
-from attnlab.kernels.hopper_kernel import DEFAULT_STEPS, HOPPER_STEPS, cumulative_steps, hopper_kernel
+from attnlab.kernels.hopper_kernel import DEFAULT_STEPS, HOPPER_STEPS, hopper_kernel
 from attnlab.kernels.tuning import default_descriptors, launch_config
 
 __all__ = [
     "flash_attention_hopper",
-    "HOPPER_STEPS",
-    "DEFAULT_STEPS",
-    "cumulative_steps",
-    "tma_ok",
     "steps_run",
     "dropped_steps",
     "forget_dropped",

@@ -41,7 +41,8 @@ DRY_GRID = {"block_m": (16,), "block_n": (16,), "num_warps": (4,), "num_stages":
 
 def _steps(torch, c, ctx):
     """Each cumulative step set at its default launch, then the grid's other launches."""
-    from attnlab.kernels.hopper import HOPPER_STEPS, cumulative_steps, flash_attention_hopper
+    from attnlab.kernels.hopper import flash_attention_hopper
+    from attnlab.kernels.hopper_kernel import HOPPER_STEPS, cumulative_steps
     from attnlab.kernels.tuning import launch_config
 
     def call(**kw):
@@ -66,7 +67,7 @@ def _fa2(torch, c, ctx):
 
 
 def _settings(ctx) -> dict:
-    from attnlab.kernels.hopper import HOPPER_STEPS
+    from attnlab.kernels.hopper_kernel import HOPPER_STEPS
 
     return {"steps": list(HOPPER_STEPS), "ceilings": ctx.ceilings}
 
