@@ -166,7 +166,7 @@ def _decoder(torch, kind, ctx):
     ctas = _ctas(torch, ctx.dry)
     planner = _planner(kind, hkv, hq // hkv, ctas, DRY["chunk"] if ctx.dry else CHUNK)
     plans = [planner(b.lens) for b in batches]
-    s = SimpleNamespace(planner=planner, plans=plans, ctas=ctas, captured_on=None)
+    s = SimpleNamespace(planner=planner, plans=plans, ctas=ctas, captured_on=None)  # None: no graph (a CPU)
     s.max_items = max(int(np.bincount(p.cta).max()) for p in plans)
     s.max_outputs = max(p.num_outputs for p in plans)
     sizes = (max(b.q.shape[0] for b in batches), hq, hkv, d, ctas, s.max_items, ctx.state["pools"].k.shape[0])
@@ -206,7 +206,7 @@ def _scheduled(kind: str):
         load_us = (time.perf_counter() - t0) * 1e6
         if graph and dec.graph is None:
             dec.capture(pools.k, pools.v)  # once per plan kind, on its first batch
-            s.captured_on = b.q.shape[0]  # None on a CPU: no graph there
+            s.captured_on = b.q.shape[0]
         step = dec.replay if graph else (lambda: dec.run(pools.k, pools.v))
 
         def checked():  # the replay must write every element
