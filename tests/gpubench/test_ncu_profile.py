@@ -55,12 +55,14 @@ def test_the_gaps_group_profiles_the_automatic_split_on_ragged_batches(capsys):
     assert torch.allclose(o.float(), refs[id(batches[0])], atol=2e-2)
 
 
-def test_every_call_names_an_implementation_its_section_declares():
-    for group, declared in ncu_groups.GROUPS.items():
-        for call in declared:
-            assert isinstance(call.section, Section), (group, call.name)
-            if isinstance(call.impl, str):
-                assert call.impl in call.section.impl_names(), (group, call.name)
+def test_a_call_names_an_implementation_its_section_declares():
+    assert all(
+        isinstance(c, Call) for calls in ncu_groups.GROUPS.values() for c in calls
+    )  # checked when made
+    with pytest.raises(ValueError, match="impl must be one of .'paged', 'contiguous'.*got 'pagd'"):
+        Call("x", ncu_groups.paged.SECTION, "pagd", (1, 64))
+    with pytest.raises(TypeError, match="section must be a gpubench.core.Section"):
+        Call("x", "paged", "paged", (1, 64))
 
 
 def _toy():

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from attnlab.gpubench import paged, prefill
-from attnlab.gpubench.core import Impl, Section
+from attnlab.gpubench.core import Section
 from attnlab.gpubench.sweeps import gluon_sets, gluon_steps, ragged
 from attnlab.gpubench.sweeps import paged as paged_sweep
 from attnlab.kernels.tuning import MIN_CHUNK, WAVES
@@ -21,8 +21,7 @@ __all__ = ["Call", "GROUPS", "calls"]
 
 @dataclass(frozen=True)
 class Call:
-    """The launches of implementation `impl` (a name in `section`, or an Impl of its own) on
-    `case` whose launch name is `launch` (None: any) and whose case and launch parameters include
+    """The launches of implementation `impl` (one of `section`'s names) on `case` whose launch name is `launch` (None: any) and whose case and launch parameters include
     `where`; `options` the section's options for them; `shape` the layer (None: the section's).
     `name` is each call's name in the report, formatted with the case's and launch's parameters
     and the launch's extra; `kernels` how many kernels one call launches; `dry` the (case, where)
@@ -30,7 +29,7 @@ class Call:
 
     name: str
     section: Section
-    impl: str | Impl
+    impl: str
     case: tuple
     kernels: int = 1
     launch: str | None = None
@@ -38,6 +37,12 @@ class Call:
     options: dict = field(default_factory=dict)
     shape: dict | None = None
     dry: tuple | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.section, Section):
+            raise TypeError(f"section must be a gpubench.core.Section; got {type(self.section).__name__}")
+        if self.impl not in self.section.impl_names():
+            raise ValueError(f"impl must be one of {self.section.impl_names()}; got {self.impl!r}")
 
 
 def _context(torch, call: Call, case: tuple, dry: bool) -> SimpleNamespace:
@@ -61,9 +66,7 @@ def _context(torch, call: Call, case: tuple, dry: bool) -> SimpleNamespace:
 def _matching(torch, call: Call, dry: bool):
     """(parameters, fn) of every launch of `call` (its timed function where it has one)."""
     case, where = call.dry if dry else (call.case, call.where)
-    impl = call.impl
-    if not isinstance(impl, Impl):
-        impl = {i.name: i for i in call.section.impls}[impl]
+    impl = {i.name: i for i in call.section.impls}[call.impl]
     ctx = _context(torch, call, case, dry)
     for c in call.section.inputs(torch, case, ctx):
         for launch in impl.launches(torch, c, ctx):
@@ -84,7 +87,7 @@ def calls(group: str, torch, dry: bool = False) -> list[tuple[str, int, object]]
         if dry and call.dry is None:
             continue
         case = call.dry[0] if dry else call.case
-        what = f"{call.launch or getattr(call.impl, 'name', call.impl)} of {call.section.name} at {case}"
+        what = f"{call.launch or call.impl} of {call.section.name} at {case}"
         try:
             made = [(call.name.format(**p), call.kernels, fn) for p, fn in _matching(torch, call, dry)]
         except Exception as e:  # noqa: BLE001 - e.g. FlashInfer absent
