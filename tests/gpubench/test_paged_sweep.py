@@ -26,7 +26,7 @@ def _rows(tmp_path, capsys):
 
 def test_a_dry_run_writes_a_checked_schema_row_per_configuration(tmp_path, capsys):
     rows = _rows(tmp_path, capsys)
-    assert all(tuple(r) == COLUMNS and r["section"] == "sweeps.paged" and r["ours"] for r in rows)
+    assert all(tuple(r) == COLUMNS and r["section"] == "paged-sweep" and r["ours"] for r in rows)
     grid = {(r["shape"]["splits"], r["shape"]["prefetch"]) for r in rows}
     assert grid == {(s, pf) for s in sweep.DRY["splits"] for pf in (False, True)} and len(rows) == 4
     assert {(r["shape"]["batch"], r["shape"]["context"], r["shape"]["page_size"]) for r in rows} == {
@@ -52,7 +52,7 @@ def test_a_wrong_output_drops_its_row_only(tmp_path, capsys, monkeypatch):
 
 def test_best_is_the_fastest_configuration_of_each_case_and_page_size():
     def r(ps, impl, us, ours=True, **launch):
-        return row("sweeps.paged", {"batch": 1, "context": 64}, impl, {"page_size": ps, **launch},
+        return row("paged-sweep", {"batch": 1, "context": 64}, impl, {"page_size": ps, **launch},
                    ours=ours, time_us=us)  # fmt: skip
 
     rows = [

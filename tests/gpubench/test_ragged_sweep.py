@@ -22,7 +22,7 @@ LAUNCH = {
 def _row(batch, impl, us, **kw):
     keys = LAUNCH.get(impl, ())
     return row(
-        "sweeps.ragged",
+        "ragged-sweep",
         {"batch": batch},
         impl,
         {k: kw[k] for k in keys if k in kw},
@@ -103,7 +103,7 @@ def _dry(tmp_path, capsys):
 
 def test_a_dry_run_writes_checked_schema_rows_and_the_best_per_batch(tmp_path, capsys):
     rows, printed = _dry(tmp_path, capsys)
-    assert all(tuple(r) == COLUMNS and r["section"] == "sweeps.ragged" for r in rows)
+    assert all(tuple(r) == COLUMNS and r["section"] == "ragged-sweep" for r in rows)
     grid = len(ragged.DRY["rules"]) * len(ragged.DRY["launches"])
     assert sorted(r["impl"].split(" ")[0] for r in rows) == ["paged"] * grid + ["scheduled"] * 2 * grid
     assert all(r["shape"]["batch"] == 1 and 0 <= r["error"] <= ragged.SECTION.tolerance for r in rows)

@@ -127,7 +127,7 @@ def _finish(rows) -> None:
 
 
 SECTION = Section(
-    name="sweeps.paged",
+    name="paged-sweep",
     doc=__doc__,
     fields=paged.SECTION.fields,
     cases=paged.SECTION.cases,
@@ -163,7 +163,7 @@ SECTION = Section(
 
 
 def main(argv=None) -> int:
-    return section_main(SECTION, argv)
+    return section_main(SECTION, argv, prog="python -m attnlab.gpubench.sweeps.paged")
 
 
 if __name__ == "__main__":

@@ -246,9 +246,10 @@ def _finish(rows) -> None:
 
 
 _FULL = dict(rules=PAGED_RULES, launches=LAUNCHES, floors=FLOORS)
+PROG = "python -m attnlab.gpubench.sweeps.ragged"
 
 SECTION = Section(
-    name="sweeps.ragged",
+    name="ragged-sweep",
     doc=__doc__,
     fields=("batch",),
     cases=tuple((b,) for b in RECORDED_BATCHES),
@@ -282,10 +283,10 @@ def main(argv=None) -> int:
     """The section's command line, which here needs --out (the rows are the sweep's result)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not {"-h", "--help"} & set(argv):
-        need = Parser(prog="python -m attnlab.gpubench.sweeps.ragged", add_help=False)
+        need = Parser(prog=PROG, add_help=False)
         need.add_argument("--out", type=out_path, required=True)
         need.parse_known_args(argv)
-    return section_main(SECTION, argv)
+    return section_main(SECTION, argv, prog=PROG)
 
 
 if __name__ == "__main__":
