@@ -12,11 +12,7 @@ pytest.importorskip("torch")
 
 MISSING = "no-such-folder/x.json"
 #: what each entry point calls to start measuring: a refused command line never gets there
-STARTS = {
-    "sweeps.paged": "sweep",
-    "sweeps.ragged": "sweep",
-    "ncu": "profile",
-}
+STARTS = {"ncu": "profile"}
 
 
 #: the sections, declarations that cli.section_main hands to the one loop, gpubench.core.measure

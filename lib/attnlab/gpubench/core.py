@@ -37,6 +37,7 @@ __all__ = [
     "Impl",
     "Section",
     "phases",
+    "context",
     "measure",
 ]
 
@@ -439,6 +440,40 @@ def phases(impls) -> list:
     return [g for g in groups if g]
 
 
+def context(
+    section: Section,
+    cases,
+    *,
+    dry: bool = False,
+    seed: int = 0,
+    options: dict | None = None,
+    shape: dict | None = None,
+    ceilings=None,
+    commit=None,
+) -> SimpleNamespace:
+    """What a section's `inputs` and its implementations' `launches` are handed (`ctx`): dry,
+    seed, the layer's shape (the section's, or its dry one), the cases, the run's ceilings and
+    commit, the device, the section's options by name (declared defaults, then `options`), a
+    `state` dict its implementations share over the run, and the launches `dropped` so far.
+    measure builds one per run; gpubench.ncu_groups one per profiled call."""
+    import torch
+
+    opts = {flag.lstrip("-").replace("-", "_"): default for flag, _, _, default in section.options}
+    opts.update(options or {})
+    return SimpleNamespace(
+        dry=dry,
+        seed=seed,
+        shape=shape or (section.dry_shape if dry else section.shape),
+        cases=list(cases),
+        ceilings=ceilings,
+        commit=commit,
+        device="cuda" if torch.cuda.is_available() else "cpu",
+        options=SimpleNamespace(**opts),
+        state={},
+        dropped=[],
+    )
+
+
 def measure(
     section: Section,
     cases=None,
@@ -473,19 +508,8 @@ def measure(
     res = header(torch, shape)
     cases = list(cases) if cases else list(section.dry_cases if dry else section.cases)
     ceilings_ = ceil or (ceilings(torch) if cuda else {"copy_bytes_per_s": 1e9, "bf16_matmul_flops": 1e10})
-    opts = {flag.lstrip("-").replace("-", "_"): default for flag, _, _, default in section.options}
-    opts.update(options or {})
-    ctx = SimpleNamespace(
-        dry=dry,
-        seed=seed,
-        shape=shape,
-        cases=cases,
-        ceilings=ceilings_,
-        commit=res["commit"],
-        device="cuda" if cuda else "cpu",
-        options=SimpleNamespace(**opts),
-        state={},
-        dropped=[],
+    ctx = context(
+        section, cases, dry=dry, seed=seed, options=options, ceilings=ceilings_, commit=res["commit"]
     )
     if section.settings:
         res.update(section.settings(ctx))

@@ -8,10 +8,9 @@ docstring says what each group is for and which recorded profile it made."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 from attnlab.gpubench import paged, prefill
-from attnlab.gpubench.core import Section
+from attnlab.gpubench.core import Section, context
 from attnlab.gpubench.sweeps import gluon_sets, gluon_steps, ragged
 from attnlab.gpubench.sweeps import paged as paged_sweep
 from attnlab.kernels.tuning import MIN_CHUNK, WAVES
@@ -45,29 +44,11 @@ class Call:
             raise ValueError(f"impl must be one of {self.section.impl_names()}; got {self.impl!r}")
 
 
-def _context(torch, call: Call, case: tuple, dry: bool) -> SimpleNamespace:
-    """What `core.measure` hands a section's inputs and launches, for one case of one call."""
-    s = call.section
-    opts = {flag.lstrip("-").replace("-", "_"): default for flag, _, _, default in s.options}
-    opts.update(call.options)
-    return SimpleNamespace(
-        dry=dry,
-        seed=0,
-        shape=s.dry_shape if dry else (call.shape or s.shape),
-        cases=[case],
-        ceilings=None,
-        commit=None,
-        device="cuda" if torch.cuda.is_available() else "cpu",
-        options=SimpleNamespace(**opts),
-        state={},
-    )
-
-
 def _matching(torch, call: Call, dry: bool):
     """(parameters, fn) of every launch of `call` (its timed function where it has one)."""
     case, where = call.dry if dry else (call.case, call.where)
     impl = {i.name: i for i in call.section.impls}[call.impl]
-    ctx = _context(torch, call, case, dry)
+    ctx = context(call.section, [case], dry=dry, options=call.options, shape=None if dry else call.shape)
     for c in call.section.inputs(torch, case, ctx):
         for launch in impl.launches(torch, c, ctx):
             params = {**c.case, **launch.launch}
