@@ -29,7 +29,7 @@ fastest-peer/us in two others; `to_schema` rewrites such a file into this schema
 
     python -m attnlab.runfile data/measurements/h200-2026-12-01.json [...]
 
-Layer 0: imports the standard library only. Long because the schema, the one function that
+Layer 0: imports the standard library only. This module is long because the schema, the one function that
 makes its rows and the frozen tables that convert files recorded before it belong together: a
 change to a column is read in one place.
 """

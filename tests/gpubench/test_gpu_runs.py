@@ -217,23 +217,19 @@ def test_cascade_and_schedule_summaries_come_from_the_rows():
     res = measured.newest_run()
     cas = measured.section(res, "cascade")["rows"]
     counted = _part(measured.cascade_summary(res), "counted against measured", r"\s*\d+\s+4096\s")
-    assert len(counted) == len({r["n"] for r in cas})
+    assert len(counted) == len({r["shape"]["n"] for r in cas})
     for cells in counted:
-        n = int(cells[0])
-        auto = next(r["us"] for r in cas if r["n"] == n and r["impl"] == "cascade" and r.get("auto"))
-        paged = next(r["us"] for r in cas if r["n"] == n and r["impl"] == "paged")
+        at = [r for r in cas if r["shape"]["n"] == int(cells[0])]
+        auto = next(r["time_us"] for r in at if r["impl"].startswith("cascade ") and r["shape"]["auto"])
+        paged = next(r["time_us"] for r in at if r["impl"] == "paged")
         assert cells[-1] == f"{paged / auto:.2f}"
     sch = measured.section(res, "scheduled")["rows"]
     lines = _part(measured.schedules_summary(res), "\nbeside\n", r"\s*\d+\s+\d+\s+\d")
-    assert len(lines) == len({r["batch"] for r in sch})
+    assert len(lines) == len({r["shape"]["batch"] for r in sch})
     for cells in lines:
-        b = int(cells[0])
-        fi = next(r["us"] for r in sch if r["batch"] == b and r["impl"] == "flashinfer-tc")
-        bal = min(
-            r["us"]
-            for r in sch
-            if r["batch"] == b and r["impl"] in ("sched balanced", "sched balanced-128+fused")
-        )
+        at = [r for r in sch if r["shape"]["batch"] == int(cells[0])]
+        fi = next(r["time_us"] for r in at if r["impl"] == "flashinfer-tc")
+        bal = min(r["time_us"] for r in at if r["impl"] in ("sched balanced", "sched balanced-128+fused"))
         assert cells[-1] == f"{fi / bal:.2f}"
 
 

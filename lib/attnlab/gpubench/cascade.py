@@ -228,6 +228,7 @@ def _speedups(rows) -> None:
 
 SECTION = Section(
     name="cascade",
+    check=whole_pages,
     doc=__doc__,
     fields=("requests", "prefix", "unique"),
     cases=((8, 4096, 256), (64, 4096, 256)),

@@ -242,6 +242,7 @@ def section_main(section, argv=None, prog: str | None = None) -> int:
         subset,
         extra,
         prog=prog or f"python -m attnlab.gpubench.{section.name}",
+        check=section.check,
         allowed=section.allowed,
     )
     options = {

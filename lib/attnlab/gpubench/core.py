@@ -277,7 +277,9 @@ class Section:
     `subset`: the command-line flag that picks implementations; `allowed`: the values a case's
     first number may take off --dry (None: any); `repeats`: each launch of a case timed this many
     times, round-robin over the case's launches (the median is its time; the times in extra),
-    after `untimed_rounds` rounds whose times are dropped (the clocks and caches settle)."""
+    after `untimed_rounds` rounds whose times are dropped (the clocks and caches settle);
+    `check(case)`: what is wrong with a case the section cannot run (a sentence), or None: the
+    command line refuses such a --cases as a usage error."""
 
     name: str
     doc: str
@@ -300,6 +302,7 @@ class Section:
     allowed: tuple | None = None
     repeats: int = 1
     untimed_rounds: int = 0
+    check: Callable | None = None
 
     def impl_names(self) -> tuple:
         return tuple(i.name for i in self.impls)
