@@ -181,6 +181,7 @@ def _elements(io: dict) -> tuple:
 def variant_gallery_numbers(variants=(), N: int = 256, tile: int = 32) -> GalleryNumbers:
     """Weights, tile kinds and HBM traffic of a Variant (or a list, composed with &; empty: plain).
 
+    >>> from attnlab.core.variants import sliding_window
     >>> r = variant_gallery_numbers(sliding_window(64), N=256, tile=32)
     >>> r.counts, f"{r.skipped:.0%} of tiles skipped, {r.kv_saved:.0%} of K/V traffic saved"
     ({'empty': 43, 'partial': 14, 'full': 7}, '67% of tiles skipped, 67% of K/V traffic saved')
