@@ -11,10 +11,11 @@ import math
 import numpy as np
 import pytest
 
+from refs import throwaway_variant
+
 from attnlab.core.variants import (
     REGISTRY,
     Entry,
-    Variant,
     alibi,
     causal,
     compose,
@@ -105,26 +106,9 @@ def test_bad_entries_and_uses_are_refused_by_name(call, err, match):
 
 @pytest.fixture
 def capped_local():
-    """A throwaway variant the kernels already support: logits capped at c, each query seeing
-    itself and the two keys before it (soft_cap=c, window=3)."""
-    e = register(
-        Entry(
-            "capped_local",
-            lambda c: Variant(
-                name=f"capped_local({c})",
-                logits_transform=lambda s, qi, kj: c * np.tanh(s / c),
-                logits_mask=lambda qi, kj: (kj <= qi) & (kj > qi - 3),
-            ),
-            "capped local",
-            "cap c",
-            (1.0, 2.0),
-            2.0,
-            kernel=lambda c: {"soft_cap": c, "window": 3},
-            flex_logits=lambda c: lambda s, qi, kj: c * (s / c).tanh(),
-        )
-    )
-    yield e
-    del REGISTRY[e.name]
+    """A throwaway variant the kernels already support (tests/refs/throwaway_variant.py)."""
+    with throwaway_variant.registered() as e:
+        yield e
 
 
 def test_a_new_entry_is_the_numpy_math(capped_local):

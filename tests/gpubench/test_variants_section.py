@@ -14,16 +14,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from refs import throwaway_variant
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 from attnlab.catalog import data_path  # noqa: E402
 from attnlab.core.variants import (  # noqa: E402
     REGISTRY,
-    Entry,
-    Variant,
     compose,
     flex_mods,
-    register,
     variant_attention,
 )
 from attnlab.gpubench import variants  # noqa: E402
@@ -161,25 +160,9 @@ def _dense(q, k, v, c):
 @pytest.fixture
 def capped_local(monkeypatch):
     """A throwaway registry entry the kernels already support, measured as "capped_local(2)"."""
-    e = register(
-        Entry(
-            "capped_local",
-            lambda c: Variant(
-                name=f"capped_local({c:g})",
-                logits_transform=lambda s, qi, kj: c * np.tanh(s / c),
-                logits_mask=lambda qi, kj: (kj <= qi) & (kj > qi - 3),
-            ),
-            "capped local",
-            "cap c",
-            (1.0, 2.0),
-            2.0,
-            kernel=lambda c: {"soft_cap": c, "window": 3},
-            flex_logits=lambda c: lambda s, qi, kj: c * (s / c).tanh(),
-        )
-    )
-    monkeypatch.setitem(variants.VARIANTS, "capped_local(2)", lambda w: (("capped_local", 2.0),))
-    yield e
-    del REGISTRY[e.name]
+    with throwaway_variant.registered() as e:
+        monkeypatch.setitem(variants.VARIANTS, "capped_local(2)", lambda w: (("capped_local", 2.0),))
+        yield e
 
 
 @pytest.mark.usefixtures("capped_local")
