@@ -37,6 +37,7 @@ import numpy as np
 from attnlab.machine.schedule import fixed_size_workspace, plan_balanced, plan_fixed_split, plan_per_request
 from attnlab.machine.workload import RECORDED_BATCHES, lengths, recorded_lengths
 from attnlab.gpubench.cli import section_main
+from attnlab.kernels.tuning import CTAS_PER_SM, PLAN_MIN_CHUNK
 from attnlab.gpubench.core import Impl, Launch, Section
 from attnlab.gpubench.paged import SHAPE, flashinfer_decode
 from attnlab.gpubench.reference import reference
@@ -46,12 +47,10 @@ __all__ = ["SECTION", "KINDS", "PLANS", "setup", "main"]
 KINDS = ("per-request", "fixed", "balanced", "balanced-128", "balanced+fused", "balanced-128+fused")
 #: the plans a run times by default (--plans takes any of KINDS, and the peers paged, flashinfer)
 PLANS = ("per-request", "fixed", "balanced", "balanced-128+fused")
-#: "balanced-128": the balanced plan with FlashInfer's decode floor, chunks of at least 128 tokens;
-#: "+fused": ScheduledDecoder(fused_merge=True), one launch (each output merged by its last item)
-MIN_CHUNK = 128
-#: Persistent programs per SM the plans are made for: two resident 4-warp programs keep more loads
-#: in flight than one (on the H200, balanced plan: batch 256 in 712 µs with 264 CTAs, 1,147 with 132).
-CTAS_PER_SM = 2
+#: "balanced-128": the balanced plan with FlashInfer's decode floor, chunks of at least
+#: kernels.tuning.PLAN_MIN_CHUNK (128) tokens; "+fused": ScheduledDecoder(fused_merge=True), one
+#: launch (each output merged by its last item). The plans are made for kernels.tuning.CTAS_PER_SM
+#: persistent programs per SM, as decode_paged makes its plan.
 CASES = tuple((b,) for b in RECORDED_BATCHES)
 PAGE_SIZE = 16
 GPU = "H200-SXM"  # data/gpus.json's name for the predictions
@@ -76,7 +75,7 @@ def _planner(kind: str, hkv: int, group: int, ctas: int, chunk: int):
     if kind == "fixed":
         return lambda L: plan_fixed_split(L, chunk=chunk, **kw)
     if kind == "balanced-128":
-        return lambda L: plan_balanced(L, min_chunk=MIN_CHUNK, **kw)
+        return lambda L: plan_balanced(L, min_chunk=PLAN_MIN_CHUNK, **kw)
     return lambda L: plan_balanced(L, **kw)
 
 

@@ -8,6 +8,8 @@
     variants.variant_prefill          prefill, soft-cap / window compiled in
     scheduled.scheduled_decode        persistent decode driven by a schedule
       (.ScheduledDecoder: static buffers, one CUDA graph replayed across batches)
+    decode_paged.decode_paged         the one decode call for a paged batch: the split kernel or
+                                      the plan-driven decoder, chosen from the real lengths
 
 What they share is in `kernels.common` (online_update, finish, dot, the merge of split states, the
 launchers' checks); their automatic launch choices, each beside the sweep that set it, in

@@ -7,6 +7,7 @@
     split_from_lengths(lengths, ...)     paged_decode's splits=None from the requests' real lengths
     auto_launch(programs, page_size, .)  paged_decode's block_n, num_stages, prefetch
     auto_block_n(programs, device)       ScheduledDecoder's block_n
+    choose_decoder(lengths)              decode_paged's decoder: the split kernel or the plan
 
 The sweeps are `python -m attnlab.gpubench.sweeps.hopper`, `... .sweeps.paged` and `... .sweeps.gluon`;
 their H200 runs (and the scheduled decoder's launch run) are recorded under data/measurements/, and
@@ -33,6 +34,11 @@ __all__ = [
     "auto_launch",
     "auto_block_n",
     "sms",
+    "choose_decoder",
+    "PLAN_FROM_BATCH",
+    "PLAN_SKEW",
+    "CTAS_PER_SM",
+    "PLAN_MIN_CHUNK",
     "MIN_CHUNK",
     "SMALL_CHUNK",
     "WAVES",
@@ -203,3 +209,40 @@ def auto_block_n(programs: int, device) -> int:
     if interpreting():
         return 16
     return 128 if programs <= WAVES * sms(device) else 64
+
+
+# -- decode_paged: which decoder, set by gpubench/sweeps/ragged.py, whose H200 run is
+#    data/measurements/h200-2026-12-02-ragged.json (long-tailed batches of 1 to 256 requests) ------
+#: The plan-driven decoder from this many requests up, when their lengths are uneven: on the
+#: recorded long-tailed batches it is ahead of the best split launch from batch 64 (by 9-17 %),
+#: level at 32 and behind below; on uniform batches the split kernel is at par with FlashInfer.
+PLAN_FROM_BATCH = 64
+#: ... uneven: the longest request over the mean above this (the recorded long-tailed batches of
+#: 64 and more: 5.5 to 19; a uniform batch: 1).
+PLAN_SKEW = 2.0
+#: Persistent programs per SM a plan is made for: two resident 4-warp programs keep more loads in
+#: flight than one (balanced plan, batch 256: 712 µs with 264 CTAs, 1,147 with 132).
+CTAS_PER_SM = 2
+#: A plan's chunks are at least this many tokens (FlashInfer's decode planner's floor: fewer,
+#: wider items for a small batch).
+PLAN_MIN_CHUNK = 128
+
+
+def choose_decoder(lengths) -> str:
+    """ "plan" (the plan-driven persistent decoder) for PLAN_FROM_BATCH or more requests whose
+    longest is more than PLAN_SKEW times their mean length; "split" (the split-KV kernel)
+    otherwise. `lengths`: the requests' KV token counts (a sequence of non-negative integers).
+
+    >>> choose_decoder([4096] * 256), choose_decoder([100] * 62 + [9000]), choose_decoder([100] * 63 + [9000])
+    ('split', 'split', 'plan')
+    """
+    import numpy as np
+
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__len__"):
+        raise TypeError(f"lengths must be a sequence of token counts, got {type(lengths).__name__}")
+    n = np.asarray(lengths)
+    if n.ndim != 1 or n.size == 0 or n.dtype.kind not in "iu" or (n < 0).any():
+        raise ValueError(f"lengths must be a non-empty 1-D sequence of integers >= 0; got {lengths!r}"[:200])
+    mean = n.mean()
+    uneven = mean > 0 and n.max() > PLAN_SKEW * mean
+    return "plan" if n.size >= PLAN_FROM_BATCH and uneven else "split"

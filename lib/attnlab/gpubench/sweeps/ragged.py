@@ -149,7 +149,7 @@ def _decoder(torch, ctx, floor, launch, fused):
 
     import numpy as np
 
-    from attnlab.gpubench.scheduled import CTAS_PER_SM
+    from attnlab.kernels.tuning import CTAS_PER_SM
     from attnlab.kernels.scheduled import ScheduledDecoder
     from attnlab.kernels.tuning import sms
     from attnlab.machine.schedule import plan_balanced
