@@ -77,3 +77,41 @@ def test_bad_input_is_refused_by_name():
         dp.decode_paged(*args, page_size=4, return_lse="False")
     with pytest.raises((TypeError, ValueError), match="page_size"):
         dp.decode_paged(*args, page_size=0)
+
+
+@pytest.mark.parametrize("decoder", ["split", "plan"])
+def test_a_workspace_plans_once_and_runs_every_step(decoder):
+    """plan() once for the table, then run() with each step's new queries: each step's answer is
+    the reference's for its own queries; a plan that fits keeps the plan-driven decoder's buffers."""
+    (q, k, v, indptr, indices, last), _, _ = _batch([6, 21, 3, 40], 4, seed=3)
+    w = dp.DecodeWorkspace(4, 2, 16, 4, k.shape[0], torch.float32, "cpu")
+    with pytest.raises(RuntimeError, match="nothing planned"):
+        w.run(q, k, v)
+    how = w.plan(indptr, indices, last, decoder=decoder)
+    assert how["decoder"] == decoder
+    kd, vd = (t.double().numpy() for t in (k, v))
+    for step in range(2):
+        qs = torch.randn(q.shape, generator=torch.Generator().manual_seed(step))
+        want, want_lse = reference(
+            qs.double().numpy(), kd, vd, indptr.numpy(), indices.numpy(), last.numpy(), 4
+        )
+        o = w.run(qs, k, v)
+        assert np.abs(o.numpy() - want).max() < 1e-5 and np.abs(w.lse.numpy() - want_lse).max() < 1e-5
+    if decoder == "plan":
+        first = w._dec
+        w.plan(indptr, indices, last, decoder="plan")  # the same table again: it fits
+        assert w._dec is first
+        with pytest.raises(ValueError, match="q has shape"):
+            w.run(q[:2], k, v)
+
+
+def test_a_workspace_refuses_bad_sizes_by_name():
+    for kw, exc, name in (
+        (dict(q_heads=3, kv_heads=2), ValueError, "q_heads"),
+        (dict(head_dim=0), ValueError, "head_dim"),
+        (dict(max_pages=0), ValueError, "max_pages"),
+        (dict(dtype=torch.int8), TypeError, "dtype"),
+    ):
+        args = {**dict(q_heads=4, kv_heads=2, head_dim=16, page_size=4, max_pages=8), **kw}
+        with pytest.raises(exc, match=name):
+            dp.DecodeWorkspace(**args, device="cpu")
