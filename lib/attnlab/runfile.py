@@ -23,20 +23,24 @@ exactly the columns of COLUMNS:
     extra          what only this section measures (model_us, predicted_us, utilization, ...)
 
 `row(...)` makes one row in these columns (the harness's loop, gpubench.core.measure, makes every
-row with it) and `rank(rows)` fills ratio_to_best. `read(path)` and `write(path, run)` check a run against the schema (`check`) on the way in and
-out. Older files had no "schema" and a column `x_best` that meant us/fastest in two sections and
+row with it; a value no column can hold is refused by name) and `rank(rows)` fills ratio_to_best
+(a case's impl measured twice is refused: its rows could not be told apart). `read(path)` and
+`write(path, run)` check a run against the schema (`check`: the columns and what each holds) on
+the way in and out. Older files had no "schema" and a column `x_best` that meant us/fastest in two sections and
 fastest-peer/us in two others; `to_schema` rewrites such a file into this schema:
 
     python -m attnlab.runfile data/measurements/h200-2026-12-01.json [...]
 
-Layer 0: imports the standard library only. This module is long because the schema, the one function that
-makes its rows and the frozen tables that convert files recorded before it belong together: a
-change to a column is read in one place.
+Layer 0: imports the standard library only. This module is long because the schema, the one
+function that makes its rows, the checks of what each column holds and the frozen tables that
+convert files recorded before it belong together: a change to a column is read in one place.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import sys
 
@@ -72,10 +76,42 @@ COLUMNS = (
     "commit",
     "extra",
 )
+#: the columns that are None or a finite number >= 0
+_COUNTED = ("flop", "bytes", "tflops", "tbps", "ratio_to_best", "error")
 #: how a file recorded before the schema is rewritten into it
 CONVERT = "python -m attnlab.runfile FILE"
 #: the short names of launch parameters in an impl's text ("paged ps16 s4 auto")
 _SHORT = {"page_size": "ps", "splits": "s"}
+
+
+def _params(name: str, value) -> dict:
+    """`value` if it is a dict whose keys are str (a case's or a launch's parameters), else a
+    TypeError naming `name`."""
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be a dict of parameters by name; got {type(value).__name__}")
+    bad = [k for k in value if not isinstance(k, str) or not k]
+    if bad:
+        raise TypeError(
+            f"{name}'s keys must be non-empty str (parameter names); got {bad[0]!r} in {value!r}"[:300]
+        )
+    return value
+
+
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _count(name: str, value, positive: bool = False):
+    """`value` if it is None or a finite real number >= 0 (> 0 with `positive`): a TypeError for
+    another type (a bool, a str), a ValueError for NaN, inf or a number out of range."""
+    if value is None and not positive:
+        return value
+    want = "a finite number > 0" if positive else "None or a finite number >= 0"
+    if not _real(value):
+        raise TypeError(f"{name} must be {want}; got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{name}={value!r} is out of range; valid: {want}")
+    return value
 
 
 def case_text(case: dict) -> str:
@@ -85,8 +121,7 @@ def case_text(case: dict) -> str:
     >>> case_text({"batch": 2, "N": 8, "causal": True})
     'batch 2, N 8, causal'
     """
-    if not isinstance(case, dict):
-        raise TypeError(f"case must be a dict of the case's parameters; got {type(case).__name__}")
+    _params("case", case)
     return ", ".join(
         k if v is True else f"{k} {v}" for k, v in case.items() if v is not False and v is not None
     )
@@ -99,8 +134,9 @@ def impl_text(name: str, launch: dict) -> str:
     >>> impl_text("paged", {"page_size": 16, "splits": 4, "auto": True})
     'paged ps16 s4 auto'
     """
-    if not isinstance(name, str) or not name or not isinstance(launch, dict):
-        raise TypeError(f"name must be a non-empty str and launch a dict; got {name!r}, {launch!r}")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str; got {name!r}")
+    _params("launch", launch)
     words = [name]
     for k, v in launch.items():
         if v is True:
@@ -134,10 +170,26 @@ def row(
     """
     if not isinstance(section, str) or not section:
         raise TypeError(f"section must be a non-empty str; got {section!r}")
-    if not isinstance(time_us, (int, float)) or isinstance(time_us, bool) or not time_us > 0:
+    if not _real(time_us):
+        raise TypeError(
+            f"time_us must be a positive number of µs; got {time_us!r} ({type(time_us).__name__})"
+        )
+    if not (math.isfinite(time_us) and time_us > 0):
         raise ValueError(f"time_us must be a positive number of µs; got {time_us!r}")
     if not isinstance(ours, bool):
         raise TypeError(f"ours must be True or False; got {ours!r}")
+    for name, value in (("flop", flop), ("nbytes", nbytes), ("error", error)):
+        _count(name, value)
+    if commit is not None and not isinstance(commit, str):
+        raise TypeError(f"commit must be None or a commit's hash (str); got {commit!r}")
+    if extra is not None:
+        _params("extra", extra)
+    shared = sorted(set(_params("case", case)) & set(_params("launch", launch)))
+    if shared:
+        raise ValueError(
+            f"launch {launch!r} names {shared[0]!r}, a parameter of the case {case!r}: a row's shape "
+            "holds both, so a launch's parameters need names of their own"
+        )
     return {
         "section": section,
         "what": case_text(case),
@@ -166,6 +218,24 @@ def rank(rows: list, unranked=()) -> list:
     [1.0, 0.5]
     """
 
+    if not isinstance(unranked, (tuple, list, set, frozenset)) or not all(
+        isinstance(u, str) for u in unranked
+    ):
+        raise TypeError(f"unranked must be a tuple of implementation names (str); got {unranked!r}")
+    if not isinstance(rows, list):
+        raise TypeError(f"rows must be a list of schema rows; got {type(rows).__name__}")
+    seen = set()
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or not {"section", "what", "impl", "time_us"} <= set(r):
+            raise TypeError(f"rows[{i}] must be a schema row (runfile.row); got {r!r}"[:300])
+        key = (r["section"], r["what"], r["impl"])
+        if key in seen:
+            raise ValueError(
+                f"rows[{i}] repeats section {key[0]!r}, case {key[1]!r}, impl {key[2]!r}: two launches "
+                "measured under one name cannot be told apart; give them different launch parameters"
+            )
+        seen.add(key)
+
     def counted(r):
         return r["impl"].split(" ")[0] not in unranked
 
@@ -182,8 +252,14 @@ def rank(rows: list, unranked=()) -> list:
 def check(run, where: str = "run") -> dict:
     """`run` itself if it is a run file's dict in this schema (see the module's docstring): schema
     SCHEMA, a "sections" dict and a "rows" list of dicts with exactly the columns of COLUMNS, each
-    of a known section. Otherwise a ValueError naming `where` (the file) and what is wrong."""
-    if not isinstance(run, dict) or run.get("schema") != SCHEMA:
+    holding what the module's docstring says (a str, a dict, a bool, a finite number or None).
+    Otherwise a ValueError naming `where` (the file), the row and column, and what is wrong."""
+    if not isinstance(run, dict):
+        raise ValueError(
+            f"{where} is not a run file: a run file is a JSON object (a dict) with 'schema', 'sections' "
+            f"and 'rows'; got a {type(run).__name__}"
+        )
+    if run.get("schema") != SCHEMA:
         raise ValueError(
             f"{where} is not a run file in schema {SCHEMA}; `{CONVERT.replace('FILE', str(where))}` "
             "rewrites an older one"
@@ -194,9 +270,30 @@ def check(run, where: str = "run") -> dict:
             f"{type(run.get('sections')).__name__} and {type(run.get('rows')).__name__}"
         )
     for i, r in enumerate(run["rows"]):
-        if not isinstance(r, dict) or tuple(r) != COLUMNS or not isinstance(r["section"], str):
+        if not isinstance(r, dict) or tuple(r) != COLUMNS:
             raise ValueError(f"{where}: rows[{i}] must have exactly the columns {COLUMNS}; got {r!r}"[:400])
+        for col, ok, want in _COLUMN_TYPES:
+            if not ok(r[col]):
+                raise ValueError(f"{where}: rows[{i}][{col!r}] must be {want}; got {r[col]!r}"[:400])
     return run
+
+
+def _number_or_none(v) -> bool:
+    return v is None or (_real(v) and math.isfinite(v) and v >= 0)
+
+
+#: what each column of a row holds: (column, test, the words of a refusal)
+_COLUMN_TYPES = (
+    ("section", lambda v: isinstance(v, str) and bool(v), "a non-empty str"),
+    ("what", lambda v: isinstance(v, str), "a str (the case's text)"),
+    ("impl", lambda v: isinstance(v, str) and bool(v), "a non-empty str"),
+    ("shape", lambda v: isinstance(v, dict), "a dict of the case's and the launch's parameters"),
+    ("ours", lambda v: isinstance(v, bool), "True or False"),
+    ("time_us", lambda v: _real(v) and math.isfinite(v) and v > 0, "a finite number of µs > 0"),
+    *((c, _number_or_none, "None or a finite number >= 0") for c in _COUNTED),
+    ("commit", lambda v: v is None or isinstance(v, str), "None or a commit's hash (str)"),
+    ("extra", lambda v: isinstance(v, dict), "a dict"),
+)
 
 
 def read(path) -> dict:

@@ -86,6 +86,43 @@ def test_bad_input_names_the_parameter():
         to_schema({"sections": {"paged": {"rows": [{"us": None}]}}})
 
 
+@pytest.mark.parametrize(
+    "kw, exc, words",
+    [
+        ({"flop": float("nan")}, ValueError, "flop=nan is out of range"),
+        ({"flop": float("inf")}, ValueError, "flop=inf is out of range"),
+        ({"flop": -1.0}, ValueError, "flop=-1.0 is out of range"),
+        ({"flop": True}, TypeError, "flop must be None or a finite number"),
+        ({"nbytes": "4e6"}, TypeError, "nbytes must be None or a finite number"),
+        ({"error": float("nan")}, ValueError, "error=nan is out of range"),
+        ({"error": "0.1"}, TypeError, "error must be None"),
+        ({"error": False}, TypeError, "error must be None"),
+        ({"time_us": float("inf")}, ValueError, "time_us must be a positive number"),
+        ({"time_us": "2"}, TypeError, "time_us must be a positive number"),
+        ({"commit": 5}, TypeError, "commit must be None or a commit"),
+        ({"extra": [1]}, TypeError, "extra must be a dict"),
+        ({"case": {1: 2}}, TypeError, "case's keys must be non-empty str"),
+        ({"launch": {2: 1}}, TypeError, "launch's keys must be non-empty str"),
+        ({"launch": {"batch": 2}}, ValueError, "names 'batch', a parameter of the case"),
+    ],
+)
+def test_row_refuses_a_value_no_column_can_hold(kw, exc, words):
+    args = {"case": {"batch": 1}, "launch": {}, "time_us": 1.0, **kw}
+    case, launch = args.pop("case"), args.pop("launch")
+    with pytest.raises(exc, match=re.escape(words)):
+        row("paged", case, "paged", launch, ours=True, **args)
+
+
+def test_rank_refuses_a_repeated_launch_and_a_str_of_names():
+    a, b = (row("paged", {"batch": 1}, "paged", {}, ours=True, time_us=t) for t in (1.0, 2.0))
+    with pytest.raises(ValueError, match="rows\\[1\\] repeats section 'paged', case 'batch 1', impl 'paged'"):
+        rank([a, b])
+    with pytest.raises(TypeError, match="unranked must be a tuple"):
+        rank([a], "standard")  # a str would match by substring: "pa" in "paged"
+    other = row("decode", {"batch": 1}, "paged", {}, ours=True, time_us=4.0)  # another section: its own best
+    assert [r["ratio_to_best"] for r in rank([a, other])] == [1.0, 1.0]
+
+
 def test_convert_keeps_every_section_row_and_drops_x_best():
     old = {
         "commit": "a" * 40,
@@ -379,6 +416,12 @@ def test_the_run_file_reads_back_what_it_wrote_and_refuses_a_broken_one(tmp_path
         runfile.check({"sections": {}, "rows": []}, "old.json")
     with pytest.raises(TypeError, match="path must be a file name"):
         runfile.write(None, run)
+    for col, bad in (("time_us", "2.0"), ("ours", "yes"), ("shape", [1]), ("error", float("nan"))):
+        with pytest.raises(ValueError, match=rf"rows\[0\]\['{col}'\] must be"):
+            runfile.write(path, {**run, "rows": [{**rows[0], col: bad}]})
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="list.json is not a run file: a run file is a JSON object"):
+        runfile.read(tmp_path / "list.json")
     assert runfile.read(path) == run  # the refused writes left the file alone
 
 
