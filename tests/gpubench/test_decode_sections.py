@@ -145,3 +145,19 @@ def test_a_scheduled_output_never_written_is_dropped(monkeypatch, capsys):
     rows = measure(scheduled.SECTION, [(1,)], ("balanced", "paged"), dry=True)["rows"]
     assert [r["impl"] for r in rows] == ["paged auto"]  # the poisoned output stays NaN: refused
     assert "NaN or inf" in capsys.readouterr().out
+
+
+def test_the_one_decode_call_is_measured_with_the_decoder_it_chose(monkeypatch):
+    """scheduled's decode_paged row: planned once outside the timing (plan_us), checked like the
+    rest, and named by the decoder kernels.tuning.choose_decoder picks for the batch's lengths."""
+    from attnlab.kernels import tuning
+
+    monkeypatch.setattr(tuning, "PLAN_FROM_BATCH", 3)  # the dry batch of 3 (16, 11, 29 tokens)
+    monkeypatch.setattr(tuning, "PLAN_SKEW", 1.2)  # ... uneven enough: it takes the plan
+    rows = measure(scheduled.SECTION, [(1,), (3,)], ("decode_paged",), dry=True)["rows"]
+    for r in rows:
+        lengths = scheduled._lengths(r["shape"]["batch"], True)[:, 1]
+        want = tuning.choose_decoder(lengths)
+        assert r["impl"] == f"decode_paged decoder={want}" and r["shape"]["decoder"] == want
+        assert r["error"] <= 0.05 and r["extra"]["plan_us"] > 0 and r["ours"]
+    assert [r["shape"]["decoder"] for r in rows] == ["split", "plan"]  # one request: never a plan

@@ -12,13 +12,18 @@ timed per call by CUDA-graph replay (gpubench.core.measure, the loop every secti
 - contiguous: `split_kv_decode` on the contiguous copy (it writes fp32, the others bf16);
 - flashinfer-tc, flashinfer: `BatchDecodeWithPagedKVCacheWrapper`, use_tensor_cores True / False,
   planned once outside the timing (plan() itself timed on the host, plan_us);
-- sdpa-cudnn, sdpa-flash: torch SDPA on the contiguous copy, a KV head's g query heads as g rows.
+- sdpa-cudnn, sdpa-flash: torch SDPA on the contiguous copy, in both forms: a KV head's g query
+  heads as g rows (a prefill of g queries), and "gqa", q (batch, q_heads, 1, d) with enable_gqa,
+  the decode call as torch documents it (each library's fastest form is its best call);
+- decode_paged: `kernels.decode_paged`, the one decode call, planned once outside the timing
+  (its plan() on the host, plan_us), the decoder it chose in the row;
 bytes = K, V and Q read once, O written (bf16); TB/s = bytes / time. FlashInfer (whose first plan
 compiles) runs after the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import traceback
@@ -130,17 +135,24 @@ def _sdpa(torch, c, ctx):
     if c.pool is not None:
         return
     B, hq, d = c.q.shape
-    q4 = c.q.view(B, c.k.shape[1], -1, d)  # (batch, kv_heads, g, d): g rows per KV head
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    forms = {
+        # (batch, kv_heads, g, d): g query rows per KV head, no GQA (a prefill of g rows)
+        False: lambda: sdpa(c.q.view(B, c.k.shape[1], -1, d), c.k, c.v).reshape(B, hq, d),
+        # (batch, q_heads, 1, d) with enable_gqa: the decode call as torch documents it
+        True: lambda: sdpa(c.q[:, :, None, :], c.k, c.v, enable_gqa=True)[:, :, 0, :],
+    }
     for name, backend in (
         ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
         ("sdpa-flash", SDPBackend.FLASH_ATTENTION),
     ):
+        for gqa, call in forms.items():
 
-        def fn(backend=backend):
-            with sdpa_kernel(backend):
-                return torch.nn.functional.scaled_dot_product_attention(q4, c.k, c.v).reshape(B, hq, d)
+            def fn(backend=backend, call=call):
+                with sdpa_kernel(backend):
+                    return call()
 
-        yield Launch(name, fn, launch={"page_size": None})  # no page: the contiguous copy
+            yield Launch(name, fn, launch={"page_size": None, "gqa": gqa})  # no page: the contiguous copy
 
 
 def flashinfer_decode(torch, c, tensor_cores=(True, False)):
@@ -185,6 +197,15 @@ def flashinfer_decode(torch, c, tensor_cores=(True, False)):
         )
 
 
+def _decode_paged(torch, c, ctx):
+    from attnlab.gpubench.scheduled import decode_paged_launch
+
+    if c.pool is not None:
+        p = c.pool
+        launch = decode_paged_launch(torch, c.q, p.k_pool, p.v_pool, p.indptr, p.indices, p.last, p.page_size)
+        yield dataclasses.replace(launch, launch={"page_size": p.page_size, **launch.launch})
+
+
 def _flashinfer(torch, c, ctx):
     if c.pool is not None:
         yield from flashinfer_decode(torch, c)
@@ -203,6 +224,7 @@ SECTION = Section(
         Impl("paged", _paged, ours=True),
         Impl("contiguous", _contiguous, ours=True),
         Impl("sdpa", _sdpa),
+        Impl("decode_paged", _decode_paged, ours=True),
         Impl("flashinfer", _flashinfer, library="flashinfer"),
     ),
     options=(("--page-sizes", "page sizes, e.g. 16,1", int_list("page size"), (16, 1)),),

@@ -248,6 +248,41 @@ def _paged(torch, c, ctx):
     )
 
 
+def _decode_paged(torch, c, ctx):
+    """The one decode call (kernels.decode_paged), planned once outside the timing as FlashInfer's
+    wrapper is: the decoder it chose and its launch in the row, its plan() on the host (plan_us,
+    median of 5) beside FlashInfer's."""
+    yield decode_paged_launch(
+        torch, c.b.q, c.pools.k, c.pools.v, c.b.indptr, c.b.indices, c.b.last, PAGE_SIZE
+    )
+
+
+def decode_paged_launch(torch, q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size):
+    """A Launch of `kernels.decode_paged.DecodeWorkspace` on this batch (the paged section's too)."""
+    import time
+
+    from attnlab.kernels.decode_paged import DecodeWorkspace
+
+    hq, d = q.shape[1:]
+    w = DecodeWorkspace(hq, k_pool.shape[2], d, page_size, k_pool.shape[0], q.dtype, q.device)
+
+    def plan():
+        t0 = time.perf_counter()
+        how = w.plan(kv_indptr, kv_indices, kv_last_page_len)
+        if q.is_cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, how
+
+    how = plan()[1]
+    plan_us = sorted(plan()[0] for _ in range(5))[2] * 1e6
+    return Launch(
+        "decode_paged",
+        lambda: w.run(q, k_pool, v_pool),
+        launch={"decoder": how.pop("decoder")},
+        extra={**how, "plan_us": plan_us},
+    )
+
+
 def _flashinfer(torch, c, ctx):
     """FlashInfer's tensor-core decode wrapper on the batch (gpubench.paged.flashinfer_decode; the
     rows name no page size: the section has one)."""
@@ -273,11 +308,12 @@ SECTION = Section(
     impls=(
         *(Impl(kind, _scheduled(kind), ours=True) for kind in KINDS),
         Impl("paged", _paged, ours=True),
+        Impl("decode_paged", _decode_paged, ours=True),
         Impl("flashinfer", _flashinfer, library="flashinfer"),
     ),
     tolerance=0.05,  # max |error|, bf16 inputs against the float32 reference
     settings=lambda ctx: {"page_size": PAGE_SIZE, "dist": "longtail", "gpu_model": GPU},
-    default_impls=(*PLANS, "paged", "flashinfer"),
+    default_impls=(*PLANS, "paged", "decode_paged", "flashinfer"),
     subset="--plans",
     allowed=RECORDED_BATCHES,
 )
