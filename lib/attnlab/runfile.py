@@ -55,6 +55,7 @@ __all__ = [
     "check",
     "read",
     "write",
+    "replace_with",
     "to_schema",
     "main",
 ]
@@ -312,12 +313,25 @@ def read(path) -> dict:
 
 
 def write(path, run) -> None:
-    """Write `run` (checked against the schema first) as indented JSON to `path`."""
+    """Write `run` (checked against the schema first) as indented JSON to `path`, replacing the
+    file whole (`replace_with`)."""
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise TypeError(f"path must be a file name (str or path); got {path!r}")
     check(run, "run")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(run, f, indent=1)
+    replace_with(path, lambda f: json.dump(run, f, indent=1))
+
+
+def replace_with(path, write) -> None:
+    """Call `write(f)` on a new file beside `path`, then put it in path's place (os.replace): a
+    crash or a kill while writing leaves the file before whole, never half of the new one."""
+    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 #: files recorded before the schema: each section's own row keys, frozen as they were

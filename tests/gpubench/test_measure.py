@@ -165,3 +165,151 @@ def test_bad_arguments_are_refused_by_name():
         measure("paged")
     with pytest.raises(ValueError, match="impls"):
         measure(_section(), impls=("good", "nope"), dry=True)
+
+
+def _one(launches, **kw):
+    return _section(impls=(Impl("good", launches, ours=True),), **kw)
+
+
+@pytest.mark.parametrize(
+    "make, exc, words",
+    [
+        (lambda: Launch(5, lambda: 0), TypeError, "name of a Launch must be a non-empty str"),
+        (lambda: Launch("a", 5), TypeError, "fn of launch 'a' must be callable"),
+        (lambda: Launch("a", abs, launch=[1]), TypeError, "launch of launch 'a' must be a dict"),
+        (lambda: Launch("a", abs, timed=3), TypeError, "timed of launch 'a' must be callable or None"),
+        (lambda: Impl("a", [1, 2]), TypeError, "launches of impl 'a' must be callable"),
+        (lambda: Impl("a", _good, ours="False"), TypeError, "ours of impl 'a' must be True or False"),
+        (lambda: Impl("a,b", _good), ValueError, "one word without commas"),
+        (lambda: Impl("--peers", _good), ValueError, "not starting with '-'"),
+        (lambda: _section(impls=(Impl("good", _good), Impl("good", _slow))), ValueError, "'good' twice"),
+        (lambda: _section(impls=[Impl("good", _good)]), TypeError, "impls of section 'toy' must be"),
+        (lambda: _section(impls=(_good,)), TypeError, "must hold gpubench.core.Impl"),
+        (lambda: _section(fields="n"), TypeError, "fields of section 'toy' must be a tuple"),
+        (lambda: _section(cases=((1, 2),)), ValueError, "cases of section 'toy': each case holds 1"),
+        (lambda: _section(dry_cases=(5,)), TypeError, "each case must be a tuple"),
+        (lambda: _section(inputs=None), TypeError, "inputs of section 'toy' must be callable"),
+        (lambda: _section(error="mean"), ValueError, "error of section 'toy'='mean' is not allowed"),
+        (lambda: _section(tolerance=-1.0), ValueError, "tolerance of section 'toy'=-1.0"),
+        (lambda: _section(repeats=0), ValueError, "repeats of section 'toy'=0 is out of range"),
+        (lambda: _section(repeats=True), TypeError, "repeats of section 'toy' must be an integer"),
+        (lambda: _section(untimed_rounds=-1), ValueError, "untimed_rounds of section 'toy'=-1"),
+        (lambda: _section(timing={"rep": 3}), ValueError, "takes calls and reps"),
+        (lambda: _section(subset="peers"), ValueError, "a flag must be '--name'"),
+        (lambda: _section(subset="--out"), ValueError, "the flag '--out' is taken"),
+        (lambda: _section(options=(("--x", "h"),)), TypeError, "(flag, help, type, default)"),
+        (lambda: _section(default_impls=("nope",)), ValueError, "default_impls of section 'toy'='nope'"),
+    ],
+)
+def test_a_declaration_is_refused_by_name_when_made(make, exc, words):
+    import re
+
+    with pytest.raises(exc, match=re.escape(words)):
+        make()
+
+
+@pytest.mark.parametrize(
+    "kw, exc, words",
+    [
+        ({"cases": [(3, 4)]}, ValueError, "cases: each case holds 1 value(s), n; got (3, 4)"),
+        ({"cases": [3]}, TypeError, "each case must be a tuple"),
+        ({"cases": []}, ValueError, "cases must hold at least one case"),
+        ({"impls": "good"}, TypeError, "impls must be a tuple of names"),
+        ({"seed": "1"}, TypeError, "seed must be an integer"),
+        ({"options": {"page_sizes": (1,)}}, ValueError, "options of section 'toy'='page_sizes'"),
+        ({"out": "no-such-folder/x.json"}, ValueError, "its folder does not exist"),
+    ],
+)
+def test_measure_refuses_a_bad_argument_before_it_measures(kw, exc, words, monkeypatch):
+    import re
+
+    monkeypatch.setattr("attnlab.gpubench.core.header", lambda *a: pytest.fail("measured"))
+    with pytest.raises(exc, match=re.escape(words)):
+        measure(_section(), dry=True, **kw)
+
+
+def test_a_broken_declaration_stops_the_loop_and_a_non_tensor_is_dropped():
+    with pytest.raises(TypeError, match="launches of impl 'good' must yield Launches .*got None"):
+        measure(_one(lambda torch, c, ctx: None), dry=True)
+    with pytest.raises(TypeError, match="must yield Launches; got 5"):
+        measure(_one(lambda torch, c, ctx: iter([5])), dry=True)
+
+    def twice(torch, c, ctx):
+        for _ in range(2):
+            yield Launch("good", lambda: torch.softmax(c.x, -1), launch={"dim": -1})
+
+    with pytest.raises(ValueError, match="launches 'good dim=-1' on case 'n 5' a second time"):
+        measure(_one(twice), dry=True)
+    res = measure(_one(lambda torch, c, ctx: iter([Launch("good", lambda: 1.0)])), dry=True)
+    assert (
+        res["rows"] == []
+        and [d["reason"] for d in res["dropped"]]
+        == ["TypeError: fn of launch 'good' must return a tensor; got 1.0"] * 2
+    )
+
+
+def test_an_unranked_implementation_named_as_a_ranked_launch_leaves_its_rank():
+    def named_x(torch, c, ctx):
+        yield Launch("x", lambda: torch.softmax(c.x, -1), launch={"dim": -1})
+
+    def also_x(torch, c, ctx):  # the same row name, another launch: unranked by its Impl only
+        yield Launch("x", lambda: torch.softmax(c.x, 1), launch={"dim": 1})
+
+    sec = _section(impls=(Impl("a", named_x, ours=True), Impl("b", also_x, ranked=False)))
+    rows = measure(sec, cases=[(4,)], dry=True)["rows"]
+    assert [(r["impl"], r["ratio_to_best"]) for r in rows] == [("x dim=-1", 1.0), ("x dim=1", None)]
+
+
+def test_a_launch_whose_timing_fails_in_one_round_has_no_row():
+    calls = []
+
+    def flaky(torch, c, ctx):
+        def timed():
+            calls.append(1)
+            if len(calls) == 3:  # the second round's first call (the CPU timer calls twice)
+                raise RuntimeError("lost the device")
+            return torch.softmax(c.x, -1)
+
+        yield Launch("f", lambda: torch.softmax(c.x, -1), timed=timed)
+        yield Launch("g", lambda: torch.softmax(c.x, -1))
+
+    res = measure(_one(flaky, repeats=3), cases=[(4,)], dry=True)
+    assert [r["impl"] for r in res["rows"]] == ["g"] and len(res["rows"][0]["extra"]["repeat_us"]) == 3
+    assert [(d["impl"], d["stage"]) for d in res["dropped"]] == [("f", "timing failed")]
+    assert len(calls) == 3  # two calls of round 1, the failing one of round 2, none after
+
+
+def test_a_crash_mid_section_leaves_a_file_of_schema_rows(tmp_path, monkeypatch):
+    """The rows are written after every case; a crash in the next keeps them, and a crash while
+    writing keeps the file written before (a new file replaces it whole)."""
+    import json
+
+    from attnlab import runfile
+
+    def inputs(torch, case, ctx):
+        if case == (9,):
+            raise RuntimeError("the machine went away")
+        yield from _inputs(torch, case, ctx)
+
+    out = tmp_path / "toy.json"
+    with pytest.raises(RuntimeError, match="went away"):
+        measure(_section(inputs=inputs), cases=[(5,), (9,)], dry=True, out=str(out))
+    saved = json.loads(out.read_text())
+    assert {r["what"] for r in saved["rows"]} == {"n 5"}
+    runfile.check({"schema": runfile.SCHEMA, "sections": {"toy": {}}, "rows": saved["rows"]})
+
+    def broken_dump(obj, f, **kw):
+        f.write('{"rows": [')
+        raise OSError("disk full")
+
+    monkeypatch.setattr(json, "dump", broken_dump)
+    with pytest.raises(OSError, match="disk full"):
+        measure(_section(), cases=[(6,)], dry=True, out=str(out))
+    assert json.loads(out.read_text()) == saved  # the file before, whole
+    run = {"schema": runfile.SCHEMA, "sections": {"toy": {}}, "rows": saved["rows"]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    with pytest.raises(OSError, match="disk full"):
+        runfile.write(path, run)
+    assert runfile.read(path) == run  # and no half-written file is left beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "toy.json"]

@@ -10,9 +10,13 @@ and written as a row of the run file's schema (attnlab.runfile.row), a library's
 process (copy bandwidth and bf16 matmul rate), `eager_time` (the host's launch included), the
 table a command line prints, and the JSON written after every case.
 
-This module is long because the loop, its declarations and the timer it calls are one contract:
-a section module depends on all of it, and splitting it would make a reader of one section open
-three files to see how its rows are made.
+Each declaration is checked when it is made (a wrong type or value is refused by name, as
+attnlab.core.variants.registry's Entry does), and `measure` checks its arguments before it
+measures: a broken declaration fails at import, not in the middle of a GPU run.
+
+This module is long because the loop, its declarations, their checks and the timer it calls are
+one contract: a section module depends on all of it, and splitting it would make a reader of one
+section open three files to see how its rows are made.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import subprocess
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
+
+from attnlab.validate import as_float, as_int, choice, short
 
 __all__ = [
     "header",
@@ -223,10 +229,12 @@ def library_version(name: str) -> tuple[bool, str]:
 
 def write_json(path, obj) -> None:
     """Write obj as indented JSON to path; nothing when path is None or "" (out="": write nothing).
-    The harnesses call it after every row or section, so a timeout keeps what came before."""
+    The harnesses call it after every row or section, so a timeout keeps what came before; the
+    file is replaced whole (runfile.replace_with), so a kill while writing keeps it too."""
+    from attnlab.runfile import replace_with
+
     if path:
-        with open(path, "w") as f:
-            json.dump(obj, f, indent=1)
+        replace_with(path, lambda f: json.dump(obj, f, indent=1))
 
 
 # -- the declarations and the one loop ------------------------------------------------------------
@@ -247,6 +255,16 @@ class Launch:
     timed: Callable | None = None
     ref: Any = None
 
+    def __post_init__(self):
+        _text("name of a Launch", self.name)
+        _callable(f"fn of launch {self.name!r}", self.fn)
+        _callable(f"timed of launch {self.name!r}", self.timed, none=True)
+        for f in ("launch", "extra"):
+            if not isinstance(getattr(self, f), dict):
+                raise TypeError(
+                    f"{f} of launch {self.name!r} must be a dict by name; got {short(getattr(self, f))}"
+                )
+
 
 @dataclass(frozen=True)
 class Impl:
@@ -260,6 +278,22 @@ class Impl:
     ours: bool = False
     library: str | None = None
     ranked: bool = True
+
+    def __post_init__(self):
+        _text("name of an Impl", self.name)
+        if "," in self.name or self.name.split() != [self.name] or self.name.startswith("-"):
+            raise ValueError(
+                f"name of an Impl={self.name!r} is not allowed; valid: one word without commas, not "
+                "starting with '-' (a command line lists implementations by commas after a flag)"
+            )
+        _callable(f"launches of impl {self.name!r}", self.launches)
+        for f in ("ours", "ranked"):
+            if not isinstance(getattr(self, f), bool):
+                raise TypeError(
+                    f"{f} of impl {self.name!r} must be True or False; got {short(getattr(self, f))}"
+                )
+        if self.library is not None:
+            _text(f"library of impl {self.name!r}", self.library)
 
 
 @dataclass(frozen=True)
@@ -304,8 +338,103 @@ class Section:
     untimed_rounds: int = 0
     check: Callable | None = None
 
+    def __post_init__(self):
+        _text("name of a Section", self.name)
+        where = f"of section {self.name!r}"
+        if not isinstance(self.doc, str):
+            raise TypeError(
+                f"doc {where} must be a str (its command line's description); got {short(self.doc)}"
+            )
+        if self.fields is not None:
+            if not isinstance(self.fields, tuple) or not self.fields:
+                raise TypeError(f"fields {where} must be a tuple of names or None; got {short(self.fields)}")
+            for f in self.fields:
+                _text(f"fields {where}", f)
+        for f in ("cases", "dry_cases"):
+            cases = getattr(self, f)
+            if not isinstance(cases, tuple) or not cases:
+                raise TypeError(f"{f} {where} must be a non-empty tuple of cases; got {short(cases)}")
+            for case in cases:
+                _arity(f"{f} {where}", case, self.fields)
+        for f in ("shape", "dry_shape"):
+            if not isinstance(getattr(self, f), dict):
+                raise TypeError(f"{f} {where} must be a dict of sizes; got {short(getattr(self, f))}")
+        _callable(f"inputs {where}", self.inputs)
+        for f in ("extra", "settings", "finish", "check"):
+            _callable(f"{f} {where}", getattr(self, f), none=True)
+        if not isinstance(self.impls, tuple) or not self.impls:
+            raise TypeError(f"impls {where} must be a non-empty tuple of Impl; got {short(self.impls)}")
+        for i in self.impls:
+            if not isinstance(i, Impl):
+                raise TypeError(f"impls {where} must hold gpubench.core.Impl; got {short(i)}")
+        names = self.impl_names()
+        twice = [n for k, n in enumerate(names) if n in names[:k]]
+        if twice:
+            raise ValueError(f"impls {where} name {twice[0]!r} twice; each implementation needs its own name")
+        choice(f"error {where}", self.error, ("max", "relative"))
+        if self.tolerance is not None:
+            as_float(f"tolerance {where}", self.tolerance, 0.0, None, lo_open=True)
+        if not isinstance(self.timing, dict) or not set(self.timing) <= {"calls", "reps"}:
+            raise ValueError(
+                f"timing {where} takes calls and reps (time_per_call's); got {short(self.timing)}"
+            )
+        for k, v in self.timing.items():
+            as_int(f"timing[{k!r}] {where}", v, 1)
+        as_int(f"repeats {where}", self.repeats, 1)
+        as_int(f"untimed_rounds {where}", self.untimed_rounds, 0)
+        flags = ["--out", "--dry", "--cases", "-h", "--help"]
+        if not isinstance(self.options, tuple):
+            raise TypeError(
+                f"options {where} must be a tuple of (flag, help, type, default); got {short(self.options)}"
+            )
+        for opt in self.options:
+            if not (isinstance(opt, tuple) and len(opt) == 4 and (opt[2] is None or callable(opt[2]))):
+                raise TypeError(
+                    f"options {where} must hold (flag, help, type, default) tuples; got {short(opt)}"
+                )
+            _flag(f"options {where}", opt[0], flags)
+            flags.append(opt[0])
+        _flag(f"subset {where}", self.subset, flags)
+        if self.default_impls is not None:
+            if not isinstance(self.default_impls, tuple) or not self.default_impls:
+                raise TypeError(f"default_impls {where} must be a non-empty tuple of names or None")
+            for n in self.default_impls:
+                choice(f"default_impls {where}", n, names)
+        if self.allowed is not None and not isinstance(self.allowed, tuple):
+            raise TypeError(f"allowed {where} must be a tuple of values or None; got {short(self.allowed)}")
+
     def impl_names(self) -> tuple:
         return tuple(i.name for i in self.impls)
+
+
+def _text(name: str, value) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise TypeError(f"{name} must be a non-empty str; got {short(value)} ({type(value).__name__})")
+    return value
+
+
+def _callable(name: str, value, none: bool = False) -> None:
+    if not (callable(value) or (none and value is None)):
+        raise TypeError(f"{name} must be callable{' or None' if none else ''}; got {short(value)}")
+
+
+def _flag(name: str, flag, taken) -> None:
+    """A command-line flag of a section: "--word", none of `taken` (argparse would refuse the
+    second at the command line's first use, as a raw ArgumentError)."""
+    if not isinstance(flag, str) or not flag.startswith("--") or len(flag) < 3:
+        raise ValueError(f"{name}: a flag must be '--name'; got {short(flag)}")
+    if flag in taken:
+        raise ValueError(f"{name}: the flag {flag!r} is taken (by {', '.join(taken)})")
+
+
+def _arity(name: str, case, fields) -> None:
+    """A case: a tuple of as many values as `fields` names (any tuple where fields is None)."""
+    if not isinstance(case, tuple):
+        raise TypeError(f"{name}: each case must be a tuple of its numbers; got {short(case)}")
+    if fields is not None and len(case) != len(fields):
+        raise ValueError(
+            f"{name}: each case holds {len(fields)} value(s), {' x '.join(fields)}; got {short(case)}"
+        )
 
 
 def _error(o, ref, kind: str):
@@ -336,12 +465,26 @@ def _dropped(ctx, c, name: str, launch: dict, what: str) -> None:
     )
 
 
+class _DeclaredType(TypeError):
+    """A section's declaration broken at run time (not a peer's failure): measure stops on it."""
+
+
+class _DeclaredValue(ValueError):
+    """A section's declaration broken at run time (not a peer's failure): measure stops on it."""
+
+
 def _checked(section: Section, launch: Launch, c, ctx):
     """(output, error) of one launch, or None (dropped): the call's output (copied: it may live
-    in a reused buffer) must be finite and within the section's tolerance of the reference."""
+    in a reused buffer) must be a tensor, finite and within the section's tolerance of the
+    reference."""
+    import torch
+
     ref = launch.ref if launch.ref is not None else c.ref
     try:
-        o = launch.fn().float().clone()
+        o = launch.fn()
+        if not isinstance(o, torch.Tensor):
+            raise TypeError(f"fn of launch {launch.name!r} must return a tensor; got {short(o)}")
+        o = o.float().clone()
         if not bool(o.isfinite().all()):
             raise RuntimeError("the output has NaN or inf")
         err = _error(o, ref, section.error)
@@ -396,17 +539,43 @@ def _row(section: Section, impl: Impl, launch: Launch, c, ctx, err, times: list,
     return r
 
 
-def _case_rows(section: Section, phase, c, ctx) -> list:
+def _launches(impl: Impl, torch, c, ctx, seen: set):
+    """impl's Launches on Case `c`, each checked as a declaration: a Launch, and no row's name
+    of this case twice (`seen`: the (case, impl) texts so far, added to)."""
+    from attnlab.runfile import case_text, impl_text
+
+    got = impl.launches(torch, c, ctx)
+    try:
+        it = iter(got)
+    except TypeError:
+        raise _DeclaredType(
+            f"launches of impl {impl.name!r} must yield Launches (a generator); got {short(got)}"
+        ) from None
+    for launch in it:
+        if not isinstance(launch, Launch):
+            raise _DeclaredType(f"launches of impl {impl.name!r} must yield Launches; got {short(launch)}")
+        key = (case_text(c.case), impl_text(launch.name, launch.launch))
+        if key in seen:
+            raise _DeclaredValue(
+                f"impl {impl.name!r} launches {key[1]!r} on case {key[0]!r} a second time: its rows "
+                "could not be told apart; give the launches different names or launch parameters"
+            )
+        seen.add(key)
+        yield launch
+
+
+def _case_rows(section: Section, phase, c, ctx, seen: set) -> list:
     """(impl, row) of one Case: every launch of every implementation of the phase checked, then timed
     (once each, in turn; or, with section.repeats > 1, all of them round-robin that many times, so
-    that a drift of the machine falls on every implementation alike)."""
+    that a drift of the machine falls on every implementation alike; a launch whose timing fails
+    in any round has no row)."""
 
     import torch
 
     todo, rows = [], []
     for impl in phase:
         try:
-            for launch in impl.launches(torch, c, ctx):
+            for launch in _launches(impl, torch, c, ctx, seen):
                 got = _checked(section, launch, c, ctx)
                 if got is None:
                     continue
@@ -418,19 +587,26 @@ def _case_rows(section: Section, phase, c, ctx) -> list:
                         rows.append((impl, _row(section, impl, launch, c, ctx, got[1], [t[0]], t[1])))
                 else:
                     todo.append((impl, launch, *got, []))
+        except (_DeclaredType, _DeclaredValue):
+            raise
         except Exception:  # noqa: BLE001 - a peer missing or changed: drop its rows here
             _dropped(ctx, c, impl.name, {}, "skipped")
     hows: dict = {}
+    failed: set = set()
     for k in range(section.untimed_rounds + section.repeats if todo else 0):
         for impl, launch, o, err, times in todo:
+            if id(launch) in failed:
+                continue
             t = _timed(section, launch, o, c, ctx)
-            if t is not None and k >= section.untimed_rounds:
+            if t is None:
+                failed.add(id(launch))
+            elif k >= section.untimed_rounds:
                 times.append(t[0])
                 hows[id(launch)] = t[1]
     rows += [
         (impl, _row(section, impl, launch, c, ctx, err, times, hows[id(launch)]))
         for impl, launch, o, err, times in todo
-        if times
+        if times and id(launch) not in failed
     ]
     return rows
 
@@ -502,10 +678,27 @@ def measure(
     if not isinstance(section, Section):
         raise TypeError(f"section must be a gpubench.core.Section; got {type(section).__name__}")
     names = section.impl_names()
+    if isinstance(impls, str) or not (impls is None or isinstance(impls, (tuple, list))):
+        raise TypeError(f"impls must be a tuple of names of {names} or None; got {short(impls)}")
     chosen = tuple(impls) if impls is not None else (section.default_impls or names)
     unknown = [n for n in chosen if n not in names]
     if unknown or not chosen:
         raise ValueError(f"impls must be names of {names}; got {chosen!r}")
+    if cases is not None:
+        if not isinstance(cases, (tuple, list)):
+            raise TypeError(f"cases must be a list of case tuples or None; got {short(cases)}")
+        if not cases:
+            raise ValueError("cases must hold at least one case (None: the section's own); got []")
+        for case in cases:
+            _arity("cases", case, section.fields)
+    as_int("seed", seed)
+    known = [flag.lstrip("-").replace("-", "_") for flag, *_ in section.options]
+    for k in options or {}:
+        choice(f"options of section {section.name!r}", k, known or ["(none)"])
+    if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        raise ValueError(
+            f"out={out!r}: its folder does not exist; the rows are written there after every case"
+        )
     cuda = torch.cuda.is_available()
     shape = section.dry_shape if dry else section.shape
     res = header(torch, shape)
@@ -517,7 +710,8 @@ def measure(
     if section.settings:
         res.update(section.settings(ctx))
     print(f"{section.name}: {res['device']}, torch {res['torch']}, triton {res['triton']}", flush=True)
-    unranked = set()  # the row names of implementations left out of ratio_to_best
+    unranked = []  # the rows of implementations left out of ratio_to_best
+    seen: set = set()  # (case, impl) of every launch so far: a second is a declaration's error
     for phase in phases([i for i in section.impls if i.name in chosen]):
         lib = phase[0].library
         if lib:
@@ -530,14 +724,15 @@ def measure(
                 f"{section.name} {' x '.join(map(str, case))}: {', '.join(i.name for i in phase)}", flush=True
             )
             for c in section.inputs(torch, case, ctx):
-                for impl, r in _case_rows(section, phase, c, ctx):
+                for impl, r in _case_rows(section, phase, c, ctx, seen):
                     res["rows"].append(r)
                     if not impl.ranked:
-                        unranked.add(r["impl"].split(" ")[0])
+                        unranked.append(r)
                 write_json(out, res)
             if cuda:
                 torch.cuda.empty_cache()
-    rank(res["rows"], tuple(unranked))
+    # ranked by row, not by name: a ranked launch named as an unranked one keeps its rank
+    rank([r for r in res["rows"] if not any(r is u for u in unranked)])
     res["dropped"] = ctx.dropped
     if section.finish:
         section.finish(res["rows"])
