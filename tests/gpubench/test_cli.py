@@ -180,3 +180,44 @@ def test_runfile_convert_checks_every_file_before_rewriting_any(tmp_path, capsys
     with pytest.raises(SystemExit) as e:
         runfile.main([str(tmp_path / "missing.json")])
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "args, kw, exc, words",
+    [
+        (("decode",), {}, TypeError, "sections must be a non-empty tuple"),  # a str: its letters
+        ((("decode", "nope"),), {}, ValueError, "sections='nope' is not allowed"),
+        ((("decode", "decode"),), {}, ValueError, "name a section twice"),
+        ((("decode",),), {"dry": "False"}, TypeError, "dry must be True or False"),
+        ((("decode",),), {"dry": True, "merge": True}, ValueError, "merge=True keeps the other sections"),
+    ],
+)
+def test_run_refuses_a_bad_argument_before_it_measures(monkeypatch, args, kw, exc, words):
+    import re
+
+    from attnlab.gpubench import run
+
+    monkeypatch.setattr("attnlab.gpubench.core.header", lambda *a: pytest.fail("measured"))
+    with pytest.raises(exc, match=re.escape(words)):
+        run.run(*args, **kw)
+    with pytest.raises(TypeError, match="section must be a gpubench.core.Section"):
+        importlib.import_module("attnlab.gpubench.cli").section_main("paged", ["--dry"])
+
+
+def test_a_section_that_crashes_leaves_the_run_file_of_those_before(tmp_path, monkeypatch):
+    """run rewrites the file after each section: the sections before a crash stay, in the schema."""
+    from attnlab import runfile
+    from attnlab.gpubench import run
+
+    def fake(section, **kw):
+        if section.name == "paged":
+            raise RuntimeError("the machine went away")
+        r = runfile.row(section.name, {"batch": 1}, "ours", {}, ours=True, time_us=2.0, nbytes=4e6)
+        return {"shape": {}, "rows": [r]}
+
+    monkeypatch.setattr(run, "measure", fake)
+    out = tmp_path / "run.json"
+    res = run.run(("decode", "paged", "prefill"), dry=True, out=str(out))
+    saved = runfile.read(out)  # checked against the schema
+    assert saved == json.loads(json.dumps(res)) and set(saved["sections"]) == {"decode", "prefill"}
+    assert [r["section"] for r in saved["rows"]] == ["decode", "prefill"]

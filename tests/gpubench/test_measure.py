@@ -165,6 +165,8 @@ def test_bad_arguments_are_refused_by_name():
         measure("paged")
     with pytest.raises(ValueError, match="impls"):
         measure(_section(), impls=("good", "nope"), dry=True)
+    with pytest.raises(TypeError, match="dry must be True or False"):
+        measure(_section(), dry="False")  # a str would be a full-size run on its truth
 
 
 def _one(launches, **kw):

@@ -1,6 +1,6 @@
 """The command line the GPU harnesses share, built from each section's declarations: --out, --dry,
---cases "AxB,..." (as many numbers a case as the section's CASES hold), and the section's named
-subsets (peers, variants, plans) as choices. A bad argument is a usage error before anything runs:
+--cases "AxB,..." (as many numbers a case as the section's fields name), the section's named
+subset of implementations (--peers, --plans, ...) as choices, and its options. A bad argument is a usage error before anything runs:
 exit status 2 and one line naming the argument, never a traceback."""
 
 from __future__ import annotations
@@ -229,8 +229,10 @@ def section_main(section, argv=None, prog: str | None = None) -> int:
     subset flag, its options), checked before anything runs (`parse`); then `core.measure` and
     the rows' table; exit 0. `prog`: the command's name (default: python -m
     attnlab.gpubench.<section name>)."""
-    from attnlab.gpubench.core import measure, table
+    from attnlab.gpubench.core import Section, measure, table
 
+    if not isinstance(section, Section):
+        raise TypeError(f"section must be a gpubench.core.Section; got {type(section).__name__}")
     extra = [(flag, text, kind) for flag, text, kind, _ in section.options]
     subset = (section.subset, section.impl_names(), section.default_impls or section.impl_names())
     args, cases, chosen = parse(

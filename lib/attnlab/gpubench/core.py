@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from attnlab.validate import as_float, as_int, choice, short
+from attnlab.validate import as_bool, as_float, as_int, choice, short
 
 __all__ = [
     "header",
@@ -692,6 +692,7 @@ def measure(
         for case in cases:
             _arity("cases", case, section.fields)
     as_int("seed", seed)
+    dry = as_bool("dry", dry)
     known = [flag.lstrip("-").replace("-", "_") for flag, *_ in section.options]
     for k in options or {}:
         choice(f"options of section {section.name!r}", k, known or ["(none)"])

@@ -61,10 +61,28 @@ def default_path(device: str, date: str) -> str:
 
 
 def run(sections=SECTIONS, *, dry: bool = False, out: str | None = None, merge: bool = False) -> dict:
+    """Measure `sections` (names of SECTIONS, in this order) into one run file: the ceilings
+    first, then each section through core.measure, its rows replacing the file's rows of that
+    section; the file (`out`; default data/measurements/<gpu>-<date>.json, none on a dry run,
+    "": none) rewritten after each section through runfile.write, so a crash keeps the sections
+    before it. A section that fails is printed and left out. `merge`: keep the sections of the
+    run file already at `out` that this run does not measure."""
     import torch
 
     from attnlab.gpubench.core import ceilings, header
+    from attnlab.validate import as_bool, choice
 
+    if isinstance(sections, str) or not isinstance(sections, (tuple, list)) or not sections:
+        raise TypeError(f"sections must be a non-empty tuple of names of {SECTIONS}; got {sections!r}")
+    for name in sections:
+        choice("sections", name, SECTIONS)
+    if len(set(sections)) != len(sections):
+        raise ValueError(f"sections name a section twice; got {sections!r}")
+    dry, merge = as_bool("dry", dry), as_bool("merge", merge)
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"out must be a file name, '' (write nothing) or None; got {out!r}")
+    if merge and (out == "" or (out is None and dry)):
+        raise ValueError("merge=True keeps the other sections of out: give out (a dry run writes none)")
     cuda = torch.cuda.is_available()
     res = header(torch, {})
     res.pop("shape")
