@@ -133,3 +133,24 @@ def test_eager_time_on_a_cpu_is_one_call_of_wall_clock():
     calls = []
     us, how = eager_time(lambda: calls.append(1))
     assert how == "wall" and calls == [1] and us >= 0
+
+
+def test_the_timers_and_the_library_probe_refuse_bad_arguments(monkeypatch):
+    import sys
+    import types
+
+    from attnlab.gpubench.core import eager_time, library_version
+
+    for bad, exc in (({"calls": 0}, ValueError), ({"reps": True}, TypeError), ({"calls": 2.5}, TypeError)):
+        with pytest.raises(exc, match=f"{next(iter(bad))}"):
+            time_per_call(lambda: torch.zeros(1), torch.zeros(1), **bad)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        time_per_call(torch.zeros(1), torch.zeros(1))
+    with pytest.raises(ValueError, match="rep=0 is out of range"):
+        eager_time(lambda: None, rep=0)
+    with pytest.raises(TypeError, match="name must be a non-empty str"):
+        library_version(None)
+    # a library that imports but has no __version__ is present, not "absent"
+    monkeypatch.setitem(sys.modules, "versionless_library", types.ModuleType("versionless_library"))
+    assert library_version("versionless_library") == (True, "unknown version")
+    assert library_version("no_such_library_here")[0] is False

@@ -167,6 +167,8 @@ def time_per_call(fn, expect, calls: int = 20, reps: int = 10):
 
     import torch
 
+    _callable("fn", fn)
+    calls, reps = as_int("calls", calls, 1), as_int("reps", reps, 1)
     if not torch.cuda.is_available():
         t0 = time.perf_counter()
         fn(), fn()
@@ -207,6 +209,8 @@ def eager_time(fn, warmup: int = 25, rep: int = 100):
 
     import torch
 
+    _callable("fn", fn)
+    warmup, rep = as_int("warmup", warmup, 0), as_int("rep", rep, 1)
     if not torch.cuda.is_available():
         t0 = time.perf_counter()
         fn()
@@ -217,14 +221,17 @@ def eager_time(fn, warmup: int = 25, rep: int = 100):
 
 
 def library_version(name: str) -> tuple[bool, str]:
-    """(importable, what the result file records): library `name`'s version, or why it is absent.
-    Imported only when its rows are due, so a crash while importing it keeps the rows before."""
+    """(importable, what the result file records): library `name`'s version ("unknown version"
+    where it has no __version__), or why it is absent. Imported only when its rows are due, so a
+    crash while importing it keeps the rows before."""
     import importlib
 
+    _text("name", name)
     try:
-        return True, importlib.import_module(name).__version__
+        mod = importlib.import_module(name)
     except Exception as e:  # noqa: BLE001
         return False, f"absent ({type(e).__name__}: {str(e)[:100]})"
+    return True, str(getattr(mod, "__version__", "unknown version"))
 
 
 def write_json(path, obj) -> None:
