@@ -30,6 +30,27 @@ def test_the_harness_finds_every_section_by_its_declaration():
     assert run.SECTIONS == tuple(declared) and {"paged", "prefill", "scheduled"} <= set(declared)
 
 
+def test_a_section_named_other_than_its_module_is_refused(tmp_path, monkeypatch):
+    """run replaces a section's rows by its module's name; a SECTION named otherwise would leave
+    the old rows beside the new ones on --merge."""
+    from attnlab.gpubench import run
+
+    pkg = tmp_path / "toy_sections"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "quick.py").write_text(
+        "from attnlab.gpubench.core import Impl, Section\n"
+        "SECTION = Section(name='slow', doc='', fields=None, cases=((1,),), dry_cases=((1,),),"
+        " shape={}, dry_shape={}, inputs=print, impls=(Impl('a', print),))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="toy_sections.quick.SECTION is named 'slow'"):
+        run._declared(str(pkg), "toy_sections")
+    (pkg / "quick.py").write_text((pkg / "quick.py").read_text().replace("'slow'", "'quick'"))
+    monkeypatch.delitem(__import__("sys").modules, "toy_sections.quick")
+    assert run._declared(str(pkg), "toy_sections") == ("quick",)
+
+
 def _no_start(monkeypatch, mod):
     """A declaration (a module with SECTION) starts in core.measure; the others where STARTS says."""
     m = importlib.import_module(f"attnlab.gpubench.{mod}")

@@ -200,6 +200,8 @@ def _one(launches, **kw):
         (lambda: _section(subset="peers"), ValueError, "a flag must be '--name'"),
         (lambda: _section(subset="--out"), ValueError, "the flag '--out' is taken"),
         (lambda: _section(options=(("--x", "h"),)), TypeError, "(flag, help, type, default)"),
+        (lambda: _section(options=(("--a-b", "h", int, 1), ("--a_b", "h", int, 1))), ValueError, "taken"),
+        (lambda: _section(fields=None, check=lambda case: None), ValueError, "check of section 'toy' judges"),
         (lambda: _section(default_impls=("nope",)), ValueError, "default_impls of section 'toy'='nope'"),
     ],
 )

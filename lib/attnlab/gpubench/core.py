@@ -409,6 +409,9 @@ class Section:
                 choice(f"default_impls {where}", n, names)
         if self.allowed is not None and not isinstance(self.allowed, tuple):
             raise TypeError(f"allowed {where} must be a tuple of values or None; got {short(self.allowed)}")
+        for f in ("allowed", "check"):
+            if getattr(self, f) is not None and self.fields is None:
+                raise ValueError(f"{f} {where} judges a --cases, which a section without fields has none of")
 
     def impl_names(self) -> tuple:
         return tuple(i.name for i in self.impls)
@@ -426,11 +429,16 @@ def _callable(name: str, value, none: bool = False) -> None:
 
 
 def _flag(name: str, flag, taken) -> None:
-    """A command-line flag of a section: "--word", none of `taken` (argparse would refuse the
-    second at the command line's first use, as a raw ArgumentError)."""
+    """A command-line flag of a section: "--word", none of `taken` nor named as one of them by
+    argparse ("--page-sizes" and "--page_sizes" are both page_sizes: argparse refuses the first
+    as a raw ArgumentError, and takes the second silently into the same value)."""
     if not isinstance(flag, str) or not flag.startswith("--") or len(flag) < 3:
         raise ValueError(f"{name}: a flag must be '--name'; got {short(flag)}")
-    if flag in taken:
+
+    def dest(f):
+        return f.lstrip("-").replace("-", "_")
+
+    if dest(flag) in map(dest, taken):
         raise ValueError(f"{name}: the flag {flag!r} is taken (by {', '.join(taken)})")
 
 

@@ -32,19 +32,27 @@ from attnlab.runfile import SCHEMA, read, write
 __all__ = ["SECTIONS", "run", "default_path", "table", "main"]
 
 
-def _declared() -> tuple:
-    """The sections: every module of this package that declares a SECTION (a core.Section), by
-    name, so that a new section is its own file and nothing here."""
+def _declared(folder: str | None = None, package: str | None = None) -> tuple:
+    """The sections: every module of this package (or of `package`, in `folder`) that declares
+    a SECTION (a core.Section), by name, so that a new section is its own file and nothing here.
+    A SECTION named other than its module is refused: `run` replaces a section's rows by the
+    module's name, and the rows carry the SECTION's."""
     import pkgutil
 
     from attnlab.gpubench.core import Section
 
     names = []
-    for info in pkgutil.iter_modules([os.path.dirname(__file__)]):
+    for info in pkgutil.iter_modules([folder or os.path.dirname(__file__)]):
         if info.ispkg or info.name.startswith("_") or info.name == "run":  # __main__ would run
             continue
-        mod = importlib.import_module(f"{__package__}.{info.name}")
-        if isinstance(getattr(mod, "SECTION", None), Section):
+        mod = importlib.import_module(f"{package or __package__}.{info.name}")
+        sec = getattr(mod, "SECTION", None)
+        if isinstance(sec, Section):
+            if sec.name != info.name:
+                raise ValueError(
+                    f"{mod.__name__}.SECTION is named {sec.name!r}; a section's name must be its "
+                    f"module's, {info.name!r} (the run file's rows of a section are found by it)"
+                )
             names.append(info.name)
     return tuple(sorted(names))
 
