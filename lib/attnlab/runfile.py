@@ -425,7 +425,7 @@ def main(argv=None) -> int:
         try:
             with open(path, encoding="utf-8") as f:
                 old = json.load(f)
-            done.append((path, old, to_schema(old)))
+            done.append((path, old, check(to_schema(old), path)))
         except (OSError, ValueError) as e:
             ap.error(f"{path}: {e}")
     for path, old, new in done:

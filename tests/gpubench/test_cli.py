@@ -201,6 +201,11 @@ def test_runfile_convert_checks_every_file_before_rewriting_any(tmp_path, capsys
     with pytest.raises(SystemExit) as e:
         runfile.main([str(tmp_path / "missing.json")])
     assert e.value.code == 2
+    broken = tmp_path / "c.json"  # says it is in the schema, and is not: not "already in the schema"
+    broken.write_text(json.dumps({"schema": runfile.SCHEMA, "sections": {}, "rows": [{"us": 1.0}]}))
+    with pytest.raises(SystemExit) as e:
+        runfile.main([str(broken)])
+    assert e.value.code == 2 and "rows[0] must have exactly the columns" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

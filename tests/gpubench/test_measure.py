@@ -232,6 +232,12 @@ def test_measure_refuses_a_bad_argument_before_it_measures(kw, exc, words, monke
         measure(_section(), dry=True, **kw)
 
 
+def _nan_count(torch, case, ctx):
+    for c in _inputs(torch, case, ctx):
+        c.flop = float("nan")
+        yield c
+
+
 def test_a_broken_declaration_stops_the_loop_and_a_non_tensor_is_dropped():
     with pytest.raises(TypeError, match="launches of impl 'good' must yield Launches .*got None"):
         measure(_one(lambda torch, c, ctx: None), dry=True)
@@ -244,6 +250,15 @@ def test_a_broken_declaration_stops_the_loop_and_a_non_tensor_is_dropped():
 
     with pytest.raises(ValueError, match="launches 'good dim=-1' on case 'n 5' a second time"):
         measure(_one(twice), dry=True)
+    with pytest.raises(TypeError, match="must yield Cases with .case .* without \\['flop'\\]"):
+        measure(_section(inputs=lambda torch, case, ctx: iter([SimpleNamespace(case={}, ref=None, bytes=1)])))
+    for kw, exc, words in (
+        ({"extra": lambda c, launch, us, ctx: None}, TypeError, "extra of section 'toy' must return a dict"),
+        ({"repeats": 2, "extra": lambda c, launch, us, ctx: None}, TypeError, "must return a dict"),
+        ({"inputs": _nan_count}, ValueError, "section 'toy', launch 'good': flop=nan is out of range"),
+    ):
+        with pytest.raises(exc, match=words):  # the same refusal with and without repeats
+            measure(_one(_good, **kw), cases=[(4,)], dry=True)
     res = measure(_one(lambda torch, c, ctx: iter([Launch("good", lambda: 1.0)])), dry=True)
     assert (
         res["rows"] == []

@@ -532,26 +532,43 @@ def _row(section: Section, impl: Impl, launch: Launch, c, ctx, err, times: list,
         **{k: v for k, v in launch.extra.items() if k not in ("flop", "bytes")},
     }
     if section.extra:
-        extra.update(section.extra(c, launch, us, ctx))
+        more = section.extra(c, launch, us, ctx)
+        if not isinstance(more, dict):
+            raise _DeclaredType(f"extra of section {section.name!r} must return a dict; got {short(more)}")
+        extra.update(more)
     extra["timing"] = how
     if len(times) > 1:
         extra["repeat_us"] = list(times)
-    r = row(
-        section.name,
-        c.case,
-        launch.name,
-        launch.launch,
-        ours=impl.ours,
-        time_us=us,
-        flop=flop,
-        nbytes=nbytes,
-        error=err,
-        commit=ctx.commit,
-        extra=extra,
-    )
+    try:
+        r = row(
+            section.name,
+            c.case,
+            launch.name,
+            launch.launch,
+            ours=impl.ours,
+            time_us=us,
+            flop=flop,
+            nbytes=nbytes,
+            error=err,
+            commit=ctx.commit,
+            extra=extra,
+        )
+    except (TypeError, ValueError) as e:  # the section's counts or parameters, not the launch
+        kind = _DeclaredType if isinstance(e, TypeError) else _DeclaredValue
+        raise kind(f"section {section.name!r}, launch {launch.name!r}: {e}") from None
     shown = "" if err is None else f"{err:.1e}"
     print(f"  {r['what'][:30]:30s} {r['impl'][:26]:26s} {us:10.1f} us  err {shown:8s} {how}", flush=True)
     return r
+
+
+def _case_ok(section: Section, c) -> None:
+    """A Case that section.inputs yielded: .case a dict, .ref, .flop and .bytes present."""
+    missing = [a for a in ("case", "ref", "flop", "bytes") if not hasattr(c, a)]
+    if missing or not isinstance(c.case, dict):
+        raise TypeError(
+            f"inputs of section {section.name!r} must yield Cases with .case (a dict), .ref, .flop "
+            f"and .bytes; got {short(c)}{f' without {missing}' if missing else ''}"
+        )
 
 
 def _launches(impl: Impl, torch, c, ctx, seen: set):
@@ -740,6 +757,7 @@ def measure(
                 f"{section.name} {' x '.join(map(str, case))}: {', '.join(i.name for i in phase)}", flush=True
             )
             for c in section.inputs(torch, case, ctx):
+                _case_ok(section, c)
                 for impl, r in _case_rows(section, phase, c, ctx, seen):
                     res["rows"].append(r)
                     if not impl.ranked:
