@@ -34,7 +34,7 @@ from attnlab.gpubench.core import Impl, Launch, Section
 from attnlab.gpubench.reference import reference
 from attnlab.machine.models import get_model
 
-__all__ = ["SECTION", "pool", "flashinfer_decode", "main"]
+__all__ = ["SECTION", "pool", "flashinfer_decode", "decode_paged_launch", "main"]
 
 _SHAPE = get_model("Llama-3-8B")
 SHAPE = dict(heads=_SHAPE.q_heads, kv_heads=_SHAPE.kv_heads, head_dim=_SHAPE.head_dim)
@@ -197,9 +197,33 @@ def flashinfer_decode(torch, c, tensor_cores=(True, False)):
         )
 
 
-def _decode_paged(torch, c, ctx):
-    from attnlab.gpubench.scheduled import decode_paged_launch
+def decode_paged_launch(torch, q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size):
+    """A Launch of `kernels.decode_paged.DecodeWorkspace` on this batch (the paged section's too)."""
+    import time
 
+    from attnlab.kernels.decode_paged import DecodeWorkspace
+
+    hq, d = q.shape[1:]
+    w = DecodeWorkspace(hq, k_pool.shape[2], d, page_size, k_pool.shape[0], q.dtype, q.device)
+
+    def plan():
+        t0 = time.perf_counter()
+        how = w.plan(kv_indptr, kv_indices, kv_last_page_len)
+        if q.is_cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, how
+
+    how = plan()[1]
+    plan_us = sorted(plan()[0] for _ in range(5))[2] * 1e6
+    return Launch(
+        "decode_paged",
+        lambda: w.run(q, k_pool, v_pool),
+        launch={"decoder": how.pop("decoder")},
+        extra={**how, "plan_us": plan_us},
+    )
+
+
+def _decode_paged(torch, c, ctx):
     if c.pool is not None:
         p = c.pool
         launch = decode_paged_launch(torch, c.q, p.k_pool, p.v_pool, p.indptr, p.indices, p.last, p.page_size)

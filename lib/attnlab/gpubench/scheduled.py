@@ -19,10 +19,9 @@ counts for no implementation.
 
 Beside the measured time: the plan's predicted utilization and `Plan.time` on the H200 (the
 SM-sharing model), and the host cost of planning + fixed_size_workspace (plan_us, median of 5)
-and of load (load_us: the copies into the static buffers). Peers on the same batch: our
-`paged_decode` with splits=None, and FlashInfer's BatchDecodeWithPagedKVCacheWrapper
-(use_tensor_cores=True) when `import flashinfer` works, its plan() cost beside ours. --plans picks
-among KINDS, paged and flashinfer (default: PLANS and both peers).
+and of load (load_us). On the same batch: `paged_decode` (splits=None), the one decode call
+`decode_paged` (the decoder it chose) and FlashInfer's BatchDecodeWithPagedKVCacheWrapper (tensor
+cores), each plan() timed on the host. --plans picks among KINDS, paged, decode_paged, flashinfer.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from attnlab.machine.workload import RECORDED_BATCHES, lengths, recorded_lengths
 from attnlab.gpubench.cli import section_main
 from attnlab.kernels.tuning import CTAS_PER_SM, PLAN_MIN_CHUNK
 from attnlab.gpubench.core import Impl, Launch, Section
-from attnlab.gpubench.paged import SHAPE, flashinfer_decode
+from attnlab.gpubench.paged import SHAPE, decode_paged_launch, flashinfer_decode
 from attnlab.gpubench.reference import reference
 
 __all__ = ["SECTION", "KINDS", "PLANS", "setup", "main"]
@@ -254,32 +253,6 @@ def _decode_paged(torch, c, ctx):
     median of 5) beside FlashInfer's."""
     yield decode_paged_launch(
         torch, c.b.q, c.pools.k, c.pools.v, c.b.indptr, c.b.indices, c.b.last, PAGE_SIZE
-    )
-
-
-def decode_paged_launch(torch, q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size):
-    """A Launch of `kernels.decode_paged.DecodeWorkspace` on this batch (the paged section's too)."""
-    import time
-
-    from attnlab.kernels.decode_paged import DecodeWorkspace
-
-    hq, d = q.shape[1:]
-    w = DecodeWorkspace(hq, k_pool.shape[2], d, page_size, k_pool.shape[0], q.dtype, q.device)
-
-    def plan():
-        t0 = time.perf_counter()
-        how = w.plan(kv_indptr, kv_indices, kv_last_page_len)
-        if q.is_cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0, how
-
-    how = plan()[1]
-    plan_us = sorted(plan()[0] for _ in range(5))[2] * 1e6
-    return Launch(
-        "decode_paged",
-        lambda: w.run(q, k_pool, v_pool),
-        launch={"decoder": how.pop("decoder")},
-        extra={**how, "plan_us": plan_us},
     )
 
 
