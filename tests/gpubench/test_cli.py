@@ -226,7 +226,7 @@ def test_run_refuses_a_bad_argument_before_it_measures(monkeypatch, args, kw, ex
     monkeypatch.setattr("attnlab.gpubench.core.header", lambda *a: pytest.fail("measured"))
     with pytest.raises(exc, match=re.escape(words)):
         run.run(*args, **kw)
-    with pytest.raises(TypeError, match="section must be a gpubench.core.Section"):
+    with pytest.raises(TypeError, match="section must be a gpubench.declare.Section"):
         importlib.import_module("attnlab.gpubench.cli").section_main("paged", ["--dry"])
 
 

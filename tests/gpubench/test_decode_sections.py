@@ -16,7 +16,8 @@ pytest.importorskip("triton")
 from attnlab import runfile  # noqa: E402
 from attnlab.explore import measured  # noqa: E402
 from attnlab.gpubench import cascade, decode, scheduled  # noqa: E402
-from attnlab.gpubench.core import Impl, measure  # noqa: E402
+from attnlab.gpubench.core import measure  # noqa: E402
+from attnlab.gpubench.declare import Impl  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the dry runs are for a CPU")
 

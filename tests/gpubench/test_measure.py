@@ -10,7 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnlab.gpubench.core import Impl, Launch, Section, measure, phases  # noqa: E402
+from attnlab.gpubench.core import measure, phases  # noqa: E402
+
+from attnlab.gpubench.declare import Impl, Launch, Section  # noqa: E402
 from attnlab.runfile import COLUMNS  # noqa: E402
 
 
@@ -186,7 +188,7 @@ def _one(launches, **kw):
         (lambda: Impl("--peers", _good), ValueError, "not starting with '-'"),
         (lambda: _section(impls=(Impl("good", _good), Impl("good", _slow))), ValueError, "'good' twice"),
         (lambda: _section(impls=[Impl("good", _good)]), TypeError, "impls of section 'toy' must be"),
-        (lambda: _section(impls=(_good,)), TypeError, "must hold gpubench.core.Impl"),
+        (lambda: _section(impls=(_good,)), TypeError, "must hold gpubench.declare.Impl"),
         (lambda: _section(fields="n"), TypeError, "fields of section 'toy' must be a tuple"),
         (lambda: _section(cases=((1, 2),)), ValueError, "cases of section 'toy': each case holds 1"),
         (lambda: _section(dry_cases=(5,)), TypeError, "each case must be a tuple"),

@@ -15,7 +15,7 @@ pytest.importorskip("triton")
 from types import SimpleNamespace  # noqa: E402
 
 from attnlab.gpubench import ncu, ncu_groups  # noqa: E402
-from attnlab.gpubench.core import Impl, Launch, Section  # noqa: E402
+from attnlab.gpubench.declare import Impl, Launch, Section  # noqa: E402
 from attnlab.gpubench.ncu_groups import Call  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def test_a_call_names_an_implementation_its_section_declares():
     )  # checked when made
     with pytest.raises(ValueError, match="impl must be one of .'paged', 'contiguous'.*got 'pagd'"):
         Call("x", ncu_groups.paged.SECTION, "pagd", (1, 64))
-    with pytest.raises(TypeError, match="section must be a gpubench.core.Section"):
+    with pytest.raises(TypeError, match="section must be a gpubench.declare.Section"):
         Call("x", "paged", "paged", (1, 64))
 
 

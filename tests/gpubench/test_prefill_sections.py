@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 from attnlab.explore import measured  # noqa: E402
 from attnlab.gpubench import prefill  # noqa: E402
-from attnlab.gpubench.core import Impl, Launch, measure  # noqa: E402
+from attnlab.gpubench.core import measure  # noqa: E402
+from attnlab.gpubench.declare import Impl, Launch  # noqa: E402
 from attnlab.gpubench.sweeps import hopper  # noqa: E402
 from attnlab.runfile import COLUMNS, case_text  # noqa: E402
 

@@ -26,7 +26,8 @@ from attnlab.core.variants import (  # noqa: E402
     variant_attention,
 )
 from attnlab.gpubench import variants  # noqa: E402
-from attnlab.gpubench.core import Impl, Launch, measure  # noqa: E402
+from attnlab.gpubench.core import measure  # noqa: E402
+from attnlab.gpubench.declare import Impl, Launch  # noqa: E402
 from attnlab.runfile import case_text, read  # noqa: E402
 
 

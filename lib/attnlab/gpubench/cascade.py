@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 from attnlab.core.decode import cascade_intensity
 from attnlab.gpubench.cli import section_main
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.gpubench.paged import SHAPE, flashinfer_decode
 from attnlab.gpubench.reference import reference
 

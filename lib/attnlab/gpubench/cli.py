@@ -224,15 +224,16 @@ def parse(
 
 
 def section_main(section, argv=None, prog: str | None = None) -> int:
-    """A declared section's or sweep's `main` (a gpubench.core.Section): its command line built
+    """A declared section's or sweep's `main` (a gpubench.declare.Section): its command line built
     from the declaration (--cases from its fields, its implementations as the choices of its
     subset flag, its options), checked before anything runs (`parse`); then `core.measure` and
     the rows' table; exit 0. `prog`: the command's name (default: python -m
     attnlab.gpubench.<section name>)."""
-    from attnlab.gpubench.core import Section, measure, table
+    from attnlab.gpubench.core import measure, table
+    from attnlab.gpubench.declare import Section
 
     if not isinstance(section, Section):
-        raise TypeError(f"section must be a gpubench.core.Section; got {type(section).__name__}")
+        raise TypeError(f"section must be a gpubench.declare.Section; got {type(section).__name__}")
     extra = [(flag, text, kind) for flag, text, kind, _ in section.options]
     subset = (section.subset, section.impl_names(), section.default_impls or section.impl_names())
     args, cases, chosen = parse(

@@ -19,7 +19,8 @@ import sys
 from types import SimpleNamespace
 
 from attnlab.gpubench.cli import section_main
-from attnlab.gpubench.core import Impl, Launch, Section, eager_time
+from attnlab.gpubench.core import eager_time
+from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.gpubench.paged import SHAPE
 from attnlab.gpubench.reference import reference
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from attnlab.gpubench import paged, prefill
-from attnlab.gpubench.core import Section, context
+from attnlab.gpubench.core import context
+from attnlab.gpubench.declare import Section
 from attnlab.gpubench.sweeps import gluon_sets, gluon_steps, ragged
 from attnlab.gpubench.sweeps import paged as paged_sweep
 from attnlab.kernels.tuning import MIN_CHUNK, WAVES
@@ -39,7 +40,7 @@ class Call:
 
     def __post_init__(self):
         if not isinstance(self.section, Section):
-            raise TypeError(f"section must be a gpubench.core.Section; got {type(self.section).__name__}")
+            raise TypeError(f"section must be a gpubench.declare.Section; got {type(self.section).__name__}")
         if self.impl not in self.section.impl_names():
             raise ValueError(f"impl must be one of {self.section.impl_names()}; got {self.impl!r}")
 

@@ -30,7 +30,7 @@ import traceback
 from types import SimpleNamespace
 
 from attnlab.gpubench.cli import int_list, section_main
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.gpubench.reference import reference
 from attnlab.machine.models import get_model
 

@@ -31,7 +31,7 @@ import sys
 from types import SimpleNamespace
 
 from attnlab.gpubench.cli import section_main
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.gpubench.paged import SHAPE
 from attnlab.gpubench.reference import compiled_flex, reference
 from attnlab.gpubench.variants import pairs

@@ -5,7 +5,7 @@ measured in one run on one GPU, written to one file.
     python -m attnlab.gpubench --sections prefill,decode --out run.json --merge
     python -m attnlab.gpubench --dry                    # tiny sizes on a CPU (Triton interpreter): the code path
 
-Sections: every module of this package that declares `SECTION = core.Section(...)` (today
+Sections: every module of this package that declares `SECTION = declare.Section(...)` (today
 cascade, decode, paged, prefill, scheduled, variants; each module's docstring says what it
 measures, and `python -m attnlab.gpubench.<name>` runs it alone). Each runs through the one
 loop, gpubench.core.measure, and keeps its settings under "sections".
@@ -34,12 +34,12 @@ __all__ = ["SECTIONS", "run", "default_path", "table", "main"]
 
 def _declared(folder: str | None = None, package: str | None = None) -> tuple:
     """The sections: every module of this package (or of `package`, in `folder`) that declares
-    a SECTION (a core.Section), by name, so that a new section is its own file and nothing here.
+    a SECTION (a declare.Section), by name, so that a new section is its own file and nothing here.
     A SECTION named other than its module is refused: `run` replaces a section's rows by the
     module's name, and the rows carry the SECTION's."""
     import pkgutil
 
-    from attnlab.gpubench.core import Section
+    from attnlab.gpubench.declare import Section
 
     names = []
     for info in pkgutil.iter_modules([folder or os.path.dirname(__file__)]):

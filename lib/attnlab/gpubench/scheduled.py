@@ -37,7 +37,7 @@ from attnlab.machine.schedule import fixed_size_workspace, plan_balanced, plan_f
 from attnlab.machine.workload import RECORDED_BATCHES, lengths, recorded_lengths
 from attnlab.gpubench.cli import section_main
 from attnlab.kernels.tuning import CTAS_PER_SM, PLAN_MIN_CHUNK
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.gpubench.paged import SHAPE, decode_paged_launch, flashinfer_decode
 from attnlab.gpubench.reference import reference
 

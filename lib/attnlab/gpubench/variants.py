@@ -37,7 +37,7 @@ import numpy as np
 
 from attnlab.core.variants import flex_mods, lookup
 from attnlab.gpubench.cli import name_list, section_main
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.gpubench.reference import compiled_flex, reference
 from attnlab.machine.models import get_model
 

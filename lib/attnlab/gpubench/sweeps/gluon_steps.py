@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.gpubench.prefill import sdpa_prefill, verdicts
 from attnlab.gpubench.reference import reference
 from attnlab.gpubench.sweeps.gluon_sets import FULL_CASES, LADDER_CASES, REPEATS, SMOKE_CASES, TABLES

@@ -25,7 +25,7 @@ import itertools
 import sys
 
 from attnlab.gpubench.cli import section_main
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.gpubench.paged import SHAPE
 from attnlab.gpubench.prefill import DRY_SHAPE, flashinfer_prefill, inputs, model_columns, sdpa_prefill
 

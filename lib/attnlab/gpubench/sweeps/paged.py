@@ -22,7 +22,7 @@ import sys
 
 from attnlab.gpubench import paged
 from attnlab.gpubench.cli import int_list, section_main
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.declare import Impl, Launch, Section
 
 __all__ = ["SECTION", "SPLITS", "BLOCK_N", "WARPS", "STAGES", "DRY", "best", "main"]
 

@@ -28,7 +28,7 @@ from types import SimpleNamespace
 
 from attnlab.gpubench import paged
 from attnlab.gpubench.cli import Parser, case_list, int_list, out_path, section_main
-from attnlab.gpubench.core import Impl, Launch, Section
+from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.machine.workload import RECORDED_BATCHES
 
 __all__ = ["SECTION", "PAGED_RULES", "LAUNCHES", "FLOORS", "DRY", "launch_list", "best", "main"]
