@@ -125,7 +125,7 @@ class DecodeWorkspace:
             )
         self._table = (kv_indptr, kv_indices, kv_last_page_len)
         if how["decoder"] == "plan":
-            self._plan_decoder(batch, how, q)
+            self._plan_decoder(batch, how)
         else:
             self._split = {
                 "splits": how["splits"],
@@ -136,7 +136,7 @@ class DecodeWorkspace:
         self.choice = how
         return dict(how)
 
-    def _plan_decoder(self, batch: int, how: dict, q) -> None:
+    def _plan_decoder(self, batch: int, how: dict) -> None:
         from attnlab.kernels.scheduled import ScheduledDecoder
         from attnlab.machine.schedule import plan_balanced
 
@@ -173,8 +173,8 @@ class DecodeWorkspace:
                 max_outputs=outputs,
                 scale=self.scale,
             )
-        d.load(plan, q[:batch].contiguous() if batch else q, kv_indptr, kv_indices, kv_last_page_len)
-        how.update(items=len(plan.work), max_items=d.max_items)
+        d.load(plan, d.q[:batch], kv_indptr, kv_indices, kv_last_page_len)  # q comes at run()
+        how.update(items=len(plan.cta), max_items=d.max_items)  # plan.work builds every item: ms
 
     def run(self, q, k_pool, v_pool):
         """o (batch, q_heads, head_dim) in q's dtype for the planned table; launches only."""
