@@ -98,6 +98,8 @@ def _refused(capsys, mod, argv, names):
         ("variants", ["--dry", "--variants", "causal,soft_cap"], ["--variants", "'soft_cap'"]),
         ("scheduled", ["--cases", "5"], ["--cases", "batch", "5", "--dry"]),  # not a recorded batch
         ("scheduled", ["--dry", "--plans", "balanced,greedy"], ["--plans", "'greedy'"]),
+        ("scheduled", ["--dry", "--draw", "x"], ["--draw", "seed", "'x'"]),
+        ("scheduled", ["--dry", "--draw", "-1"], ["--draw", "'-1'"]),
         ("sweeps.hopper", ["--dry", "--cases", "0"], ["--cases", "N"]),
         ("sweeps.paged", ["--out", MISSING], ["--out"]),
         ("sweeps.ragged", [], ["--out"]),

@@ -162,3 +162,17 @@ def test_the_one_decode_call_is_measured_with_the_decoder_it_chose(monkeypatch):
         assert r["impl"] == f"decode_paged decoder={want}" and r["shape"]["decoder"] == want
         assert r["error"] <= 0.05 and r["extra"]["plan_us"] > 0 and r["ours"]
     assert [r["shape"]["decoder"] for r in rows] == ["split", "plan"]  # one request: never a plan
+
+
+def test_another_draw_of_long_tailed_lengths_is_its_own_case():
+    """--draw N: the batches of seed N (workload.lengths), named so in each row's case; the
+    recorded draw (0) keeps the recorded rows' case text."""
+    from attnlab.machine.workload import lengths
+
+    rows = measure(scheduled.SECTION, [(3,)], ("paged",), dry=True, options={"draw": 5})["rows"]
+    (r,) = rows
+    want = sum(n for _, n in lengths("longtail", 3, seed=5, mean=40, max_len=100))
+    assert r["what"] == "batch 3, draw 5" and r["extra"]["tokens"] == want
+    (r0,) = measure(scheduled.SECTION, [(3,)], ("paged",), dry=True)["rows"]
+    assert r0["what"] == "batch 3" and r0["shape"] == {"batch": 3, "auto": True}
+    assert r0["extra"]["tokens"] != want  # another draw, other lengths

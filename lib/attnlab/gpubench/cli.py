@@ -15,6 +15,7 @@ __all__ = [
     "case_list",
     "name_list",
     "int_list",
+    "seed_arg",
     "out_path",
     "existing_file",
     "check_arg",
@@ -110,6 +111,17 @@ def name_list(allowed, what: str = "name"):
 
     parse_names.__name__ = what
     return parse_names
+
+
+def seed_arg(text: str) -> int:
+    """An argparse type: a seed, an integer >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"a seed must be an integer >= 0; got {text!r}")
+    return n
 
 
 def int_list(what: str):

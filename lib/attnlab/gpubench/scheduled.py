@@ -21,7 +21,11 @@ Beside the measured time: the plan's predicted utilization and `Plan.time` on th
 SM-sharing model), and the host cost of planning + fixed_size_workspace (plan_us, median of 5)
 and of load (load_us). On the same batch: `paged_decode` (splits=None), the one decode call
 `decode_paged` (the decoder it chose) and FlashInfer's BatchDecodeWithPagedKVCacheWrapper (tensor
-cores), each plan() timed on the host. --plans picks among KINDS, paged, decode_paged, flashinfer.
+cores), each plan() timed on the host. --plans picks among KINDS, paged, decode_paged, flashinfer;
+--draw N measures the long-tailed lengths of seed N instead of the recorded draw (seed 0).
+
+This module is long because every implementation here runs on the same batches, set up once
+for the run (one pool, one generator), and each plan's decoder is sized over all of them.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import numpy as np
 
 from attnlab.machine.schedule import fixed_size_workspace, plan_balanced, plan_fixed_split, plan_per_request
 from attnlab.machine.workload import RECORDED_BATCHES, lengths, recorded_lengths
-from attnlab.gpubench.cli import section_main
+from attnlab.gpubench.cli import section_main, seed_arg
 from attnlab.kernels.tuning import CTAS_PER_SM, PLAN_MIN_CHUNK
 from attnlab.gpubench.declare import Impl, Launch, Section
 from attnlab.gpubench.paged import SHAPE, decode_paged_launch, flashinfer_decode
@@ -57,12 +61,12 @@ CHUNK = 1024
 DRY = dict(cases=((1,), (3,)), shape=dict(heads=8, kv_heads=2, head_dim=32), ctas=4, chunk=16)
 
 
-def _lengths(batch: int, dry: bool) -> np.ndarray:
-    pairs = (
-        lengths("longtail", batch, seed=0, mean=40, max_len=100)
-        if dry
-        else recorded_lengths("longtail", batch)
-    )
+def _lengths(batch: int, dry: bool, draw: int = 0) -> np.ndarray:
+    """The batch's (1, l_kv) pairs: the recorded long-tailed draw (seed 0), or another seed's."""
+    if dry:
+        pairs = lengths("longtail", batch, seed=draw, mean=40, max_len=100)
+    else:
+        pairs = recorded_lengths("longtail", batch) if draw == 0 else lengths("longtail", batch, seed=draw)
     return np.array(pairs, np.int64)
 
 
@@ -105,12 +109,13 @@ def _reference(torch, b, k_pool, v_pool):
     return ref
 
 
-def setup(torch, sizes, shape, dev, *, dry: bool = False, seed: int = 0):
-    """(batches, pools, refs) for batch sizes `sizes`: each batch's lengths, q and page table (a
-    shuffled subset of one shared NHD pool's pages), the pools (k, v), and each batch's float32
-    reference answer keyed by id(batch). The sweeps of this workload use the same."""
+def setup(torch, sizes, shape, dev, *, dry: bool = False, seed: int = 0, draw: int = 0):
+    """(batches, pools, refs) for batch sizes `sizes`: each batch's lengths (the long-tailed draw
+    of seed `draw`; 0 the recorded one), q and page table (a shuffled subset of one shared NHD
+    pool's pages), the pools (k, v), and each batch's float32 reference answer keyed by
+    id(batch). The sweeps of this workload use the same."""
     gen = torch.Generator().manual_seed(seed)
-    lens = {bsz: _lengths(bsz, dry) for bsz in sizes}
+    lens = {bsz: _lengths(bsz, dry, draw) for bsz in sizes}
     pool_pages = max(int((-(-L[:, 1] // PAGE_SIZE)).sum()) for L in lens.values()) + 1
     hkv, d = shape["kv_heads"], shape["head_dim"]
     pools = SimpleNamespace(
@@ -136,7 +141,7 @@ def _inputs(torch, case, ctx):
     if "batches" not in ctx.state:
         sizes = [c[0] for c in ctx.cases]
         ctx.state["batches"], ctx.state["pools"], ctx.state["refs"] = setup(
-            torch, sizes, ctx.shape, ctx.device, dry=ctx.dry, seed=ctx.seed
+            torch, sizes, ctx.shape, ctx.device, dry=ctx.dry, seed=ctx.seed, draw=ctx.options.draw
         )
     i = ctx.cases.index(case)
     b = ctx.state["batches"][i]
@@ -145,7 +150,8 @@ def _inputs(torch, case, ctx):
         b=b,
         index=i,
         pools=ctx.state["pools"],
-        case={"batch": b.q.shape[0]},
+        # another draw names its seed; the recorded one (0) is the case the recorded rows have
+        case={"batch": b.q.shape[0], **({"draw": ctx.options.draw} if ctx.options.draw else {})},
         ref=ctx.state["refs"][id(b)],
         flop=None,
         bytes=tokens * 2 * ctx.shape["kv_heads"] * ctx.shape["head_dim"] * 2 + 2 * b.q.numel() * 2,
@@ -285,7 +291,13 @@ SECTION = Section(
         Impl("flashinfer", _flashinfer, library="flashinfer"),
     ),
     tolerance=0.05,  # max |error|, bf16 inputs against the float32 reference
-    settings=lambda ctx: {"page_size": PAGE_SIZE, "dist": "longtail", "gpu_model": GPU},
+    settings=lambda ctx: {
+        "page_size": PAGE_SIZE,
+        "dist": "longtail",
+        "draw": ctx.options.draw,
+        "gpu_model": GPU,
+    },
+    options=(("--draw", "the long-tailed lengths' seed (0: the recorded draw)", seed_arg, 0),),
     default_impls=(*PLANS, "paged", "decode_paged", "flashinfer"),
     subset="--plans",
     allowed=RECORDED_BATCHES,
