@@ -53,14 +53,20 @@ def describe(doc: str) -> str:
     return " ".join(doc.strip().split("\n\n")[0].split())
 
 
-def _positive(text: str, what: str) -> int:
+def _at_least(text: str, what: str, low: int) -> int:
+    """int(text), refused as a usage error below `low`."""
+    kind = "a positive integer" if low == 1 else f"an integer >= {low}"
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} must be a positive integer; got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{what} must be a positive integer; got {text!r}")
+        raise argparse.ArgumentTypeError(f"{what} must be {kind}; got {text!r}") from None
+    if n < low:
+        raise argparse.ArgumentTypeError(f"{what} must be {kind}; got {text!r}")
     return n
+
+
+def _positive(text: str, what: str) -> int:
+    return _at_least(text, what, 1)
 
 
 def _unique(items, text: str, what: str, show=repr):
@@ -115,13 +121,7 @@ def name_list(allowed, what: str = "name"):
 
 def seed_arg(text: str) -> int:
     """An argparse type: a seed, an integer >= 0."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"a seed must be an integer >= 0; got {text!r}")
-    return n
+    return _at_least(text, "a seed", 0)
 
 
 def int_list(what: str):

@@ -116,10 +116,11 @@ class DecodeWorkspace:
             self.max_pages, self.page_size, self.kv_heads, self.head_dim
         )
         check_paged(q, pool, pool, kv_indptr, kv_indices, kv_last_page_len, self.page_size)
-        how = decode_choice(q, pool, kv_indptr, kv_indices, kv_last_page_len, page_size=self.page_size)
-        if decoder == "plan" and how["decoder"] == "split":
+        if decoder is None:
+            how = decode_choice(q, pool, kv_indptr, kv_indices, kv_last_page_len, page_size=self.page_size)
+        elif decoder == "plan":
             how = _plan_choice(self.device)
-        elif decoder == "split" and how["decoder"] == "plan":
+        else:
             how = _split_choice(
                 batch, self.kv_heads, kv_indptr, kv_indices, kv_last_page_len, self.page_size, self.device
             )
@@ -129,7 +130,6 @@ class DecodeWorkspace:
         else:
             self._split = {
                 "splits": how["splits"],
-                "batch": batch,
                 "ws": workspace(batch, self.q_heads, self.head_dim, how["splits"], self.device),
                 "out": torch.empty(batch, self.q_heads, self.head_dim, dtype=self.dtype, device=self.device),
             }
