@@ -150,7 +150,7 @@ def _launch(launches, **kw):
     report = {}
     flash_attention_gluon(*_qkv(nq=48, nk=64), report=report, **kw)
     got = launches.pop()
-    return dict(zip(_ARGS, got["args"][6:])), got["consts"], report
+    return dict(zip(_ARGS, got["args"][8:])), got["consts"], report
 
 
 def test_bad_variants_never_reach_the_launch(launches):
@@ -198,3 +198,33 @@ def test_early_k_release_needs_the_producer_and_says_so(launches):
     assert not consts["EARLY_K"] and not consts["WS"] and "early_k_release" in report["inactive"]
     _, consts, report = _launch(launches)  # the defaults leave it off
     assert not consts["EARLY_K"]
+
+
+def _tiles_of(got):
+    """The (bh, m) pairs each program of a recorded persistent launch runs, from its tile list."""
+    tiles, indptr = got["args"][6].tolist(), got["args"][7].tolist()
+    num_m = got["args"][8 + _ARGS.index("num_m")]
+    return [[divmod(t, num_m) for t in tiles[a:b]] for a, b in zip(indptr, indptr[1:])]
+
+
+def test_persistent_launch_runs_every_tile_once_on_one_program_per_sm(launches):
+    from attnlab.kernels.tuning import INTERPRETER_SMS
+
+    steps = ("warp_specialize", "split_warpgroups", "lpt_order", "pingpong", "persistent")
+    report = {}
+    q, k, v = _qkv(b=2, hq=4, hk=2, nq=300, nk=300)  # 3 query blocks of 128, the last partial
+    flash_attention_gluon(q, k, v, causal=True, steps=steps, report=report)
+    got = launches.pop()
+    assert got["consts"]["PERSIST"] and got["grid"] == (INTERPRETER_SMS,)
+    lists = _tiles_of(got)
+    assert sorted(t for p in lists for t in p) == [(bh, m) for bh in range(8) for m in range(3)]
+    firsts = [p[0][1] for p in lists]
+    assert firsts == [2] * INTERPRETER_SMS  # longest first: every program starts on a last block
+    assert "persistent" in report["steps"] and "persistent" not in report["inactive"]
+
+
+def test_persistent_needs_the_producer_and_says_so(launches):
+    report = {}
+    flash_attention_gluon(*_qkv(), causal=True, steps=("lpt_order", "persistent"), report=report)
+    got = launches.pop()
+    assert not got["consts"]["PERSIST"] and len(got["grid"]) == 2 and "persistent" in report["inactive"]

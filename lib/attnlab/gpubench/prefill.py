@@ -14,6 +14,9 @@ batch x N. Implementations, all on the same inputs in the same run:
 - flex: `torch.compile(flex_attention)`, causal as a BlockMask built once outside the timing;
 - flashinfer-fa2, flashinfer-fa3: `flashinfer.single_prefill_with_kv_cache` with that backend
   (batch 1 only: it is a single-request API), NHD copies made outside the timing;
+- flashinfer-batch-fa3: `flashinfer.BatchPrefillWithRaggedKVCacheWrapper(backend="fa3")`, planned
+  outside the timing, at every batch: FlashInfer's FA3 as a server calls it on a batch, the
+  strongest peer above batch 1;
 - standard: Algorithm 0 in eager torch (S and P go to HBM), non-causal and N <= 8192 only; kept
   beside the others but not ranked.
 Each output is checked against a float32 reference (error), then timed by CUDA-graph replay
@@ -36,7 +39,16 @@ from attnlab.gpubench.paged import SHAPE
 from attnlab.gpubench.reference import compiled_flex, reference
 from attnlab.gpubench.variants import pairs
 
-__all__ = ["SECTION", "inputs", "sdpa_prefill", "flashinfer_prefill", "model_columns", "verdicts", "main"]
+__all__ = [
+    "SECTION",
+    "inputs",
+    "sdpa_prefill",
+    "flashinfer_prefill",
+    "flashinfer_batch_prefill",
+    "model_columns",
+    "verdicts",
+    "main",
+]
 
 DRY_SHAPE = dict(heads=4, kv_heads=2, head_dim=32)
 
@@ -152,6 +164,36 @@ def flashinfer_prefill(torch, c, ctx, backends=("fa2", "fa3")):
         yield Launch(f"flashinfer-{backend}", fn)
 
 
+def flashinfer_batch_prefill(torch, c, ctx, backends=("fa3",)):
+    """`flashinfer.BatchPrefillWithRaggedKVCacheWrapper` with each of `backends`, as Launches: the
+    batch's requests back to back in NHD rows (copies made outside the timing), planned once per
+    case outside the timing, as a server plans once per batch and runs every layer."""
+    import flashinfer
+
+    batch, hq, n, d = c.q.shape
+    hkv = c.k.shape[1]
+    q, k, v = (
+        t.transpose(1, 2).reshape(batch * t.shape[2], t.shape[1], d).contiguous() for t in (c.q, c.k, c.v)
+    )
+    qo = torch.arange(batch + 1, dtype=torch.int32, device=c.q.device) * n
+    kv = torch.arange(batch + 1, dtype=torch.int32, device=c.q.device) * c.k.shape[2]
+    for backend in backends:
+        ws = torch.empty(128 << 20, dtype=torch.uint8, device=c.q.device)
+        w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend=backend)
+        w.plan(qo, kv, hq, hkv, d, causal=c.causal, q_data_type=c.q.dtype, kv_data_type=c.k.dtype)
+
+        def fn(w=w):
+            return w.run(q, k, v).view(batch, n, hq, d).transpose(1, 2)
+
+        yield Launch(f"flashinfer-batch-{backend}", fn)
+
+
+def _flashinfer(torch, c, ctx):
+    """FlashInfer's single-request FA2 and FA3 (batch 1), then its batch wrapper's FA3."""
+    yield from flashinfer_prefill(torch, c, ctx)
+    yield from flashinfer_batch_prefill(torch, c, ctx)
+
+
 def model_columns(c, launch, us, ctx) -> dict:
     """What a prefill row adds: the share of the matmul ceiling reached, and the model's time
     max(flop / peak, bytes / bandwidth) with the bound that sets it."""
@@ -187,7 +229,7 @@ SECTION = Section(
         Impl("sdpa", sdpa_prefill),
         Impl("flex", _flex),
         Impl("standard", _standard, ranked=False),
-        Impl("flashinfer", flashinfer_prefill, library="flashinfer"),
+        Impl("flashinfer", _flashinfer, library="flashinfer"),
     ),
     extra=model_columns,
     timing=dict(calls=5, reps=7),

@@ -25,6 +25,10 @@ each part is, is in `kernels.gluon_fa3_kernel`; `steps` switches those parts (GL
                       GEMM earlier (off: one barrier frees both after PV)
     lpt_order         causal only: the longest query blocks first
     tma_store         O through shared memory and a TMA store (inactive when N_q % 128 != 0)
+    persistent        with warp_specialize: one program per SM, each walking its own list of
+                      tiles (`machine.schedule.persistent_tiles`: causal longest first with
+                      lpt_order, heads in L2-sized sections), the next tile's first K / V stages
+                      and Q loading under the last one's epilogue (off: one program per tile)
 
 TMA loads, wgmma, the stage ring with mbarriers, exp2 softmax and the causal tile skipping are
 always on; soft_cap and window are compile-time switches of the same kernel, so a launch without
@@ -64,6 +68,7 @@ GLUON_STEPS = (
     "lpt_order",
     "tma_store",
     "early_k_release",
+    "persistent",
 )
 BLOCK_M = 128
 BLOCK_N = 128
@@ -177,8 +182,9 @@ def flash_attention_gluon(
     q_idx - w < kv_idx <= q_idx, causal implied (None or 0: off; module docstring). steps: None
     (`tuning.gluon_default_steps(d, causal)`) or names from GLUON_STEPS; num_stages, block_n: the K/V ring
     (config_for). report, a dict, is filled with {"kernel", "steps", "inactive", "config",
-    "causal", "soft_cap", "window"}: the last three as compiled (0 = off; a window of N_k keys or
-    more runs as causal, window 0)."""
+    "causal", "soft_cap", "window", "registers", "spills"}: causal, soft_cap and window as compiled
+    (0 = off; a window of N_k keys or more runs as causal, window 0), then the compiled kernel's
+    registers per thread and spilled registers as Triton reports them."""
     requested = _parse_steps(steps)
     causal, scale, cap, window = _check(q, k, v, causal, scale, soft_cap, window, report)
     causal = causal or window > 0
@@ -190,6 +196,7 @@ def flash_attention_gluon(
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from attnlab.kernels.gluon_fa3_kernel import fa3_fwd_kernel
+    from attnlab.kernels.gluon_fa3_tiles import persistent_schedule
 
     B, H, n_q, d = q.shape
     hkv, n_k = k.shape[1], k.shape[2]
@@ -213,18 +220,27 @@ def flash_attention_gluon(
     lpt = causal and "lpt_order" in requested
     tma_store = "tma_store" in requested and n_q % bm == 0
     num_m = _cdiv(n_q, bm)
+    persist = "persistent" in requested and "warp_specialize" in requested
     grid = (B * H, num_m) if lpt else (num_m, B * H)
+    tiles = indptr = lse  # placeholders: read only by a persistent launch
+    if persist:
+        programs, tiles, indptr = persistent_schedule(
+            q.device, B, H, num_m, n_q, n_k, causal, lpt, H // hkv, d, bm, bn
+        )
+        grid = (programs,)
     kw = {"num_warps": cfg["num_warps"]}
     if cfg["maxnreg"]:
         kw["maxnreg"] = cfg["maxnreg"]
     # with a soft-cap the kernel caps the logits in the base-2 domain itself: qk_scale = 1
-    fa3_fwd_kernel[grid](
+    compiled = fa3_fwd_kernel[grid](
         desc(q, qm),
         desc(k, bn),
         desc(v, bn),
         desc(o, qm),
         o,
         lse,
+        tiles,
+        indptr,
         1.0 if cap else scale * LOG2E,
         2.0 * scale / cap * LOG2E if cap else 0.0,
         cap * LOG2E,
@@ -248,6 +264,7 @@ def flash_attention_gluon(
         SPLIT=cfg["split"],
         PINGPONG=cfg["split"] and "pingpong" in requested,
         EARLY_K="warp_specialize" in requested and "early_k_release" in requested,
+        PERSIST=persist,
         **kw,
     )
     if report is not None:
@@ -257,6 +274,7 @@ def flash_attention_gluon(
             "pingpong": "pingpong" in requested and not cfg["split"],
             "early_k_release": "early_k_release" in requested and "warp_specialize" not in requested,
             "tma_store": "tma_store" in requested and not tma_store,
+            "persistent": "persistent" in requested and not persist,
         }
         report.clear()
         report.update(
@@ -268,6 +286,8 @@ def flash_attention_gluon(
                 "causal": causal,
                 "soft_cap": cap,
                 "window": window,
+                "registers": getattr(compiled, "n_regs", None),
+                "spills": getattr(compiled, "n_spills", None),
             }
         )
     return o, lse

@@ -1,8 +1,9 @@
 """Parts of the Gluon kernel in `kernels.gluon_fa3_kernel` (torch-free): where a program's tiles
 are, the online-softmax step with the masks and the soft-cap, and the stage ring's loads and releases.
 
-    tile_coords(dims, ...)   this program's query block, the rows its TMA copies start at, and the key
-                             tiles it visits: how many, and which of them need no mask
+    work_range, work_tile    the work tiles a program runs: its list (persistent) or its program ids
+    tile_coords(dims, ...)   a tile's rows where its TMA copies start, and the key tiles it visits:
+                             how many, and which of them need no mask
     softmax_tile(s, ...)     one tile's logits (soft-capped, masked) folded into the running max and sum
     load_tile, load_kv       the TMA loads of a K and / or V tile into a stage, each arming its ready barrier
     release_stage            a consumer is done with a stage's K or V tile (early_k_release: apart)
@@ -17,32 +18,57 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-__all__ = ["tile_coords", "softmax_tile", "load_tile", "load_kv", "release_stage"]
+__all__ = ["work_range", "work_tile", "tile_coords", "softmax_tile", "load_tile", "load_kv", "release_stage"]
+
+
+@gluon.jit
+def work_range(sched, PERSIST: gl.constexpr):
+    """The work tiles this program runs, [start, end) of the schedule (`persistent`: its own list
+    from `machine.schedule.persistent_tiles`; otherwise the one tile its program ids name)."""
+    if PERSIST:
+        start = gl.load(sched[1] + gl.program_id(0))
+        end = gl.load(sched[1] + gl.program_id(0) + 1)
+    else:
+        start = 0
+        end = 1
+    return start, end
+
+
+@gluon.jit
+def work_tile(sched, w, num_m, LPT: gl.constexpr, PERSIST: gl.constexpr):
+    """Work tile w's query block m and (batch, head) bh: read from the list (coded bh * num_m + m),
+    or from the program ids (LPT: the longest blocks launch first)."""
+    if PERSIST:
+        t = gl.load(sched[0] + w)
+        m = t % num_m
+        bh = t // num_m
+    elif LPT:
+        bh = gl.program_id(0)
+        m = num_m - 1 - gl.program_id(1)
+    else:
+        m = gl.program_id(0)
+        bh = gl.program_id(1)
+    return m, bh
 
 
 @gluon.jit
 def tile_coords(
     dims,
+    m,
+    bh,
     ROW_OFF: gl.constexpr,
     ROWS: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
     CAUSAL: gl.constexpr,
     WINDOW: gl.constexpr,
-    LPT: gl.constexpr,
 ):
-    """This program's query block m, its (batch, head) bh, the first rows of its Q block and of
-    the keys it reads in the flattened (rows, d) views, the position key0 of that first key, how
-    many key tiles the block visits from there, and the tiles [full_lo, full_hi) of those that
-    need no mask for the ROWS rows from ROW_OFF on (a consumer's share of the block). Tiles are
-    counted from key0: WINDOW starts the block at the first tile its first row's window reaches."""
+    """For query block m of (batch, head) bh: the first rows of its Q block and of the keys it
+    reads in the flattened (rows, d) views, the position key0 of that first key, how many key
+    tiles the block visits from there, and the tiles [full_lo, full_hi) of those that need no
+    mask for the ROWS rows from ROW_OFF on (a consumer's share of the block). Tiles are counted
+    from key0: WINDOW starts the block at the first tile its first row's window reaches."""
     n_q, n_k, H, GROUP, num_m, window = dims
-    if LPT:
-        bh = gl.program_id(0)
-        m = num_m - 1 - gl.program_id(1)
-    else:
-        m = gl.program_id(0)
-        bh = gl.program_id(1)
     kvh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
     q_row = bh * n_q + m * BLOCK_M
     kv_row = kvh * n_k
@@ -67,7 +93,7 @@ def tile_coords(
         n_tiles = n_tiles - lo
         full_lo = full_lo - lo
         n_full = n_full - lo
-    return m, bh, q_row, kv_row, key0, n_tiles, full_lo, n_full
+    return q_row, kv_row, key0, n_tiles, full_lo, n_full
 
 
 @gluon.jit

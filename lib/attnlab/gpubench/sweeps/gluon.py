@@ -12,6 +12,8 @@ run under Triton's interpreter, so this is where their numbers come from).
     ... smoke final / full final                      the defaults (steps=None) and stage counts
     ... smoke early_k / full early_k                  early_k_release (K and V stages freed apart)
                                                       beside the defaults and a 3-stage overlap
+    ... smoke persistent / full persistent            one program per SM on its list of tiles
+                                                      (`persistent`) beside the defaults
     ... smoke default                                 the defaults alone (steps=None)
     python -m attnlab.gpubench.sweeps.gluon ladder    the lesson's step table: FA3's steps added one
                                                       at a time at today's defaults, each set

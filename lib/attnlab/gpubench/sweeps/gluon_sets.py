@@ -11,6 +11,7 @@ __all__ = [
     "FINAL",
     "EARLY",
     "EARLY_SMOKE",
+    "PERSISTENT",
     "LADDER",
     "LADDER_CASES",
     "LADDER_SEED",
@@ -53,6 +54,17 @@ EARLY = {
     "split_pp_ov_ek_s3": (_SPLIT + ("pingpong", "intra_overlap") + _EK, 3, None, (64, 128)),
 }
 EARLY_SMOKE = ("split_ek", "split_pp_ek", "split_pp_ov_ek")
+#: one program per SM walking its list of tiles (`persistent`), beside the defaults, with O by a
+#: TMA store from Q's buffer and from registers (Q's buffer freed after the last QK^T)
+PERSISTENT = {
+    "default": (None, None, None, (64, 128)),
+    "split_pp_ov_p": (_SPLIT + ("pingpong", "intra_overlap", "persistent"), None, None, (128,)),
+    "split_pp_ov_p_regs": (_SPLIT[:3] + ("pingpong", "intra_overlap", "persistent"), None, None, (128,)),
+    "split_pp_p": (_SPLIT + ("pingpong", "persistent"), None, None, (64, 128)),
+    "split_pp_p_regs": (_SPLIT[:3] + ("pingpong", "persistent"), None, None, (64, 128)),
+    "split_ek_p": (_SPLIT + ("early_k_release", "persistent"), None, None, (64, 128)),
+    "ws_p": (("warp_specialize", "lpt_order", "tma_store", "persistent"), None, None, (64, 128)),
+}
 #: the lesson's step table: name -> (label, steps, num_stages, base), each row one FA3 step added to
 #: its base row: the cumulative steps, the third stage before the overlap, and the overlap on two
 #: stages beside ping-pong on two
@@ -76,8 +88,15 @@ TABLES = {
         "final": FINAL,
         "default": {"default": FINAL["default"]},
         "early_k": {k: EARLY[k] for k in EARLY_SMOKE},
+        "persistent": PERSISTENT,
     },
-    "full": {None: VARIANTS, "final": FINAL, "default": {"default": FINAL["default"]}, "early_k": EARLY},
+    "full": {
+        None: VARIANTS,
+        "final": FINAL,
+        "default": {"default": FINAL["default"]},
+        "early_k": EARLY,
+        "persistent": PERSISTENT,
+    },
     "ladder": {None: {k: (st, ns, None, (64, 128)) for k, (_, st, ns, _) in LADDER.items()}},
 }
 #: (B, H, Hkv, N_q, N_k, d, causal, soft_cap, window): the plain cases, then the variants (odd
