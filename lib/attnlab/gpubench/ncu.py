@@ -16,7 +16,9 @@ d = 64 prefill at 4 x 4K causal (Gluon defaults, Hopper kernel, cuDNN): where ta
 group "gluon" the FA3 steps of `kernels.gluon_fa3` at 1 x 4K, 32 heads, d = 128 (as in the
 recorded steps file): the first step (TMA + wgmma, 8 warps that load and compute), the defaults
 and the last step (+ intra-warpgroup overlap), without and with the causal mask, beside
-FlashInfer's FA3 template and cuDNN on the same inputs. The raw page also gives every warp-stall
+FlashInfer's FA3 template and cuDNN on the same inputs; group "persistent" the Gluon prefill's
+persistent scheduler at 4 x 4K causal (MHA, d = 128) beside one program per tile, FlashInfer's FA3
+batch wrapper and cuDNN (`gpubench.prefill_fa3`'s launches). The raw page also gives every warp-stall
 reason (cycles per issued instruction), which `summarize` collects under "stalls".
 
 Each group is declared in `gpubench.ncu_groups` as launches of the sections and sweeps that

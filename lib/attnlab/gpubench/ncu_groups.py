@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnlab.gpubench import paged, prefill
+from attnlab.gpubench import paged, prefill, prefill_fa3
 from attnlab.gpubench.core import context
 from attnlab.gpubench.declare import Section
 from attnlab.gpubench.sweeps import gluon_sets, gluon_steps, ragged
@@ -22,7 +22,7 @@ __all__ = ["Call", "GROUPS", "calls"]
 @dataclass(frozen=True)
 class Call:
     """The launches of implementation `impl` (one of `section`'s names) on `case` whose launch name is `launch` (None: any) and whose case and launch parameters include
-    `where`; `options` the section's options for them; `shape` the layer (None: the section's).
+    `where` (a value None: the launch has no such parameter); `options` the section's options for them; `shape` the layer (None: the section's).
     `name` is each call's name in the report, formatted with the case's and launch's parameters
     and the launch's extra; `kernels` how many kernels one call launches; `dry` the (case, where)
     of a --dry run, on the section's dry shape (None: not made there)."""
@@ -54,7 +54,10 @@ def _matching(torch, call: Call, dry: bool):
         for launch in impl.launches(torch, c, ctx):
             params = {**c.case, **launch.launch}
             if call.launch in (None, launch.name) and all(
-                k in params and params[k] == v and type(params[k]) is type(v) for k, v in where.items()
+                k not in params
+                if v is None
+                else k in params and params[k] == v and type(params[k]) is type(v)
+                for k, v in where.items()
             ):
                 yield {**params, **launch.extra}, launch.timed or launch.fn
 
@@ -230,5 +233,34 @@ def _gaps() -> tuple:
     return tuple(out)
 
 
+def _persistent() -> tuple:
+    """The Gluon prefill's persistent scheduler at 4 x 4K, 32 heads, d = 128 (MHA), as
+    `gpubench.prefill_fa3` calls it: its causal defaults (persistent) and the same steps one
+    program per tile, the defaults without the mask, beside FlashInfer's FA3 batch wrapper and
+    cuDNN, causal."""
+    case, dry = (4, 4096, 128, 32), (1, 40, 64, 2)
+    out = [
+        Call(f"gluon {word} 4x4096 {mask}", prefill_fa3.SECTION, "ours", case, launch="ours-gluon",
+             where={"causal": causal, "steps": steps})
+        for word, causal, mask, steps in (
+            ("persistent", True, "causal", None),
+            ("not_persistent", True, "causal", "not_persistent"),
+            ("default", False, "non-causal", None),
+        )
+    ]  # fmt: skip
+    for impl, launch in (("flashinfer", "flashinfer-batch-fa3"), ("sdpa", "sdpa-cudnn")):
+        out.append(
+            Call(f"{launch} 4x4096 causal", prefill_fa3.SECTION, impl, case, launch=launch,
+                 where={"causal": True}, dry=(dry, {"causal": True}) if impl == "sdpa" else None)
+        )  # fmt: skip
+    return tuple(out)
+
+
 #: group name -> the calls it profiles, in order
-GROUPS = {"recorded": _recorded(), "gluon": _gluon(), "scheduled": _scheduled(), "gaps": _gaps()}
+GROUPS = {
+    "recorded": _recorded(),
+    "gluon": _gluon(),
+    "scheduled": _scheduled(),
+    "gaps": _gaps(),
+    "persistent": _persistent(),
+}
