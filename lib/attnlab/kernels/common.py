@@ -82,43 +82,14 @@ def finish(acc, m_i, l_i):
 
 
 @triton.jit
-def request_splits(INDPTR, LAST, b, PAGE_SIZE, SPLITS, MIN_CHUNK):
-    """Request b's length, read from its page table (pages, the last one's fill), and the chunks
-    `paged_decode` cuts it into: min(SPLITS, ceil(length / MIN_CHUNK)), at least 1."""
-    n_pages = tl.load(INDPTR + b + 1) - tl.load(INDPTR + b)
-    length = (n_pages - 1) * PAGE_SIZE + tl.load(LAST + b)
-    return length, tl.maximum(tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK)), 1)
-
-
-@triton.jit
-def merge_splits_kernel(
-    OP,
-    LP,
-    O,
-    LSE,
-    SPLITS,
-    HEAD_DIM,
-    INDPTR,
-    LAST,
-    PAGE_SIZE,
-    MIN_CHUNK,
-    Q_HEADS,
-    BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PAGED: tl.constexpr,
-):
+def merge_splits_kernel(OP, LP, O, LSE, SPLITS, HEAD_DIM, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per (request, query head): fold its SPLITS partial states (o fp32, lse) with
     the merge ⊕, lse-weighted, all at once and in a fixed order (deterministic); an empty chunk
-    (lse = -inf) weighs 0, and no key at all gives o = 0, lse = -inf. PAGED: only the request's
-    own chunks (`request_splits` from the page table INDPTR, LAST), whose slots alone the paged
-    split kernel writes; otherwise INDPTR .. Q_HEADS are unused."""
+    (lse = -inf) weighs 0, and no key at all gives o = 0, lse = -inf."""
     pid = tl.program_id(0).to(tl.int64)  # (request, query head)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
-    n = SPLITS
-    if PAGED:
-        _, n = request_splits(INDPTR, LAST, pid // Q_HEADS, PAGE_SIZE, SPLITS, MIN_CHUNK)
-    s_ok = offs_s < n
+    s_ok = offs_s < SPLITS
     d_ok = offs_d < HEAD_DIM
     lse = tl.load(LP + pid * SPLITS + offs_s, mask=s_ok, other=float("-inf"))
     m = tl.max(lse, 0)

@@ -251,8 +251,7 @@ def split_kv_decode(
     else:
         o, lse = ws["o"], ws["lse"]
         merge_splits_kernel[(B * hq,)](
-            op, lp, o, lse, splits, d, op, op, 1, 1, hq,
-            BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d, PAGED=False, **kw
-        )  # fmt: skip
+            op, lp, o, lse, splits, d, BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d, **kw
+        )
         o, lse = o.view(B, hq, d), lse.view(B, hq)
     return (o, lse) if return_lse else o

@@ -12,9 +12,8 @@ of BLOCK_N tokens may cross pages (page_size 1 or 3) or cover part of one (BLOCK
 the page id is looked up for every token of the tile and the K/V rows are loaded through gathered
 pointers. Each program reads its request's length from the page table and cuts that request into
 min(splits, ceil(length / min_chunk)) chunks (rounded up to whole tiles); a program past the last
-chunk does nothing, so short and long requests share one launch at the cost of an empty program.
-Stage 2: `kernels.common.merge_splits_kernel`, decode's fixed-order merge ⊕ (deterministic), over
-each request's own chunks (it reads their count from the page table as the first stage does).
+chunk writes the identity state (o = 0, lse = -inf), so short and long requests share one launch.
+Stage 2: `kernels.common.merge_splits_kernel`, decode's fixed-order merge ⊕ (deterministic).
 
 The kernel reads the lengths from the page table itself, so any `splits` gives the same answer;
 only the speed depends on it. With `splits=None` the host reads the requests' lengths once
@@ -69,7 +68,6 @@ from attnlab.kernels.common import (
     finish,
     merge_splits_kernel,
     online_update,
-    request_splits,
 )
 from attnlab.kernels.decode import check_workspace, workspace
 from attnlab.kernels.tuning import MIN_CHUNK, auto_launch, auto_splits, split_from_lengths
@@ -271,66 +269,16 @@ def _paged_split_kernel(
     else:
         dq, dk, dv = offs_d * s_qd, offs_d * s_kd, offs_d * s_vd
     heads = hk * GROUP + offs_g
-    # this request's pages and length, read from the page table on the GPU; a program past its
-    # request's last chunk does nothing (the merge reads that request's own chunks only)
-    first = tl.load(INDPTR + b)
-    length, splits = request_splits(INDPTR, LAST, b, PAGE_SIZE, SPLITS, MIN_CHUNK)
-    if pid_s < splits:
-        _split_block(Q, K, V, OP, LP, INDICES + first, qk_scale, b, hk, heads, pid_s, length, splits,
-                     s_qb, s_qh, s_kp, s_ks, s_kh, s_vp, s_vs, s_vh, dq, dk, dv, g_ok, d_ok, offs_d,
-                     SPLITS, KV_HEADS, GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_G, BLOCK_N, BLOCK_D, UPCAST,
-                     IEEE, PREFETCH)  # fmt: skip
-
-
-@triton.jit
-def _split_block(
-    Q,
-    K,
-    V,
-    OP,
-    LP,
-    PAGES,
-    qk_scale,
-    b,
-    hk,
-    heads,
-    pid_s,
-    length,
-    splits,
-    s_qb,
-    s_qh,
-    s_kp,
-    s_ks,
-    s_kh,
-    s_vp,
-    s_vs,
-    s_vh,
-    dq,
-    dk,
-    dv,
-    g_ok,
-    d_ok,
-    offs_d,
-    SPLITS,
-    KV_HEADS,
-    GROUP,
-    HEAD_DIM,
-    PAGE_SIZE: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    UPCAST: tl.constexpr,
-    IEEE: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    """Chunk pid_s of `splits` of request b's `length` keys (pages PAGES), KV head hk, for its
-    g query heads: the partial state (o, lse) into slot pid_s of SPLITS (an empty chunk, when
-    whole tiles round the chunks up: o = 0, lse = -inf)."""  # fmt: skip
     q = tl.load(
         Q + b * s_qb + heads[:, None] * s_qh + dq[None, :], mask=g_ok[:, None] & d_ok[None, :], other=0.0
     )
     if UPCAST:
         q = q.to(tl.float32)
+    # this request's pages and length, read from the page table on the GPU
+    first = tl.load(INDPTR + b)
+    n_pages = tl.load(INDPTR + b + 1) - first
+    length = (n_pages - 1) * PAGE_SIZE + tl.load(LAST + b)
+    splits = tl.maximum(tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK)), 1)  # 1 even if length < 1
     chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N  # whole tiles
     start = pid_s * chunk
     end = tl.minimum(start + chunk, length)  # start >= end: an empty split
@@ -344,7 +292,7 @@ def _split_block(
         acc,
         K + hk * s_kh,
         V + hk * s_vh,
-        PAGES,
+        INDICES + first,
         start,
         end,
         qk_scale,
@@ -491,14 +439,8 @@ def paged_decode(
             lse,
             splits,
             d,
-            kv_indptr,
-            kv_last_page_len,
-            page_size,
-            go["min_chunk"],
-            hq,
             BLOCK_S=triton.next_power_of_2(splits),
             BLOCK_D=block_d,
-            PAGED=True,
             **({} if interp else {"num_warps": 4}),
         )
     if dst is not out:
