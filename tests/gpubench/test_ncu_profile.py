@@ -225,3 +225,15 @@ def test_the_command_line_summarizes_into_a_file(tmp_path, capsys):
     )
     doc = json.loads((tmp_path / "p.json").read_text())
     assert doc["kernels"][0]["call"] == "one" and doc["kernels"][0]["duration_us"] == 2.0
+
+
+def test_summarize_reads_each_duration_in_its_own_unit(tmp_path):
+    """ncu writes one kernel's duration in µs and a longer one's in ms: both come out in µs."""
+    head = ["ID", "Kernel Name", "Grid Size", "Block Size", "Metric Name", "Metric Unit", "Metric Value"]
+    rows = [[0, "a", "(1, 1, 1)", "(128, 1, 1)", "Duration", "us", "933.15"]]
+    rows += [[1, "b", "(1, 1, 1)", "(128, 1, 1)", "Duration", "ms", "1.17"]]
+    rows += [[2, "c", "(1, 1, 1)", "(128, 1, 1)", "Duration", "ns", "640"]]
+    _write(tmp_path / "d.csv", head, rows)
+    _write(tmp_path / "r.csv", ["ID", "Kernel Name"], [["", ""]] + [[i, "k"] for i in range(3)])
+    out = ncu.summarize(tmp_path / "d.csv", tmp_path / "r.csv", [("x", 3)])
+    assert [e["duration_us"] for e in out] == [933.15, 1170.0, pytest.approx(0.64)]

@@ -52,6 +52,17 @@ RAW_METRICS = {
     "dram__bytes_read.sum.per_second": "dram_read_tb_per_s",
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_active_pct",
 }
+#: a details-page duration's unit -> microseconds (ncu writes each kernel's in the unit that suits it)
+_TO_US = {
+    "ns": 1e-3,
+    "nsecond": 1e-3,
+    "us": 1.0,
+    "usecond": 1.0,
+    "ms": 1e3,
+    "msecond": 1e3,
+    "s": 1e6,
+    "second": 1e6,
+}
 #: details-page metric name -> key in the summary
 DETAILS = {
     "Duration": "duration_us",
@@ -155,7 +166,10 @@ def summarize(details_csv: str, raw_csv: str, made: list[tuple[str, int]]) -> li
             },
         )
         if r["Metric Name"] in DETAILS:
-            e[DETAILS[r["Metric Name"]]] = _number(r["Metric Value"])
+            value = _number(r["Metric Value"])
+            if r["Metric Name"] == "Duration" and isinstance(value, float):  # ncu picks ns, us, ms or s
+                value *= _TO_US.get(r.get("Metric Unit", "us"), 1.0)
+            e[DETAILS[r["Metric Name"]]] = value
         desc = r.get("Rule Description") or ""
         if r.get("Rule Name") in _RULES and desc and "Warp Stall Sampling" not in desc:
             e["notes"].add(desc.split(". ")[0][:300].rstrip(".") + ".")

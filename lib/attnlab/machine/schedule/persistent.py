@@ -55,8 +55,8 @@ def tile_costs(
 
 def l2_section(heads: int, group: int, n_k: int, head_dim: int, elem_bytes: int = 2) -> int:
     """How many query heads' tiles a causal schedule interleaves: the most KV heads whose K and V
-    (n_k x head_dim each) fit in L2_BYTES, times the group of query heads that share one, rounded
-    down to a power of two that divides `heads` (at least 1).
+    (n_k x head_dim each) fit in L2_BYTES (at least one, even if it does not fit), times the group
+    of query heads that share one, rounded down to a power of two that divides `heads`.
 
     >>> l2_section(32, 1, 8192, 128), l2_section(32, 4, 8192, 128), l2_section(32, 1, 1 << 20, 128)
     (4, 16, 1)
