@@ -240,17 +240,20 @@ def _persistent() -> tuple:
     cuDNN, causal."""
     case, dry = (4, 4096, 128, 32), (1, 40, 64, 2)
     out = [
-        Call(f"gluon {word} 4x4096 {mask}", prefill_fa3.SECTION, "ours", case, launch="ours-gluon",
+        Call(f"gluon {word} 4x4K {mask}", prefill_fa3.SECTION, "ours", case, launch="ours-gluon",
              where={"causal": causal, "steps": steps})
         for word, causal, mask, steps in (
             ("persistent", True, "causal", None),
-            ("not_persistent", True, "causal", "not_persistent"),
+            ("per tile", True, "causal", "not_persistent"),
             ("default", False, "non-causal", None),
         )
     ]  # fmt: skip
-    for impl, launch in (("flashinfer", "flashinfer-batch-fa3"), ("sdpa", "sdpa-cudnn")):
+    for impl, launch, word in (
+        ("flashinfer", "flashinfer-batch-fa3", "flashinfer-batch"),
+        ("sdpa", "sdpa-cudnn", "sdpa-cudnn"),
+    ):
         out.append(
-            Call(f"{launch} 4x4096 causal", prefill_fa3.SECTION, impl, case, launch=launch,
+            Call(f"{word} 4x4K causal", prefill_fa3.SECTION, impl, case, launch=launch,
                  where={"causal": True}, dry=(dry, {"causal": True}) if impl == "sdpa" else None)
         )  # fmt: skip
     return tuple(out)

@@ -106,10 +106,11 @@ def default_descriptors(causal: bool) -> str:
 _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 #: flash_attention_gluon's steps=None per (d, causal): that sweep's fastest correct set (H200, Triton 3.6),
 #: then, causal, the persistent scheduler with O stored from registers (Q's buffer freed after the
-#: last QK^T), the fastest of the persistent sets on the FA3 table's 18 causal cases
-#: (`gpubench.prefill_fa3`, data/measurements/h200-2026-12-04-persistent-first.json): +4 to +13 %
-#: at d = 128 on the MHA batches, +4 to +11 % at d = 64. Without a mask every persistent set ran
-#: 1-12 % slower than one program per tile, so non-causal launches stay as they were.
+#: last QK^T), the fastest of four persistent sets on the FA3 table's 18 causal cases in their first
+#: run (`gpubench.prefill_fa3`, data/measurements/h200-2026-12-04-persistent-first.json). On other
+#: inputs (h200-2026-12-04-prefill-fa3.json, --draw 1) it is 3-35 % faster than one program per
+#: tile. Without a mask the fastest persistent set ran 14 % slower to 3 % faster than these
+#: defaults (slower on 13 of 18 cases), so non-causal launches stay one program per tile.
 _REGS = _SPLIT[:3]  # no tma_store
 GLUON_DEFAULT_STEPS = {
     (128, False): _SPLIT + ("pingpong", "intra_overlap"),

@@ -3,7 +3,8 @@
 
     reader       run_files, load, newest_run, view (a run made here), provenance, section
     prefill      notebook 03: prefill_summary, prefill_figure, hopper_steps_summary, gluon_steps_summary,
-                 gluon_steps_figure;  steps: the one step table with its noise band (ladder_summary)
+                 gluon_steps_figure;  steps: the one step table with its noise band (ladder_summary);
+                 persistent: the persistent scheduler beside the best peer (persistent_summary)
     decode       notebook 04: decode_figure (its tables: explore.decode.measured_tables)
     flashinfer   notebook 05: paged_summary, cascade_summary, variants_summary, schedules_*
 
@@ -17,6 +18,8 @@ from attnlab.explore.measured.decode import *  # noqa: F401,F403
 from attnlab.explore.measured.decode import __all__ as _decode
 from attnlab.explore.measured.flashinfer import *  # noqa: F401,F403
 from attnlab.explore.measured.flashinfer import __all__ as _flashinfer
+from attnlab.explore.measured.persistent import *  # noqa: F401,F403
+from attnlab.explore.measured.persistent import __all__ as _persistent
 from attnlab.explore.measured.prefill import *  # noqa: F401,F403
 from attnlab.explore.measured.prefill import __all__ as _prefill
 from attnlab.explore.measured.reader import *  # noqa: F401,F403
@@ -24,4 +27,4 @@ from attnlab.explore.measured.reader import __all__ as _reader
 from attnlab.explore.measured.steps import *  # noqa: F401,F403
 from attnlab.explore.measured.steps import __all__ as _steps
 
-__all__ = [*_reader, *_prefill, *_steps, *_decode, *_flashinfer]
+__all__ = [*_reader, *_prefill, *_steps, *_persistent, *_decode, *_flashinfer]

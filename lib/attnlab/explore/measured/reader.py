@@ -117,12 +117,13 @@ STALL_HEADS = {
 }
 
 
-def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
+def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json", memory: bool = False) -> str:
     """A recorded Nsight Compute profile (`gpubench.ncu --summarize`), the kernels of the calls
     whose names start with `prefix` (a string or a tuple of them), in two tables that fit 100
     characters: duration, tensor pipe busy, threads and registers; then the share of all warp
     cycles each PROFILE_STALLS reason takes (CTA barrier, fixed-latency wait, memory, the
-    shared-memory queue, a short dependency). A kernel without stall counters is refused by name."""
+    shared-memory queue, a short dependency). memory: the first table gives the L2 hit rate and
+    the HBM read rate instead of the threads. A kernel without stall counters is refused by name."""
     from attnlab.explore import style
 
     res = recorded(name)
@@ -144,6 +145,8 @@ def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
                 "cpi": cpi,
                 "threads": int(k["block"].strip("()").split(",")[0]),
                 "regs": k["registers"],
+                "l2": k.get("l2_hit_pct", float("nan")),
+                "dram": k.get("dram_read_tb_per_s", float("nan")),
                 **{s: k["stalls"].get(s, 0.0) / cpi for s in PROFILE_STALLS},
             }
         )
@@ -162,13 +165,14 @@ def profile_summary(prefix, name: str = "h200-2026-12-02-ncu.json") -> str:
         "short": "kernel",
         "us": "µs",
         "tensor": "tensor pipe %",
-        "threads": "threads",
+        **({} if memory else {"threads": "threads"}),
         "regs": "regs",
+        **({"l2": "L2 hit %", "dram": "HBM TB/s"} if memory else {}),
     }
     stalls = {"call": "call", "short": "kernel", **{s: STALL_HEADS[s] for s in PROFILE_STALLS}}
     return (
         head
-        + style.table(rows, cols, {"us": ".1f", "tensor": ".0f", "regs": ".0f"})
+        + style.table(rows, cols, {"us": ".1f", "tensor": ".0f", "regs": ".0f", "l2": ".0f", "dram": ".2f"})
         + "\n\nwhere the warps wait: each reason's share of all warp cycles (its cycles per issued "
         "instruction\nover all cycles per issued instruction); sb: scoreboard, mio: the MIO throttle\n"
         + style.table(rows, stalls, {s: ".0%" for s in PROFILE_STALLS})

@@ -33,7 +33,7 @@ from attnlab.machine.schedule.lpt import list_schedule
 
 __all__ = ["persistent_tiles", "tile_costs", "l2_section", "L2_BYTES"]
 
-#: the share of L2 a section's K and V may fill: 16 MB of the H200's 50 MB ran fastest of 1-64 MB
+#: the share of L2 a section's K and V may fill: 16 MB of the H200's 60 MB ran fastest of 1-64 MB
 #: on seven causal cases at d = 128 (docs/gpu-notes.md); FA3's scheduler assumes 32 MB
 L2_BYTES = 16 << 20
 _MAX_TILES = 1 << 24
