@@ -6,8 +6,8 @@ measured in one run on one GPU, written to one file.
     python -m attnlab.gpubench --dry                    # tiny sizes on a CPU (Triton interpreter): the code path
 
 Sections: every module of this package that declares `SECTION = declare.Section(...)` (today
-cascade, decode, paged, prefill, scheduled, variants; each module's docstring says what it
-measures, and `python -m attnlab.gpubench.<name>` runs it alone). Each runs through the one
+cascade, decode, paged, prefill, prefill_fa3, scheduled, variants; each module's docstring says
+what it measures, and `python -m attnlab.gpubench.<name>` runs it alone). Each runs through the one
 loop, gpubench.core.measure, and keeps its settings under "sections".
 
 The ceilings (copy bandwidth, bf16 matmul rate) are measured once, first, and every section reads
