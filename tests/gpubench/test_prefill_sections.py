@@ -117,3 +117,21 @@ def test_the_sweep_runs_through_the_one_loop_and_drops_a_wrong_answer(tmp_path, 
     printed = capsys.readouterr().out
     assert {r["impl"] for r in rows} == {"sdpa"}  # 0.5 off is over the sweep's tolerance, NaN refused
     assert "over the section's tolerance" in printed and "NaN or inf" in printed
+
+
+def test_the_fa3_table_section_names_its_recorded_rows_and_draws_other_inputs():
+    from attnlab.explore.measured import reader
+    from attnlab.gpubench import prefill_fa3
+
+    with open(reader.measurements_dir() / "h200-2026-12-04-prefill-fa3.json") as f:
+        rows = json.load(f)["rows"]
+    fields = ("batch", "N", "head_dim", "kv_heads")
+    want = {(*case, c) for case in prefill_fa3.SECTION.cases for c in (False, True)}
+    assert {(*(r["shape"][k] for k in fields), r["shape"]["causal"]) for r in rows} == want
+    assert len(want) == 36 and {c[3] for c in prefill_fa3.SECTION.cases} == {32, 8}
+    # on a CPU the Gluon kernel has no launch: the peers run alone, each draw its own inputs
+    first = measure(prefill_fa3.SECTION, [(1, 33, 64, 2)], ("ours", "sdpa"), dry=True, options={"draw": 0})
+    other = measure(prefill_fa3.SECTION, [(1, 33, 64, 2)], ("ours", "sdpa"), dry=True, options={"draw": 1})
+    assert {r["impl"] for r in first["rows"]} == {"sdpa"} and len(first["rows"]) == 2
+    assert [r["error"] for r in first["rows"]] != [r["error"] for r in other["rows"]]
+    assert all(r["error"] < 1e-2 for r in first["rows"] + other["rows"])
