@@ -42,6 +42,7 @@ from attnlab.gpubench.variants import pairs
 __all__ = [
     "SECTION",
     "inputs",
+    "masked_pair",
     "sdpa_prefill",
     "flashinfer_prefill",
     "flashinfer_batch_prefill",
@@ -53,25 +54,33 @@ __all__ = [
 DRY_SHAPE = dict(heads=4, kv_heads=2, head_dim=32)
 
 
-def inputs(torch, case, ctx):
-    """One batch x N's Q, K, V (seeded by the case), measured twice: without a mask, then causal,
-    each with its float32 reference, its FLOPs (4 d per visible pair) and a fused kernel's bytes."""
-    batch, n = case
-    hq, hkv, d = ctx.shape["heads"], ctx.shape["kv_heads"], ctx.shape["head_dim"]
-    torch.manual_seed(ctx.seed + batch + n)
-    q = torch.randn(batch, hq, n, d, device=ctx.device, dtype=torch.bfloat16)
-    k, v = (torch.randn(batch, hkv, n, d, device=ctx.device, dtype=torch.bfloat16) for _ in "kv")
+def masked_pair(torch, seed: int, shape: tuple, device, case: dict):
+    """bf16 Q (batch, hq, n, d) and K, V (batch, hkv, n, d) drawn from `seed`, as two cases: without
+    a mask, then causal, each with its float32 reference, its FLOPs (4 d per visible pair) and a
+    fused kernel's bytes (Q, O, K, V once); `case` names the shape, its "causal" added."""
+    batch, hq, hkv, n, d = shape
+    torch.manual_seed(seed)
+    q = torch.randn(batch, hq, n, d, device=device, dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, hkv, n, d, device=device, dtype=torch.bfloat16) for _ in "kv")
     for causal in (False, True):
         yield SimpleNamespace(
             q=q,
             k=k,
             v=v,
             causal=causal,
-            case={"batch": batch, "N": n, "causal": causal},
+            case={**case, "causal": causal},
             ref=reference(torch, q, k, v, causal=causal),
             flop=4 * d * batch * hq * pairs(n, n, causal),
-            bytes=2 * batch * d * (2 * hq * n + 2 * hkv * n),  # bf16 Q, O, K, V once
+            bytes=2 * batch * d * (2 * hq * n + 2 * hkv * n),
         )
+
+
+def inputs(torch, case, ctx):
+    """One batch x N's Q, K, V (seeded by the case), without a mask, then causal (`masked_pair`)."""
+    batch, n = case
+    hq, hkv, d = ctx.shape["heads"], ctx.shape["kv_heads"], ctx.shape["head_dim"]
+    shape = (batch, hq, hkv, n, d)
+    yield from masked_pair(torch, ctx.seed + batch + n, shape, ctx.device, {"batch": batch, "N": n})
 
 
 def _ours(torch, c, ctx):

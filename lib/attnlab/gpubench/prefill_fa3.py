@@ -23,13 +23,15 @@ the best peer's time over ours on the same case: the best call of the best libra
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
-
 from attnlab.gpubench.cli import section_main, seed_arg
 from attnlab.gpubench.declare import Impl, Launch, Section
-from attnlab.gpubench.prefill import flashinfer_batch_prefill, flashinfer_prefill, sdpa_prefill, verdicts
-from attnlab.gpubench.reference import reference
-from attnlab.gpubench.variants import pairs
+from attnlab.gpubench.prefill import (
+    flashinfer_batch_prefill,
+    flashinfer_prefill,
+    masked_pair,
+    sdpa_prefill,
+    verdicts,
+)
 
 __all__ = ["SECTION", "CASES", "main"]
 
@@ -47,24 +49,13 @@ CASES = tuple(
 
 
 def _inputs(torch, case, ctx):
-    """One case's Q, K, V (seeded by the case), without a mask, then causal."""
+    """One case's Q, K, V (seeded by the case and the draw), without a mask, then causal."""
     batch, n, d, hkv = case
     hq = ctx.shape.get("heads", HEADS)
     hkv = min(hkv, hq)
-    torch.manual_seed(ctx.seed + 7919 * ctx.options.draw + batch + n + d + hkv)
-    q = torch.randn(batch, hq, n, d, device=ctx.device, dtype=torch.bfloat16)
-    k, v = (torch.randn(batch, hkv, n, d, device=ctx.device, dtype=torch.bfloat16) for _ in "kv")
-    for causal in (False, True):
-        yield SimpleNamespace(
-            q=q,
-            k=k,
-            v=v,
-            causal=causal,
-            case={"batch": batch, "N": n, "head_dim": d, "kv_heads": hkv, "causal": causal},
-            ref=reference(torch, q, k, v, causal=causal),
-            flop=4 * d * batch * hq * pairs(n, n, causal),
-            bytes=2 * batch * d * (2 * hq * n + 2 * hkv * n),
-        )
+    seed = ctx.seed + 7919 * ctx.options.draw + batch + n + d + hkv
+    named = {"batch": batch, "N": n, "head_dim": d, "kv_heads": hkv}
+    yield from masked_pair(torch, seed, (batch, hq, hkv, n, d), ctx.device, named)
 
 
 def _ours(torch, c, ctx):
