@@ -49,14 +49,14 @@ def test_summary_fits_and_its_band_is_the_largest_move_of_a_peer_call():
 
 @pytest.mark.parametrize(
     "batch, kv_heads, n, per_tile, sections",
-    [
-        (4, 32, 4096, 128 * 2, 8 * 2),  # 128 (batch, head) pairs in the first wave, 2 MB each; 8 heads
-        (4, 8, 4096, 32 * 2, 8 * 2),  # 4 query heads share a KV head: 32 of them; a section of 32 (8 KV)
-        (1, 32, 16384, 32 * 8, 2 * 8),  # 32 heads of 8 MB; a section of 2 (16 MB)
+    [  # (MB, CTAs per KV head) of the first 132 work items
+        (4, 32, 4096, (128 * 2, 132 / 128), (8 * 2, 132 / 8)),  # 128 (batch, head) pairs of 2 MB; 8 heads
+        (4, 8, 4096, (32 * 2, 132 / 32), (8 * 2, 132 / 8)),  # 4 query heads a KV head; a section of 32
+        (1, 32, 16384, (32 * 8, 132 / 32), (2 * 8, 132 / 2)),  # 32 heads of 8 MB; a section of 2
     ],
 )
-def test_working_sets_are_the_kv_heads_of_the_first_wave(batch, kv_heads, n, per_tile, sections):
-    assert persistent.l2_working_set("per tile", batch, 32, kv_heads, n) == per_tile
-    assert persistent.l2_working_set("sections", batch, 32, kv_heads, n) == sections
+def test_first_waves_count_the_kv_heads_they_read(batch, kv_heads, n, per_tile, sections):
+    assert persistent.first_wave("per tile", batch, 32, kv_heads, n) == pytest.approx(per_tile)
+    assert persistent.first_wave("sections", batch, 32, kv_heads, n) == pytest.approx(sections)
     with pytest.raises(ValueError, match="order must be"):
-        persistent.l2_working_set("random", batch, 32, kv_heads, n)
+        persistent.first_wave("random", batch, 32, kv_heads, n)

@@ -6,7 +6,8 @@ of each case, and the run-to-run spread that says which differences are noise.
                               peer and which call it was, TFLOP/s and the ratios
     persistent_summary(name)  the causal rows as a table (100 characters), then one line per
                               mask: the range of ours over the best peer, and the noise band
-    l2_working_set(...)       the K and V bytes the first wave of a launch order reads
+    first_wave(...)           the K and V bytes the first wave of a launch order reads, and how
+                              many of its CTAs share each KV head
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from attnlab.explore import style
 from attnlab.explore.measured.reader import recorded
 
-__all__ = ["PERSISTENT_FILE", "FIRST_FILE", "persistent_rows", "persistent_summary", "l2_working_set"]
+__all__ = ["PERSISTENT_FILE", "FIRST_FILE", "persistent_rows", "persistent_summary", "first_wave"]
 
 #: the recorded run on inputs the defaults were not chosen on (--draw 1)
 PERSISTENT_FILE = "h200-2026-12-04-prefill-fa3.json"
@@ -87,7 +88,7 @@ def persistent_summary(name: str = PERSISTENT_FILE, first: str = FIRST_FILE) -> 
     causal = [r for r in rows if r["causal"]]
     cols = {
         "case": "case (32 query heads)",
-        "before": "per tile",
+        "before": "per tile",  # the same steps, one program per work item
         "ours": "persistent",
         "gain": "gain",
         "peer": "best peer",
@@ -110,27 +111,26 @@ def persistent_summary(name: str = PERSISTENT_FILE, first: str = FIRST_FILE) -> 
     return "\n".join(lines)
 
 
-def l2_working_set(
+def first_wave(
     order: str, batch: int, heads: int, kv_heads: int, n: int, head_dim: int = 128, sms: int = 132
 ):
-    """MB of K and V that the first wave of a causal launch reads, one tile per SM: "per tile" is
-    one program per tile launched longest first (every head's last query block, then the next),
-    "sections" the persistent order (`machine.schedule.persistent`: L2-sized sections of heads,
-    longest first inside one). A KV head is counted once however many tiles read it."""
+    """(MB of K and V, CTAs per KV head) of the first wave of a causal launch, one work item per SM:
+    "per tile" is one program per item launched longest first (every (batch, head)'s last query
+    block, then the next), "sections" the persistent order (`machine.schedule.persistent`: L2-sized
+    sections of heads, longest first inside one). A KV head is counted once however many of the
+    wave's CTAs read it; the second number is how many read each, on average."""
     from attnlab.machine.schedule.persistent import l2_section
 
     num_m = -(-n // 128)
     bh = batch * heads
     group = heads // kv_heads
+    items = range(min(sms, bh * num_m))
     if order == "per tile":
-        first = [(t % bh, num_m - 1 - t // bh) for t in range(min(sms, bh * num_m))]
+        first = [t % bh for t in items]
     elif order == "sections":
         s = l2_section(heads, group, n, head_dim)
-        first = [
-            ((t // (s * num_m)) * s + t % s, num_m - 1 - (t % (s * num_m)) // s)
-            for t in range(min(sms, bh * num_m))
-        ]
+        first = [(t // (s * num_m)) * s + t % s for t in items]
     else:
         raise ValueError(f"order must be 'per tile' or 'sections', got {order!r}")
-    kv = {(b_h // heads, (b_h % heads) // group) for b_h, _ in first}
-    return len(kv) * 2 * n * head_dim * 2 / 2**20
+    kv = {(b_h // heads, (b_h % heads) // group) for b_h in first}
+    return len(kv) * 2 * n * head_dim * 2 / 2**20, len(first) / len(kv)
