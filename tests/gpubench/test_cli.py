@@ -92,6 +92,10 @@ def _refused(capsys, mod, argv, names):
         ("paged", ["--dry", "--out", MISSING], ["--out", "does not exist"]),
         ("prefill", ["--dry", "--cases", "4096"], ["--cases", "batch x N"]),
         ("prefill", ["--dry", "--peers", "ours,cudnn"], ["--peers", "'cudnn'", "flashinfer"]),
+        ("prefill_fa3", ["--dry", "--cases", "1x40x96x2"], ["--cases", "head_dim", "96", "'1x40x96x2'"]),
+        ("prefill_fa3", ["--dry", "--cases", "1x40x64x3"], ["--cases", "kv_heads", "32", "3"]),
+        ("prefill_fa3", ["--dry", "--cases", "1x40x64"], ["--cases", "batch x N x head_dim x kv_heads"]),
+        ("prefill_fa3", ["--dry", "--draw", "-1"], ["--draw", "'-1'"]),
         ("cascade", ["--dry", "--cases", "8x4096"], ["--cases", "requests x prefix x unique"]),
         ("cascade", ["--dry", "--cases", "2x20x5"], ["--cases", "prefix", "16 tokens", "'2x20x5'"]),
         ("decode", ["--dry", "--cases", "1x40"], ["--cases"]),  # decode's CASES hold its splits

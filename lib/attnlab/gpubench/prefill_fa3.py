@@ -58,6 +58,16 @@ def _inputs(torch, case, ctx):
     yield from masked_pair(torch, seed, (batch, hq, hkv, n, d), ctx.device, named)
 
 
+def _runnable(case) -> str | None:
+    """What is wrong with a --cases entry the Gluon kernel cannot run (a sentence), or None."""
+    _, _, d, hkv = case
+    if d not in (64, 128):
+        return f"head_dim must be 64 or 128 (the Gluon kernel's), not {d}"
+    if HEADS % hkv:
+        return f"kv_heads must divide the {HEADS} query heads, not {hkv}"
+    return None
+
+
 def _ours(torch, c, ctx):
     if not (c.q.is_cuda and torch.cuda.get_device_capability(c.q.device) == (9, 0)):
         return  # Gluon kernels run on sm_90 only, not under the interpreter
@@ -89,6 +99,7 @@ SECTION = Section(
     shape={"heads": HEADS},
     dry_shape={"heads": 4},
     inputs=_inputs,
+    check=_runnable,
     impls=(
         Impl("ours", _ours, ours=True),
         Impl("sdpa", lambda torch, c, ctx: sdpa_prefill(torch, c, ctx, ("cudnn",))),
