@@ -228,3 +228,27 @@ def test_persistent_needs_the_producer_and_says_so(launches):
     flash_attention_gluon(*_qkv(), causal=True, steps=("lpt_order", "persistent"), report=report)
     got = launches.pop()
     assert not got["consts"]["PERSIST"] and len(got["grid"]) == 2 and "persistent" in report["inactive"]
+
+
+def test_the_tile_lists_are_made_once_per_shape_and_the_oldest_dropped(monkeypatch):
+    from attnlab.kernels import gluon_fa3_tiles as tiles
+
+    monkeypatch.setattr(tiles, "_SCHEDULES", {})
+    monkeypatch.setattr(tiles, "_KEEP", 3)
+    args = dict(
+        device="cpu",
+        batch=1,
+        heads=2,
+        n_k=300,
+        causal=True,
+        lpt=True,
+        group=1,
+        d=64,
+        block_m=128,
+        block_n=128,
+    )
+    first = tiles.persistent_schedule(num_m=3, n_q=300, **args)
+    assert tiles.persistent_schedule(num_m=3, n_q=300, **args)[1] is first[1]  # the same device copy
+    for n_q in (10, 200, 260):
+        tiles.persistent_schedule(num_m=-(-n_q // 128), n_q=n_q, **args)
+    assert len(tiles._SCHEDULES) == 3 and all(k[4] != 300 for k in tiles._SCHEDULES)  # n_q 300 dropped

@@ -11,7 +11,8 @@ from attnlab.kernels.tuning import sms
 
 __all__ = ["persistent_schedule"]
 
-_SCHEDULES: dict = {}  # (device, shape, flags) -> (tiles, indptr) on that device
+_SCHEDULES: dict = {}  # (device, shape, flags) -> (tiles, indptr) on that device, oldest first
+_KEEP = 64  # shapes remembered; a sweep over more drops the oldest
 
 
 def persistent_schedule(device, batch, heads, num_m, n_q, n_k, causal, lpt, group, d, block_m, block_n):
@@ -38,5 +39,7 @@ def persistent_schedule(device, batch, heads, num_m, n_q, n_k, causal, lpt, grou
             block_m=block_m,
             block_n=block_n,
         )
+        if len(_SCHEDULES) >= _KEEP:
+            del _SCHEDULES[next(iter(_SCHEDULES))]
         _SCHEDULES[key] = (torch.from_numpy(tiles).to(device), torch.from_numpy(indptr).to(device))
     return (programs, *_SCHEDULES[key])
