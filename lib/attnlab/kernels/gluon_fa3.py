@@ -45,7 +45,7 @@ tile is masked; with N_q % 128 != 0 O is stored from registers). It needs an sm_
 Gluon kernels do not run under Triton's interpreter (TRITON_INTERPRET=1): there this module
 imports and refuses calls; it is checked on the GPU against a float32 reference and timed beside
 cuDNN and FlashAttention-2 by `python -m attnlab.gpubench.sweeps.gluon`, and in every harness run as
-the prefill section's ours-gluon rows (with a within_rule verdict).
+the ours-gluon rows of the prefill and prefill_fa3 sections (with a within_rule verdict).
 """
 
 from __future__ import annotations
