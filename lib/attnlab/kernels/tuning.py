@@ -111,7 +111,7 @@ _SPLIT = ("warp_specialize", "split_warpgroups", "lpt_order", "tma_store")
 #: inputs (h200-2026-12-04-prefill-fa3.json, --draw 1) it is 3-35 % faster than one program per
 #: tile. Without a mask the fastest persistent set ran 14 % slower to 3 % faster than these
 #: defaults (slower on 13 of 18 cases), so non-causal launches stay one program per tile.
-_REGS = _SPLIT[:3]  # no tma_store
+_REGS = ("warp_specialize", "split_warpgroups", "lpt_order")  # _SPLIT without tma_store
 GLUON_DEFAULT_STEPS = {
     (128, False): _SPLIT + ("pingpong", "intra_overlap"),
     (128, True): _REGS + ("pingpong", "intra_overlap", "persistent"),

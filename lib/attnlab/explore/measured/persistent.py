@@ -119,17 +119,22 @@ def first_wave(
     block, then the next), "sections" the persistent order (`machine.schedule.persistent`: L2-sized
     sections of heads, longest first inside one). A KV head is counted once however many of the
     wave's CTAs read it; the second number is how many read each, on average."""
-    from attnlab.machine.schedule.persistent import l2_section
+    from attnlab.machine.schedule.persistent import l2_section, tile_order
+    from attnlab.validate import as_int
 
+    batch, heads, n = as_int("batch", batch, 1), as_int("heads", heads, 1), as_int("n", n, 1)
+    kv_heads, sms = as_int("kv_heads", kv_heads, 1, heads), as_int("sms", sms, 1)
+    if heads % kv_heads:
+        raise ValueError(f"kv_heads={kv_heads} does not divide heads={heads}; valid: a divisor of heads")
     num_m = -(-n // 128)
     bh = batch * heads
     group = heads // kv_heads
     items = range(min(sms, bh * num_m))
-    if order == "per tile":
+    if order == "per tile":  # one CTA per item, the grid's longest-first launch order
         first = [t % bh for t in items]
-    elif order == "sections":
-        s = l2_section(heads, group, n, head_dim)
-        first = [(t // (s * num_m)) * s + t % s for t in items]
+    elif order == "sections":  # the persistent order: the first item of each program
+        codes = tile_order(bh, num_m, l2_section(heads, group, n, head_dim))[: len(items)]
+        first = (codes // num_m).tolist()
     else:
         raise ValueError(f"order must be 'per tile' or 'sections', got {order!r}")
     kv = {(b_h // heads, (b_h % heads) // group) for b_h in first}

@@ -56,12 +56,13 @@ EARLY = {
 EARLY_SMOKE = ("split_ek", "split_pp_ek", "split_pp_ov_ek")
 #: one program per SM walking its list of tiles (`persistent`), beside the defaults, with O by a
 #: TMA store from Q's buffer and from registers (Q's buffer freed after the last QK^T)
+_REGS = ("warp_specialize", "split_warpgroups", "lpt_order")  # _SPLIT without tma_store
 PERSISTENT = {
     "default": (None, None, None, (64, 128)),
     "split_pp_ov_p": (_SPLIT + ("pingpong", "intra_overlap", "persistent"), None, None, (128,)),
-    "split_pp_ov_p_regs": (_SPLIT[:3] + ("pingpong", "intra_overlap", "persistent"), None, None, (128,)),
+    "split_pp_ov_p_regs": (_REGS + ("pingpong", "intra_overlap", "persistent"), None, None, (128,)),
     "split_pp_p": (_SPLIT + ("pingpong", "persistent"), None, None, (64, 128)),
-    "split_pp_p_regs": (_SPLIT[:3] + ("pingpong", "persistent"), None, None, (64, 128)),
+    "split_pp_p_regs": (_REGS + ("pingpong", "persistent"), None, None, (64, 128)),
     "split_ek_p": (_SPLIT + ("early_k_release", "persistent"), None, None, (64, 128)),
     "ws_p": (("warp_specialize", "lpt_order", "tma_store", "persistent"), None, None, (64, 128)),
 }

@@ -31,7 +31,7 @@ import numpy as np
 from attnlab.validate import as_bool, as_int
 from attnlab.machine.schedule.lpt import list_schedule
 
-__all__ = ["persistent_tiles", "tile_costs", "l2_section", "L2_BYTES"]
+__all__ = ["persistent_tiles", "tile_order", "tile_costs", "l2_section", "L2_BYTES"]
 
 #: the share of L2 a section's K and V may fill: 16 MB of the H200's 60 MB ran fastest of 1-64 MB
 #: on seven causal cases at d = 128 (docs/gpu-notes.md); FA3's scheduler assumes 32 MB
@@ -69,6 +69,22 @@ def l2_section(heads: int, group: int, n_k: int, head_dim: int, elem_bytes: int 
     return s
 
 
+def tile_order(bh: int, num_m: int, section: int | None) -> np.ndarray:
+    """The order the tiles are handed out in, each coded bh * num_m + m (int64): with a `section`
+    (which divides bh), sections of that many consecutive bh in turn, inside one the last query
+    block first, heads in turn; with None, each bh's blocks in order (no mask: equal tiles).
+
+    >>> tile_order(4, 2, 2).tolist(), tile_order(2, 2, None).tolist()
+    ([1, 3, 0, 2, 5, 7, 4, 6], [0, 1, 2, 3])
+    """
+    if section is None:
+        return np.arange(bh * num_m)
+    sec, m, h = np.meshgrid(
+        np.arange(bh // section), np.arange(num_m)[::-1], np.arange(section), indexing="ij"
+    )
+    return ((sec * section + h) * num_m + m).ravel()
+
+
 def persistent_tiles(
     bh: int,
     num_m: int,
@@ -99,13 +115,7 @@ def persistent_tiles(
         raise ValueError(f"section={section} does not divide bh={bh}; valid: a divisor of bh")
     n_q, n_k = as_int("n_q", n_q, 1, None), as_int("n_k", n_k, 1, None)
     cost = tile_costs(num_m, n_q, n_k, causal, block_m, block_n)
-    if causal and lpt:  # (section, m longest first, head in section)
-        sec, m, h = np.meshgrid(
-            np.arange(bh // section), np.arange(num_m)[::-1], np.arange(section), indexing="ij"
-        )
-        order = ((sec * section + h) * num_m + m).ravel()
-    else:
-        order = np.arange(bh * num_m)
+    order = tile_order(bh, num_m, section if causal and lpt else None)
     sched = list_schedule(cost[order % num_m], programs)
     by_program = np.argsort(sched.cta, kind="stable")  # each program's tiles in the order taken
     tiles = order[by_program].astype(np.int32)
