@@ -60,3 +60,10 @@ def test_first_waves_count_the_kv_heads_they_read(batch, kv_heads, n, per_tile, 
     assert persistent.first_wave("sections", batch, 32, kv_heads, n) == pytest.approx(sections)
     with pytest.raises(ValueError, match="order must be"):
         persistent.first_wave("random", batch, 32, kv_heads, n)
+
+
+def test_first_wave_refuses_sizes_it_cannot_count():
+    with pytest.raises(ValueError, match="kv_heads=3 does not divide heads=32"):
+        persistent.first_wave("sections", 1, 32, 3, 4096)
+    with pytest.raises(TypeError, match="batch"):
+        persistent.first_wave("per tile", "1", 32, 8, 4096)
