@@ -115,3 +115,21 @@ def test_a_workspace_refuses_bad_sizes_by_name():
         args = {**dict(q_heads=4, kv_heads=2, head_dim=16, page_size=4, max_pages=8), **kw}
         with pytest.raises(exc, match=name):
             dp.DecodeWorkspace(**args, device="cpu")
+
+
+def test_the_workspace_launches_the_split_kernel_as_paged_decode_chooses():
+    """A planned split run cuts each request as `paged_decode(splits=None)` would (the plan's
+    chunk floor, not `splits` chunks for every request), so the two answers agree bit for bit."""
+    from attnlab.kernels.paged import paged_decode
+
+    args, want, _ = _batch([200, 40, 65, 3, 90, 7], 3, seed=4)
+    how = dp.decode_choice(args[0], args[1], *args[3:], page_size=3)
+    assert how["decoder"] == "split" and how["rule"] == "fill" and how["min_chunk"] > 1
+    o, lse = dp.decode_paged(*args, page_size=3, return_lse=True)
+    o2, lse2 = paged_decode(*args, page_size=3, return_lse=True)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+    assert np.abs(o.numpy() - want).max() < 1e-5
+    with pytest.raises(ValueError, match="min_chunk"):
+        paged_decode(*args, page_size=3, min_chunk=8)  # a cut needs the splits it cuts
+    with pytest.raises(TypeError, match="min_chunk"):
+        paged_decode(*args, page_size=3, splits=2, min_chunk="8")

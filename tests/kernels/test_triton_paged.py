@@ -321,10 +321,10 @@ def test_auto_splits_from_real_lengths_on_a_ragged_batch():
     got = request_lengths(indptr, last, ps)
     assert got.tolist() == lens and request_lengths(indptr, last, ps) is got  # remembered
     assert longest_first(indptr, last, ps).tolist() == [0, 2, 1, 3]  # the launch order the answer above used
-    if DEVICE == "cpu":  # 4 pretend SMs x 2 waves = 8 blocks
+    if DEVICE == "cpu":  # long-tailed (200 > 2 x the mean): the fill rule, 4 pretend SMs x 4 blocks
         auto = choose_splits(len(lens), hkv, indptr, indices, last, ps, DEVICE, block_n=16)
-        assert auto["rule"] == "lengths" and auto["min_chunk"] == 16
-        assert auto["splits"] == 8  # the 200-token request in 8 pieces; the shapes rule gives 2
+        # counted by hand: 16-token chunks make 13 + 1 + 2 + 1 = 17 blocks, 32-token ones 7 + 1 + 1 + 1
+        assert auto == {"splits": 7, "min_chunk": 32, "rule": "fill"}
         assert auto_splits(len(lens), hkv, ps * (indices.numel() - len(lens) + 1), DEVICE, min_chunk=16) == 2
     last[1] = 1  # in place: the version moves, lengths are read again
     assert request_lengths(indptr, last, ps).tolist() == [200, 4, 17, 1]
@@ -337,6 +337,31 @@ def test_auto_splits_from_real_lengths_on_a_ragged_batch():
     seen = len(paged._LENGTHS)
     _run(t(q), t(k), t(v), table, ps, 2, block_n=16)  # explicit splits: nothing read from the table
     assert len(paged._LENGTHS) == seen
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fill_rule_is_the_shortest_chunk_that_fits(seed):
+    """fill_from_lengths against a walk over every chunk length: the shortest whole-tile chunk
+    (at least the floor) whose blocks fit blocks_per_sm x SMs, or the longest request whole."""
+    from attnlab.kernels.tuning import fill_from_lengths, sms
+
+    rng = np.random.default_rng(seed)
+    lens = rng.lognormal(6, 1.5, size=int(rng.integers(1, 40))).astype(int).tolist()
+    hkv, per_sm = int(rng.choice([1, 2, 8])), int(rng.integers(1, 9))
+    tile, floor = int(rng.choice([16, 64])), int(rng.choice([16, 128, 200]))
+    cap, longest = per_sm * sms("cpu"), max(1, max(lens))
+    blocks = lambda c: hkv * sum(max(1, -(-n // c)) for n in lens)  # noqa: E731
+    first = -(-floor // tile) * tile
+    want = next((c for c in range(first, longest + tile, tile) if blocks(c) <= cap), None)
+    if want is None:  # more requests x heads than blocks: one block per request
+        want = max(first, -(-longest // tile) * tile)
+    splits, chunk = fill_from_lengths(lens, hkv, "cpu", blocks_per_sm=per_sm, floor=floor, tile=tile)
+    assert chunk == want and splits == max(1, -(-longest // chunk))
+    for bad in ([], [5, -1]):
+        with pytest.raises(ValueError, match="lengths must be"):
+            fill_from_lengths(bad, hkv, "cpu")
+    with pytest.raises(ValueError, match="blocks_per_sm"):
+        fill_from_lengths(lens, hkv, "cpu", blocks_per_sm=0)
 
 
 @pytest.mark.parametrize("seed", range(6))

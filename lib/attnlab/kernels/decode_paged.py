@@ -202,6 +202,7 @@ class DecodeWorkspace:
             kv_last_page_len,
             page_size=self.page_size,
             splits=sp["splits"],
+            min_chunk=self.choice["min_chunk"],  # the planned cut, not `splits` chunks each
             scale=self.scale,
             out=sp["out"],
             ws=sp["ws"],

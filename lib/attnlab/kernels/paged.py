@@ -70,7 +70,14 @@ from attnlab.kernels.common import (
     online_update,
 )
 from attnlab.kernels.decode import check_workspace, workspace
-from attnlab.kernels.tuning import MIN_CHUNK, auto_launch, auto_splits, split_from_lengths
+from attnlab.kernels.tuning import (
+    FILL_SKEW,
+    MIN_CHUNK,
+    auto_launch,
+    auto_splits,
+    fill_from_lengths,
+    split_from_lengths,
+)
 
 __all__ = [
     "paged_decode",
@@ -135,8 +142,10 @@ def choose_splits(
     block_n: int | None = None,
 ) -> dict:
     """What `paged_decode(splits=None)` launches with: {"splits", "min_chunk", "rule"}, rule
-    "lengths" (`split_from_lengths` over `request_lengths`) or "shapes" (`auto_splits` with the
-    longest request the pool can hold: inside a capture of a table not read before)."""
+    "fill" (`fill_from_lengths` over `request_lengths`, where the longest request is more than
+    FILL_SKEW times the mean), "lengths" (`split_from_lengths`, the other batches) or "shapes"
+    (`auto_splits` with the longest request the pool can hold: inside a capture of a table not
+    read before)."""
     small = (block_n or 16) if interpreting() else None
     lengths = request_lengths(kv_indptr, kv_last_page_len, page_size)
     if lengths is None:
@@ -147,6 +156,10 @@ def choose_splits(
             "min_chunk": min_chunk,
             "rule": "shapes",
         }
+    if lengths.max() > FILL_SKEW * lengths.mean():
+        kw = {"floor": small, "tile": small} if small else {}
+        splits, chunk = fill_from_lengths(lengths, kv_heads, device, **kw)
+        return {"splits": splits, "min_chunk": chunk, "rule": "fill"}
     kw = {"min_chunk": small, "small_chunk": small} if small else {}
     splits, chunk = split_from_lengths(lengths, kv_heads, device, **kw)
     return {"splits": splits, "min_chunk": chunk, "rule": "lengths"}
@@ -333,12 +346,15 @@ def paged_decode(
     num_stages: int | None = None,
     ws: dict | None = None,
     prefetch: bool | None = None,
+    min_chunk: int | None = None,
 ):
     """Decode attention of one new query per head over a paged KV cache.
 
     q (batch, q_heads, d); k_pool, v_pool NHD (pages, page_size, kv_heads, d), any strides; the
     int32 page table kv_indptr (batch + 1), kv_indices, kv_last_page_len (batch), as FlashInfer's
-    decode plan takes it. `splits` per request (None: `choose_splits`, from the real lengths); `out` an optional contiguous
+    decode plan takes it. `splits` per request (None: `choose_splits`, from the real lengths);
+    with an explicit `splits`, `min_chunk` (None: 1) cuts request i into min(splits,
+    ceil(length_i / min_chunk)) chunks, as a choice of `choose_splits` does; `out` an optional contiguous
     (batch, q_heads, d) tensor of q's dtype to write into; `ws` an optional
     `kernels.decode.workspace(batch, q_heads, d, splits, device)` for the partial states.
     block_n (a power of two in [16, 256]), num_warps (1, 2, 4, 8, 16), num_stages (1 to 8) and
@@ -364,6 +380,7 @@ def paged_decode(
         num_stages,
         ws,
         prefetch,
+        min_chunk,
     )
     B, hq, d, hkv, page_size = a["B"], a["hq"], a["d"], a["hkv"], a["page_size"]
     go = launch_choices(
@@ -375,6 +392,7 @@ def paged_decode(
         page_size,
         q.device,
         splits=a["splits"],
+        min_chunk=a["min_chunk"],
         block_n=a["block_n"],
         num_warps=a["num_warps"],
         num_stages=a["num_stages"],
@@ -465,6 +483,7 @@ def _check(
     num_stages,
     ws,
     prefetch,
+    min_chunk,
 ) -> dict:
     """paged_decode's arguments, each refused by name (`kernels.common`'s checks) before anything is
     read from the table or launched; the resolved ones as a dict. The workspace's shapes depend on
@@ -506,7 +525,17 @@ def _check(
         "num_warps": as_warps(num_warps),
         "num_stages": as_stages(num_stages),
         "prefetch": None if prefetch is None else as_bool("prefetch", prefetch),
+        "min_chunk": _min_chunk(min_chunk, splits),
     }
+
+
+def _min_chunk(min_chunk, splits):
+    """`min_chunk` checked: None, or an integer >= 1 beside an explicit `splits`."""
+    if min_chunk is None:
+        return None
+    if splits is None:
+        raise ValueError(f"min_chunk={min_chunk!r} needs an explicit splits (splits=None chooses both)")
+    return as_count("min_chunk", min_chunk, 1)
 
 
 def launch_choices(
@@ -519,6 +548,7 @@ def launch_choices(
     device,
     *,
     splits=None,
+    min_chunk=None,
     block_n=None,
     num_warps=None,
     num_stages=None,
@@ -535,10 +565,13 @@ def launch_choices(
             batch, kv_heads, kv_indptr, kv_indices, kv_last_page_len, page_size, device, block_n=block_n
         )
         splits, min_chunk = auto["splits"], auto["min_chunk"]
-        if auto["rule"] == "lengths":
+        if auto["rule"] != "shapes":
             order = longest_first(kv_indptr, kv_last_page_len, page_size)
     else:
-        min_chunk = 1  # as asked: `splits` chunks per request
+        if min_chunk is None:
+            min_chunk = 1  # as asked: `splits` chunks per request
+        else:  # a choice made before (DecodeWorkspace.plan): its launch order too, if remembered
+            order = longest_first(kv_indptr, kv_last_page_len, page_size)
     auto = auto_launch(batch * kv_heads * splits, page_size, device)
     return {
         "splits": splits,

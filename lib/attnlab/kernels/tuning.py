@@ -4,7 +4,8 @@
     default_descriptors(causal)          flash_attention_hopper's descriptors=None
     gluon_default_steps(d, causal)       flash_attention_gluon's steps=None (GLUON_DEFAULT_STEPS)
     auto_splits(batch, kv_heads, ...)    paged_decode's splits=None when no lengths can be read
-    split_from_lengths(lengths, ...)     paged_decode's splits=None from the requests' real lengths
+    split_from_lengths(lengths, ...)     paged_decode's splits=None from even real lengths
+    fill_from_lengths(lengths, ...)      ... and from long-tailed ones (one chunk length for all)
     auto_launch(programs, page_size, .)  paged_decode's block_n, num_stages, prefetch
     auto_block_n(programs, device)       ScheduledDecoder's block_n
     choose_decoder(lengths)              decode_paged's decoder: the split kernel or the plan
@@ -17,6 +18,7 @@ and fixed (fast tests).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from attnlab.validate import as_int
@@ -31,6 +33,9 @@ __all__ = [
     "GLUON_DEFAULT_STEPS",
     "auto_splits",
     "split_from_lengths",
+    "fill_from_lengths",
+    "FILL",
+    "FILL_SKEW",
     "auto_launch",
     "auto_block_n",
     "sms",
@@ -182,6 +187,52 @@ def split_from_lengths(
     share = -(-kv_heads * total // blocks)  # one block's share of the batch's tokens
     chunk = min(min_chunk, max(small_chunk, -(-share // TILE) * TILE))
     return max(1, min(want, -(-longest // chunk))), chunk
+
+
+# -- the fill rule: the H200 dev runs of 2026-12-04 on three long-tailed draws (batches 1-32) and
+#    three uniform batches, data/measurements/h200-2026-12-04-decode-fill.json ---------------------
+#: The fill rule (`fill_from_lengths`) aims for this many work blocks per SM, all resident at once
+#: (FlashInfer's decode plan sizes its grid the same way). 4 beat 2, 3 and 6 on the geometric
+#: mean and on the weakest case (the kernel holds 5 blocks of 4 warps per SM at 96 registers).
+FILL = 4
+#: `choose_splits` cuts a batch by the fill rule when its longest request is more than FILL_SKEW
+#: times the mean length: any uneven batch. A single request or equal lengths keep
+#: `split_from_lengths` (2 blocks per SM of >= 1024 tokens: 1 x 32K ran 4 % faster so).
+FILL_SKEW = 1
+
+
+def fill_from_lengths(
+    lengths, kv_heads: int, device, *, blocks_per_sm: int = FILL, floor: int = SMALL_CHUNK, tile: int = TILE
+) -> tuple[int, int]:
+    """(splits, chunk) for `paged_decode` from the requests' real lengths, FlashInfer's way: one
+    chunk length for every request, the shortest (a whole number of `tile`-token tiles, at least
+    `floor`) whose blocks, kv_heads x sum over requests of ceil(length / chunk), fit
+    blocks_per_sm blocks on every SM; splits is the longest request's chunk count. Every block then
+    walks about the same number of keys, so no SM waits on the longest request's pieces. A batch
+    with more requests x kv_heads than that gets one block per request (chunk = the longest).
+
+    >>> fill_from_lengths([1000, 50, 50, 50], 1, "cpu", floor=16, tile=16)   # 4 SMs x 4: 16 blocks
+    (13, 80)
+    >>> fill_from_lengths([300] * 40, 1, "cpu", floor=16, tile=16)   # 40 requests: one block each
+    (1, 304)
+    """
+    L = np.asarray([int(x) for x in lengths], dtype=np.int64)
+    if L.size == 0 or L.min() < 0:
+        raise ValueError(f"lengths must be a non-empty list of token counts >= 0; got {lengths!r}"[:200])
+    kv_heads = as_int("kv_heads", kv_heads, 1)
+    blocks_per_sm = as_int("blocks_per_sm", blocks_per_sm, 1, 64)
+    tile, floor = as_int("tile", tile, 1, 4096), as_int("floor", floor, 1)
+    cap, longest = blocks_per_sm * sms(device), max(1, int(L.max()))
+
+    def fits(k: int) -> bool:  # chunk k tiles long
+        return kv_heads * int(np.maximum(1, -(-L // (k * tile))).sum()) <= cap
+
+    lo, hi = -(-floor // tile), max(-(-floor // tile), -(-longest // tile))  # hi always "fits" enough
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    chunk = lo * tile
+    return max(1, -(-longest // chunk)), chunk
 
 
 # -- paged_decode's tiles and prefetch: gpubench/sweeps/paged.py's grid, then the prefetch run on the

@@ -95,16 +95,18 @@ def _inputs(torch, case, ctx):
 @contextlib.contextmanager
 def _rule(waves: int, floor: int):
     """paged_decode's lengths rule replaced, for the calls inside, by split_from_lengths with
-    these `waves` and `min_chunk` (the kernel takes no rule of its own)."""
+    these `waves` and `min_chunk` (the kernel takes no rule of its own), on every batch: the
+    long-tailed ones too, which the shipped choice now cuts by `fill_from_lengths`."""
     from attnlab.kernels import paged as kernel
     from attnlab.kernels.tuning import split_from_lengths
 
-    shipped = kernel.split_from_lengths
+    shipped = kernel.split_from_lengths, kernel.FILL_SKEW
     kernel.split_from_lengths = functools.partial(split_from_lengths, waves=waves, min_chunk=floor)
+    kernel.FILL_SKEW = float("inf")
     try:
         yield
     finally:
-        kernel.split_from_lengths = shipped
+        kernel.split_from_lengths, kernel.FILL_SKEW = shipped
 
 
 def _paged(torch, c, ctx):
