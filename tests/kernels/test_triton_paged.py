@@ -342,20 +342,23 @@ def test_auto_splits_from_real_lengths_on_a_ragged_batch():
 @pytest.mark.parametrize("seed", range(8))
 def test_fill_rule_is_the_shortest_chunk_that_fits(seed):
     """fill_from_lengths against a walk over every chunk length: the shortest whole-tile chunk
-    (at least the floor) whose blocks fit blocks_per_sm x SMs, or the longest request whole."""
+    (at least the floor) whose blocks fit max(blocks_per_sm x SMs, per_request x heads x requests),
+    or the longest request whole."""
     from attnlab.kernels.tuning import fill_from_lengths, sms
 
     rng = np.random.default_rng(seed)
     lens = rng.lognormal(6, 1.5, size=int(rng.integers(1, 40))).astype(int).tolist()
-    hkv, per_sm = int(rng.choice([1, 2, 8])), int(rng.integers(1, 9))
+    hkv, per_sm, per_req = int(rng.choice([1, 2, 8])), int(rng.integers(1, 9)), int(rng.integers(1, 4))
     tile, floor = int(rng.choice([16, 64])), int(rng.choice([16, 128, 200]))
-    cap, longest = per_sm * sms("cpu"), max(1, max(lens))
+    cap, longest = max(per_sm * sms("cpu"), per_req * hkv * len(lens)), max(1, max(lens))
     blocks = lambda c: hkv * sum(max(1, -(-n // c)) for n in lens)  # noqa: E731
     first = -(-floor // tile) * tile
     want = next((c for c in range(first, longest + tile, tile) if blocks(c) <= cap), None)
-    if want is None:  # more requests x heads than blocks: one block per request
+    if want is None:  # even the longest whole does not fit: one block per request
         want = max(first, -(-longest // tile) * tile)
-    splits, chunk = fill_from_lengths(lens, hkv, "cpu", blocks_per_sm=per_sm, floor=floor, tile=tile)
+    splits, chunk = fill_from_lengths(
+        lens, hkv, "cpu", blocks_per_sm=per_sm, per_request=per_req, floor=floor, tile=tile
+    )
     assert chunk == want and splits == max(1, -(-longest // chunk))
     for bad in ([], [5, -1]):
         with pytest.raises(ValueError, match="lengths must be"):

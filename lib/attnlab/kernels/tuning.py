@@ -36,6 +36,7 @@ __all__ = [
     "fill_from_lengths",
     "FILL",
     "FILL_SKEW",
+    "FILL_PER_REQUEST",
     "auto_launch",
     "auto_block_n",
     "sms",
@@ -199,30 +200,43 @@ FILL = 4
 #: times the mean length: any uneven batch. A single request or equal lengths keep
 #: `split_from_lengths` (2 blocks per SM of >= 1024 tokens: 1 x 32K ran 4 % faster so).
 FILL_SKEW = 1
+#: ... and a large batch gets at least this many blocks per request and KV head (more than one
+#: wave): with one block each its longest request would bound the launch.
+FILL_PER_REQUEST = 2
 
 
 def fill_from_lengths(
-    lengths, kv_heads: int, device, *, blocks_per_sm: int = FILL, floor: int = SMALL_CHUNK, tile: int = TILE
+    lengths,
+    kv_heads: int,
+    device,
+    *,
+    blocks_per_sm: int = FILL,
+    per_request: int = FILL_PER_REQUEST,
+    floor: int = SMALL_CHUNK,
+    tile: int = TILE,
 ) -> tuple[int, int]:
     """(splits, chunk) for `paged_decode` from the requests' real lengths, FlashInfer's way: one
     chunk length for every request, the shortest (a whole number of `tile`-token tiles, at least
     `floor`) whose blocks, kv_heads x sum over requests of ceil(length / chunk), fit
-    blocks_per_sm blocks on every SM; splits is the longest request's chunk count. Every block then
-    walks about the same number of keys, so no SM waits on the longest request's pieces. A batch
-    with more requests x kv_heads than that gets one block per request (chunk = the longest).
+    max(blocks_per_sm x SMs, per_request x kv_heads x requests) blocks (a large batch: more than
+    one wave, so its long requests still come in pieces); splits is the longest request's chunk
+    count. Every block then walks about the same number of keys, so no SM waits on the longest
+    request's pieces.
 
     >>> fill_from_lengths([1000, 50, 50, 50], 1, "cpu", floor=16, tile=16)   # 4 SMs x 4: 16 blocks
     (13, 80)
-    >>> fill_from_lengths([300] * 40, 1, "cpu", floor=16, tile=16)   # 40 requests: one block each
-    (1, 304)
+    >>> fill_from_lengths([300] * 40 + [3000], 1, "cpu", floor=16, tile=16)   # 2 x 41 blocks
+    (10, 304)
     """
     L = np.asarray([int(x) for x in lengths], dtype=np.int64)
     if L.size == 0 or L.min() < 0:
         raise ValueError(f"lengths must be a non-empty list of token counts >= 0; got {lengths!r}"[:200])
     kv_heads = as_int("kv_heads", kv_heads, 1)
     blocks_per_sm = as_int("blocks_per_sm", blocks_per_sm, 1, 64)
+    per_request = as_int("per_request", per_request, 1, 64)
     tile, floor = as_int("tile", tile, 1, 4096), as_int("floor", floor, 1)
-    cap, longest = blocks_per_sm * sms(device), max(1, int(L.max()))
+    cap = max(blocks_per_sm * sms(device), per_request * kv_heads * L.size)
+    longest = max(1, int(L.max()))
 
     def fits(k: int) -> bool:  # chunk k tiles long
         return kv_heads * int(np.maximum(1, -(-L // (k * tile))).sum()) <= cap
