@@ -14,6 +14,9 @@ The sweeps are `python -m attnlab.gpubench.sweeps.hopper`, `... .sweeps.paged` a
 their H200 runs (and the scheduled decoder's launch run) are recorded under data/measurements/, and
 how each choice was reached is in docs/gpu-notes.md. Under TRITON_INTERPRET=1 every choice is small
 and fixed (fast tests).
+
+This file is long because its point is that every automatic choice sits in one place, each beside
+the measurement that set it; each choice is a short function or a named constant.
 """
 
 from __future__ import annotations
