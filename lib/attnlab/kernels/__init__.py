@@ -10,6 +10,8 @@
       (.ScheduledDecoder: static buffers, one CUDA graph replayed across batches)
     decode_paged.decode_paged         the one decode call for a paged batch: the split kernel or
                                       the plan-driven decoder, chosen from the real lengths
+    paged_prefill.paged_prefill       a ragged batch of queries over a paged KV cache in one
+                                      launch: prefill chunks beside decode rows, custom (tree) masks
 
 What they share is in `kernels.common` (online_update, finish, dot, the merge of split states, the
 launchers' checks); their automatic launch choices, each beside the sweep that set it, in

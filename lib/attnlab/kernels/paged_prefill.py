@@ -1,0 +1,247 @@
+"""Attention of a ragged batch of queries over a paged KV cache, in one launch (lecture §5.2, §5.6):
+a chunked prefill beside decode requests, or a speculative tree, is one call.
+
+    o, lse = paged_prefill(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                           page_size=16, causal=True, mask=None)
+
+The arrays are FlashInfer's (`BatchPrefillWithPagedKVCacheWrapper.plan` takes the same): q
+(total_q, q_heads, d), request i's query rows q[qo_indptr[i]:qo_indptr[i + 1]]; NHD pools (pages,
+page_size, kv_heads, d) and the int32 page table of `kernels.paged`. A request's q_len new tokens
+are the last q_len of its kv_len keys, so with `causal` query j of request i sees the keys up to
+position kv_len - q_len + j (bottom-right aligned: a decode row, q_len = 1, sees its whole cache).
+`mask` overrides `causal`: one boolean per (query, key) of each request, q_len x kv_len row-major,
+the requests concatenated (FlashInfer's `custom_mask` layout): a speculative tree's mask is one. A
+row that sees no key gives o = 0 and lse = -inf.
+
+One program per (query tile, KV head): a tile is BLOCK_R rows of one request's q_len x g rows
+(query token, then the g query heads that share the KV head; FlashInfer's packing, so a decode row
+of g = 4 heads fills 4 rows of a tile, not one). The tiles are listed on the host from qo_indptr
+(a copy to the host: the call cannot be captured in a CUDA graph). Keys are gathered through the
+page table a tile of BLOCK_N at a time (`kernels.paged.paged_span`'s addressing), the mask applied
+to the scores, the online softmax of `kernels.common`. With `causal` and no mask a tile stops at
+its last row's last visible key.
+
+Left out for now: cutting a long request's keys across programs (the balanced plan's KV chunks),
+so a lone long prefill chunk keeps few programs busy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from attnlab.kernels import interpreting
+from attnlab.kernels.common import (
+    LOG2E,
+    as_block,
+    as_scale,
+    as_stages,
+    as_warps,
+    check_paged,
+    dot,
+    finish,
+    online_update,
+)
+from attnlab.validate import as_bool
+
+__all__ = ["paged_prefill", "prefill_tiles"]
+
+
+@triton.jit
+def _prefill_kernel(
+    Q, K, V, O, LSE, TILE_REQ, TILE_ROW, QO_INDPTR, KV_INDPTR, INDICES, LAST, MASK, MASK_OFF,
+    qk_scale, s_qt, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd,
+    KV_HEADS, GROUP, HEAD_DIM,
+    PAGE_SIZE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    t = tl.program_id(0)
+    hk = tl.program_id(1)
+    req = tl.load(TILE_REQ + t)
+    row0 = tl.load(TILE_ROW + t)
+    q0 = tl.load(QO_INDPTR + req)
+    q_len = tl.load(QO_INDPTR + req + 1) - q0
+    first = tl.load(KV_INDPTR + req)
+    kv_len = (tl.load(KV_INDPTR + req + 1) - first - 1) * PAGE_SIZE + tl.load(LAST + req)
+    rows = row0 + tl.arange(0, BLOCK_R)
+    tok = rows // GROUP  # the query token of each row, then its head in the group
+    heads = hk * GROUP + rows % GROUP
+    r_ok = tok < q_len
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    q = tl.load(
+        Q + (q0 + tok).to(tl.int64)[:, None] * s_qt + heads[:, None] * s_qh + offs_d[None, :] * s_qd,
+        mask=r_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    qpos = kv_len - q_len + tok  # each row's own position among the request's keys
+    end = kv_len
+    if CAUSAL and not HAS_MASK:  # no key past the tile's last row is seen
+        end = tl.minimum(kv_len, tl.maximum(tl.max(tl.where(r_ok, qpos, -1), 0) + 1, 0))
+    if HAS_MASK:
+        mrow = tl.load(MASK_OFF + req) + tok.to(tl.int64) * kv_len
+    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    pages = INDICES + first
+    for n0 in range(0, end, BLOCK_N):
+        pos = n0 + offs_n
+        ok = pos < kv_len
+        page = tl.load(pages + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
+        slot = pos % PAGE_SIZE
+        kt = tl.load(
+            (K + page * s_kp + slot * s_ks + hk * s_kh)[None, :] + offs_d[:, None] * s_kd,
+            mask=ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
+        if UPCAST:
+            kt = kt.to(tl.float32)
+        seen = r_ok[:, None] & ok[None, :]
+        if HAS_MASK:
+            bit = tl.load(MASK + mrow[:, None] + pos[None, :], mask=seen, other=0)
+            seen = seen & (bit != 0)
+        elif CAUSAL:
+            seen = seen & (pos[None, :] <= qpos[:, None])
+        s = tl.where(seen, dot(q, kt, IEEE) * qk_scale, float("-inf"))
+        v = tl.load(
+            (V + page * s_vp + slot * s_vs + hk * s_vh)[:, None] + offs_d[None, :] * s_vd,
+            mask=ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        if UPCAST:
+            v = v.to(tl.float32)
+        m_i, l_i, acc = online_update(s, v, m_i, l_i, acc, IEEE)
+    o, lse = finish(acc, m_i, l_i)  # a row that saw no key: o = 0, lse = -inf
+    out = (q0 + tok).to(tl.int64) * KV_HEADS * GROUP + heads
+    tl.store(O + out[:, None] * HEAD_DIM + offs_d[None, :], o, mask=r_ok[:, None] & d_ok[None, :])
+    tl.store(LSE + out, lse, mask=r_ok)
+
+
+def prefill_tiles(q_lens, group: int, block_r: int) -> tuple[np.ndarray, np.ndarray]:
+    """The launch's tiles, (request, first row) int32 arrays: request i's q_len x group rows in
+    ceil(q_len x group / block_r) tiles of block_r rows (none for q_len = 0).
+
+    >>> prefill_tiles([1, 5, 0], 4, 16)
+    (array([0, 1, 1], dtype=int32), array([ 0,  0, 16], dtype=int32))
+    """
+    n = -(-np.asarray(q_lens, dtype=np.int64) * group // block_r)
+    req = np.repeat(np.arange(len(n)), n)
+    start = np.concatenate([[0], np.cumsum(n)[:-1]])
+    row = (np.arange(int(n.sum())) - np.repeat(start, n)) * block_r
+    return req.astype(np.int32), row.astype(np.int32)
+
+
+def _check(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size, causal, mask):
+    """Every argument refused by name before a launch; returns (batch, q_heads, d, kv_heads,
+    page_size, q_lens, kv_lens, causal) with the lengths read to the host."""
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"q must be a torch.Tensor, got {type(q).__name__}")
+    if q.dim() != 3:
+        raise ValueError(f"q must be (total_q, q_heads, d), got shape {tuple(q.shape)}")
+    if not isinstance(qo_indptr, torch.Tensor):
+        raise TypeError(f"qo_indptr must be a torch.Tensor, got {type(qo_indptr).__name__}")
+    if qo_indptr.dtype != torch.int32 or qo_indptr.dim() != 1 or qo_indptr.numel() < 2:
+        raise ValueError(
+            f"qo_indptr must be 1-D int32 with batch + 1 >= 2 entries; got {qo_indptr.dtype} "
+            f"of shape {tuple(qo_indptr.shape)}"
+        )
+    if qo_indptr.device != q.device:
+        raise ValueError(f"qo_indptr is on {qo_indptr.device} but q is on {q.device}; put them on one device")
+    batch = qo_indptr.numel() - 1
+    # the page table's checks, on a view of q shaped as one row per request
+    fake = torch.empty(1, dtype=q.dtype, device=q.device).expand(batch, q.shape[1], q.shape[2])
+    B, hq, d, hkv, page_size = check_paged(
+        fake, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size
+    )
+    qo = qo_indptr.to("cpu", torch.int64).numpy()
+    if qo[0] != 0 or (np.diff(qo) < 0).any() or qo[-1] != q.shape[0]:
+        raise ValueError(
+            f"qo_indptr must start at 0, never decrease and end at total_q = q.shape[0] = {q.shape[0]}; "
+            f"got {qo.tolist()[:8]}{'...' if len(qo) > 8 else ''} ending at {int(qo[-1])}"
+        )
+    kvp = kv_indptr.to("cpu", torch.int64).numpy()
+    kv_lens = (np.diff(kvp) - 1) * page_size + kv_last_page_len.to("cpu", torch.int64).numpy()
+    causal = as_bool("causal", causal)
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise TypeError(f"mask must be a torch.bool tensor or None, got {got}")
+        want = int((np.diff(qo) * kv_lens).sum())
+        if mask.dim() != 1 or mask.numel() != want or mask.device != q.device:
+            raise ValueError(
+                f"mask must be 1-D on {q.device} with sum(q_len x kv_len) = {want} entries (each "
+                f"request's q_len x kv_len, row-major, concatenated); got shape {tuple(mask.shape)} "
+                f"on {mask.device}"
+            )
+    return B, hq, d, hkv, page_size, np.diff(qo), kv_lens, causal
+
+
+def paged_prefill(
+    q,
+    k_pool,
+    v_pool,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    kv_last_page_len,
+    *,
+    page_size: int,
+    causal: bool = True,
+    mask=None,
+    scale: float | None = None,
+    block_r: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+):
+    """o (total_q, q_heads, d) in q's dtype and lse (total_q, q_heads) float32, natural log, of
+    every request's query rows over its paged keys (the module's docstring says how rows, causal
+    and mask are read). `scale` None: 1/sqrt(d). block_r, block_n (powers of two, 16-256),
+    num_warps, num_stages: launch choices (None: 64-row tiles, or 16 where no request has 64 rows;
+    64-key tiles; 4 warps; 2 stages). Bad input is refused by name before any launch."""
+    B, hq, d, hkv, page_size, q_lens, kv_lens, causal = _check(
+        q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size, causal, mask
+    )
+    block_r, block_n = as_block("block_r", block_r), as_block("block_n", block_n)
+    num_warps, num_stages = as_warps(num_warps), as_stages(num_stages)
+    qk_scale = as_scale(scale, d) * LOG2E
+    g = hq // hkv
+    interp = interpreting()
+    if block_r is None:
+        block_r = 16 if interp or int(q_lens.max(initial=0)) * g < 64 else 64
+    block_n = block_n or (16 if interp else 64)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    req, row = prefill_tiles(q_lens, g, block_r)
+    if req.size == 0:  # no query rows at all
+        return o, lse
+    # the interpreter truncates fp32 to bf16 (a GPU rounds): there the kernel writes fp32, torch rounds
+    dst = (
+        torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        if interp and q.dtype == torch.bfloat16
+        else o
+    )
+    dev = dict(device=q.device)
+    tile_req, tile_row = torch.from_numpy(req).to(**dev), torch.from_numpy(row).to(**dev)
+    if mask is None:
+        bits, offs = tile_req, tile_req  # never read
+    else:
+        bits = mask.view(torch.uint8)
+        offs = torch.from_numpy(np.concatenate([[0], np.cumsum(q_lens * kv_lens)[:-1]])).to(**dev)
+    kw = {} if interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}
+    _prefill_kernel[(req.size, hkv)](
+        q, k_pool, v_pool, dst, lse, tile_req, tile_row, qo_indptr, kv_indptr, kv_indices,
+        kv_last_page_len, bits, offs, qk_scale, *q.stride(), *k_pool.stride(), *v_pool.stride(),
+        hkv, g, d,
+        PAGE_SIZE=page_size, BLOCK_R=block_r, BLOCK_N=block_n,
+        BLOCK_D=max(16, triton.next_power_of_2(d)), CAUSAL=causal, HAS_MASK=mask is not None,
+        UPCAST=interp or q.dtype == torch.float32, IEEE=interp or q.dtype == torch.float32, **kw,
+    )  # fmt: skip
+    if dst is not o:
+        o.copy_(dst)
+    return o, lse
