@@ -47,6 +47,14 @@ def test_summary_fits_and_its_numbers_are_the_rows():
         for r in rows
         if str(r["draw"]) in before
     ]
-    assert len(moves) == 27 and f"up to {max(moves):.0%}" in text
+    assert len(moves) == 27 and f"own calls moved by up to {max(moves):.0%}" in text
+    # the ratio's own noise: where both runs launched the same (one request; the plan from 64)
+    same = [
+        abs(r["fi"] / r["ours"] / (v["flashinfer_tc_us"] / v["decode_paged_us"]) - 1)
+        for r in rows
+        if str(r["draw"]) in before and (r["batch"] == 1 or r["batch"] >= 64)
+        for v in [before[str(r["draw"])][str(r["batch"])]]
+    ]
+    assert len(same) == 12 and f"the ratio moved by up to {max(same):.0%}" in text
     losing = sorted({r["batch"] for r in rows if r["ratio"] < 1})
     assert f"below 1 at batch {', '.join(map(str, losing))}" in text
