@@ -133,3 +133,5 @@ def test_the_workspace_launches_the_split_kernel_as_paged_decode_chooses():
         paged_decode(*args, page_size=3, min_chunk=8)  # a cut needs the splits it cuts
     with pytest.raises(TypeError, match="min_chunk"):
         paged_decode(*args, page_size=3, splits=2, min_chunk="8")
+    with pytest.raises(ValueError, match="min_chunk"):
+        paged_decode(*args, page_size=3, splits=2, min_chunk=2**70)

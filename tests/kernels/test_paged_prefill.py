@@ -174,3 +174,12 @@ def test_bad_input_is_refused_by_name():
     three = [p.expand(-1, -1, 3, -1).contiguous() for p in args[1:3]]  # 2 query heads over 3 KV heads
     refused(ValueError, "kv_heads", args=[args[0], *three, *args[3:]])
     refused(ValueError, "block_r", block_r=24)
+    # strided index and mask tensors: the kernel reads entry i at pointer + i, so they are refused
+    strided = torch.zeros(2 * args[3].numel(), dtype=torch.int32)[::2]
+    strided.copy_(args[3])
+    refused(ValueError, "qo_indptr must be contiguous", args=[*args[:3], strided, *args[4:]])
+    flat = torch.ones(2 * (2 * 4 + 3 * 5), dtype=torch.bool)[::2]
+    refused(ValueError, "contiguous", mask=flat)
+    kv = torch.zeros(2 * args[4].numel(), dtype=torch.int32)[::2]
+    kv.copy_(args[4])
+    refused(ValueError, "kv_indptr must be contiguous", args=[*args[:4], kv, *args[5:]])

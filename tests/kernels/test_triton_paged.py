@@ -344,7 +344,7 @@ def test_fill_rule_is_the_shortest_chunk_that_fits(seed):
     """fill_from_lengths against a walk over every chunk length: the shortest whole-tile chunk
     (at least the floor) whose blocks fit max(blocks_per_sm x SMs, per_request x heads x requests),
     or the longest request whole."""
-    from attnlab.kernels.tuning import fill_from_lengths, sms
+    from attnlab.kernels.tuning import FILL_MAX_SPLITS, fill_from_lengths, sms
 
     rng = np.random.default_rng(seed)
     lens = rng.lognormal(6, 1.5, size=int(rng.integers(1, 40))).astype(int).tolist()
@@ -359,12 +359,24 @@ def test_fill_rule_is_the_shortest_chunk_that_fits(seed):
     splits, chunk = fill_from_lengths(
         lens, hkv, "cpu", blocks_per_sm=per_sm, per_request=per_req, floor=floor, tile=tile
     )
-    assert chunk == want and splits == max(1, -(-longest // chunk))
-    for bad in ([], [5, -1]):
+    assert chunk == want and splits == min(FILL_MAX_SPLITS, max(1, -(-longest // chunk)))
+    for bad in ([], [5, -1], [2**31]):
         with pytest.raises(ValueError, match="lengths must be"):
             fill_from_lengths(bad, hkv, "cpu")
+    for bad in (["100", "5"], [3.7, 100.2], [True, False]):  # counts are integers, nothing else
+        with pytest.raises((TypeError, ValueError), match="lengths must be"):
+            fill_from_lengths(bad, hkv, "cpu")
+
+
+def test_the_fill_rule_bounds_the_grid_of_a_lone_long_request():
+    """255 short requests beside one of 2^17 tokens: at most FILL_MAX_SPLITS pieces each, so the
+    grid and the partial states stay batch x heads x FILL_MAX_SPLITS."""
+    from attnlab.kernels.tuning import FILL_MAX_SPLITS, fill_from_lengths
+
+    splits, chunk = fill_from_lengths([100] * 255 + [1 << 17], 8, "cpu")
+    assert splits == FILL_MAX_SPLITS and chunk < (1 << 17) // FILL_MAX_SPLITS
     with pytest.raises(ValueError, match="blocks_per_sm"):
-        fill_from_lengths(lens, hkv, "cpu", blocks_per_sm=0)
+        fill_from_lengths([100], 8, "cpu", blocks_per_sm=0)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -251,6 +251,8 @@ def check_paged(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page
             raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be 1-D with {want}")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")
+        if not t.is_contiguous():  # the kernels read entry i at pointer + i
+            raise ValueError(f"{name} must be contiguous, got stride {t.stride()}; pass {name}.contiguous()")
     for name, t in (("k_pool", k_pool), ("v_pool", v_pool)):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device")

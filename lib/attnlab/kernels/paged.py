@@ -535,7 +535,7 @@ def _min_chunk(min_chunk, splits):
         return None
     if splits is None:
         raise ValueError(f"min_chunk={min_chunk!r} needs an explicit splits (splits=None chooses both)")
-    return as_count("min_chunk", min_chunk, 1)
+    return as_count("min_chunk", min_chunk, 1, 2**31 - 1)
 
 
 def launch_choices(

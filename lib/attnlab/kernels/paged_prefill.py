@@ -152,6 +152,8 @@ def _check(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, kv_last_page_len
         )
     if qo_indptr.device != q.device:
         raise ValueError(f"qo_indptr is on {qo_indptr.device} but q is on {q.device}; put them on one device")
+    if not qo_indptr.is_contiguous():  # the kernel reads entry i at pointer + i
+        raise ValueError(f"qo_indptr must be contiguous, got stride {qo_indptr.stride()}")
     batch = qo_indptr.numel() - 1
     # the page table's checks, on a view of q shaped as one row per request
     fake = torch.empty(1, dtype=q.dtype, device=q.device).expand(batch, q.shape[1], q.shape[2])
@@ -172,9 +174,9 @@ def _check(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, kv_last_page_len
             got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
             raise TypeError(f"mask must be a torch.bool tensor or None, got {got}")
         want = int((np.diff(qo) * kv_lens).sum())
-        if mask.dim() != 1 or mask.numel() != want or mask.device != q.device:
+        if mask.dim() != 1 or mask.numel() != want or mask.device != q.device or not mask.is_contiguous():
             raise ValueError(
-                f"mask must be 1-D on {q.device} with sum(q_len x kv_len) = {want} entries (each "
+                f"mask must be 1-D, contiguous, on {q.device} with sum(q_len x kv_len) = {want} entries (each "
                 f"request's q_len x kv_len, row-major, concatenated); got shape {tuple(mask.shape)} "
                 f"on {mask.device}"
             )

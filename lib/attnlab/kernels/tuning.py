@@ -40,6 +40,8 @@ __all__ = [
     "FILL",
     "FILL_SKEW",
     "FILL_PER_REQUEST",
+    "FILL_MAX_SPLITS",
+    "token_counts",
     "auto_launch",
     "auto_block_n",
     "sms",
@@ -181,9 +183,7 @@ def split_from_lengths(
     >>> split_from_lengths([1000, 50, 50, 50], 1, "cpu", min_chunk=1024, small_chunk=16)  # 6 + 3 blocks
     (6, 192)
     """
-    L = [int(x) for x in lengths]
-    if not L or min(L) < 0:
-        raise ValueError(f"lengths must be a non-empty list of token counts >= 0; got {lengths!r}")
+    L = token_counts(lengths).tolist()
     kv_heads = as_int("kv_heads", kv_heads, 1)
     total, longest = max(1, sum(L)), max(1, max(L))
     blocks = waves * sms(device)
@@ -206,6 +206,23 @@ FILL_SKEW = 1
 #: ... and a large batch gets at least this many blocks per request and KV head (more than one
 #: wave): with one block each its longest request would bound the launch.
 FILL_PER_REQUEST = 2
+#: ... and no request is cut into more pieces than this: the launch's grid and its partial states
+#: are batch x KV heads x splits (a lone very long request in a large batch would make them huge).
+#: The measured batches needed at most 62.
+FILL_MAX_SPLITS = 64
+
+
+def token_counts(lengths) -> np.ndarray:
+    """`lengths` as an int64 array: a non-empty 1-D sequence of integers >= 0 (Python or numpy
+    integers; a bool, a float or a string is refused, as are counts past int32)."""
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__len__"):
+        raise TypeError(f"lengths must be a sequence of token counts, got {type(lengths).__name__}")
+    L = np.asarray(lengths)
+    if L.ndim != 1 or L.size == 0 or L.dtype.kind not in "iu":
+        raise ValueError(f"lengths must be a non-empty 1-D sequence of integers >= 0; got {lengths!r}"[:200])
+    if (L < 0).any() or (L > 2**31 - 1).any():
+        raise ValueError(f"lengths must be token counts in [0, 2**31 - 1]; got {lengths!r}"[:200])
+    return L.astype(np.int64)
 
 
 def fill_from_lengths(
@@ -223,7 +240,8 @@ def fill_from_lengths(
     `floor`) whose blocks, kv_heads x sum over requests of ceil(length / chunk), fit
     max(blocks_per_sm x SMs, per_request x kv_heads x requests) blocks (a large batch: more than
     one wave, so its long requests still come in pieces); splits is the longest request's chunk
-    count. Every block then walks about the same number of keys, so no SM waits on the longest
+    count, at most FILL_MAX_SPLITS (a longer request is then cut into that many longer pieces).
+    Every block then walks about the same number of keys, so no SM waits on the longest
     request's pieces.
 
     >>> fill_from_lengths([1000, 50, 50, 50], 1, "cpu", floor=16, tile=16)   # 4 SMs x 4: 16 blocks
@@ -231,9 +249,7 @@ def fill_from_lengths(
     >>> fill_from_lengths([300] * 40 + [3000], 1, "cpu", floor=16, tile=16)   # 2 x 41 blocks
     (10, 304)
     """
-    L = np.asarray([int(x) for x in lengths], dtype=np.int64)
-    if L.size == 0 or L.min() < 0:
-        raise ValueError(f"lengths must be a non-empty list of token counts >= 0; got {lengths!r}"[:200])
+    L = token_counts(lengths)
     kv_heads = as_int("kv_heads", kv_heads, 1)
     blocks_per_sm = as_int("blocks_per_sm", blocks_per_sm, 1, 64)
     per_request = as_int("per_request", per_request, 1, 64)
@@ -249,7 +265,7 @@ def fill_from_lengths(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
     chunk = lo * tile
-    return max(1, -(-longest // chunk)), chunk
+    return min(FILL_MAX_SPLITS, max(1, -(-longest // chunk))), chunk
 
 
 # -- paged_decode's tiles and prefetch: gpubench/sweeps/paged.py's grid, then the prefetch run on the
