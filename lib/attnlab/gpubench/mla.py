@@ -1,0 +1,124 @@
+"""MLA decode on DeepSeek-V3's shape: `kernels.mla.mla_decode` against FlashInfer's
+`BatchMLAPagedAttentionWrapper` (its FA3 backend and its own choice, "auto") on the same paged
+latent cache (issue 28; notebook 06 predicts this form compute-bound on an H200).
+
+    python -m attnlab.gpubench.mla --out mla.json     # on a CUDA machine
+    python -m attnlab.gpubench.mla --dry              # tiny sizes on a CPU: the code path
+
+A case is (batch, kv): `batch` requests of `kv` cached tokens each, one query token each; 128
+heads, latent 512, rope 64, bf16, pages of 64 tokens from a shuffled pool, scale 1/sqrt(192).
+Each answer is checked against the float32 reference from the pages, then timed by CUDA-graph
+replay; FlashInfer's wrappers are planned outside the timing. FLOPs count both products of the
+absorbed form (q . [ckv, kpe] and p . ckv); bytes, the latent cache read once.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from types import SimpleNamespace
+
+
+from attnlab.gpubench.cli import section_main
+from attnlab.gpubench.declare import Impl, Launch, Section
+
+__all__ = ["SECTION", "CASES", "main"]
+
+CASES = tuple((b, n) for b in (1, 8, 32, 128) for n in (1024, 8192, 32768))
+SHAPE = {"heads": 128, "latent": 512, "rope": 64, "page": 64}
+DRY_SHAPE = {"heads": 4, "latent": 32, "rope": 16, "page": 4}
+SCALE = 1 / math.sqrt(192)  # DeepSeek-V3: 128 non-rotary + 64 rotary dims before absorption
+
+
+def _reference(torch, c):
+    out = torch.empty(c.q_nope.shape, dtype=torch.float32, device=c.q_nope.device)
+    ptr = c.indptr.tolist()
+    for b, n in enumerate(c.lens):
+        pages = c.indices[ptr[b] : ptr[b + 1]].long()
+        ckv = c.ckv[pages].reshape(-1, c.ckv.shape[-1])[:n].float()
+        kpe = c.kpe[pages].reshape(-1, c.kpe.shape[-1])[:n].float()
+        s = (c.q_nope[b].float() @ ckv.T + c.q_pe[b].float() @ kpe.T) * SCALE
+        out[b] = torch.softmax(s, -1) @ ckv
+    return out
+
+
+def _inputs(torch, case, ctx):
+    batch, n = case
+    sh = ctx.shape
+    gen = torch.Generator().manual_seed(ctx.seed + batch + n)
+    page = sh["page"]
+    pages = -(-n // page)
+    num = batch * pages + 2
+    bf, i32 = dict(dtype=torch.bfloat16, device=ctx.device), dict(dtype=torch.int32, device=ctx.device)
+    c = SimpleNamespace(
+        case={"batch": batch, "kv": n},
+        lens=[n] * batch,
+        page=page,
+        q_nope=torch.randn(batch, sh["heads"], sh["latent"], generator=gen).to(**bf),
+        q_pe=torch.randn(batch, sh["heads"], sh["rope"], generator=gen).to(**bf),
+        ckv=torch.randn(num, page, sh["latent"], generator=gen).to(**bf),
+        kpe=torch.randn(num, page, sh["rope"], generator=gen).to(**bf),
+        indices=torch.randperm(num, generator=gen)[: batch * pages].to(**i32),
+        indptr=torch.arange(0, batch * pages + 1, pages, **i32),
+        last=torch.full((batch,), n - page * (pages - 1), **i32),
+        qo=torch.arange(batch + 1, **i32),
+        kv_len=torch.full((batch,), n, **i32),
+    )
+    c.ref = _reference(torch, c)
+    h, L, R = sh["heads"], sh["latent"], sh["rope"]
+    c.flop = batch * n * h * (2 * (L + R) + 2 * L)
+    c.bytes = batch * n * (L + R) * 2 + 2 * c.q_nope.numel() * 2 + c.q_pe.numel() * 2
+    c.extra = {"heads": h}
+    yield c
+
+
+def _ours(torch, c, ctx):
+    from attnlab.kernels.mla import mla_decode
+
+    args = (c.q_nope, c.q_pe, c.ckv, c.kpe, c.indptr, c.indices, c.last)
+    yield Launch("ours", lambda: mla_decode(*args, page_size=c.page, scale=SCALE)[0])
+
+
+def _flashinfer(torch, c, ctx):
+    """BatchMLAPagedAttentionWrapper with the FA3 backend and with "auto", each planned once (the
+    CSR form of its plan: qo_indptr, kv_indptr, kv_indices, kv_len_arr)."""
+    if c.q_nope.device.type != "cuda":
+        return
+    import flashinfer
+
+    for backend in ("fa3", "auto"):
+        buf = torch.zeros(256 << 20, dtype=torch.uint8, device=c.q_nope.device)
+        w = flashinfer.mla.BatchMLAPagedAttentionWrapper(buf, backend=backend)
+        w.plan(
+            qo_indptr=c.qo, kv_indptr=c.indptr, kv_indices=c.indices, kv_len_arr=c.kv_len,
+            num_heads=c.q_nope.shape[1], head_dim_ckv=c.ckv.shape[-1], head_dim_kpe=c.kpe.shape[-1],
+            page_size=c.page, causal=False, sm_scale=SCALE, q_data_type=c.q_nope.dtype,
+            kv_data_type=c.ckv.dtype,
+        )  # fmt: skip
+        yield Launch(
+            f"flashinfer-{backend}",
+            lambda w=w: w.run(q_nope=c.q_nope, q_pe=c.q_pe, ckv_cache=c.ckv, kpe_cache=c.kpe),
+        )
+
+
+SECTION = Section(
+    name="mla",
+    doc=__doc__,
+    fields=("batch", "kv"),
+    cases=CASES,
+    dry_cases=((2, 9), (1, 20)),
+    shape=SHAPE,
+    dry_shape=DRY_SHAPE,
+    inputs=_inputs,
+    impls=(Impl("ours", _ours, ours=True), Impl("flashinfer", _flashinfer, library="flashinfer")),
+    tolerance=0.05,  # max |error|, bf16 inputs against the float32 reference
+    settings=lambda ctx: {"scale": "1/sqrt(192)", "page_size": ctx.shape["page"]},
+)
+
+
+def main(argv=None) -> int:
+    return section_main(SECTION, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

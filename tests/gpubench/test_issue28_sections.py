@@ -1,0 +1,58 @@
+"""gpubench.mixed, gpubench.tree and gpubench.mla without a GPU: each section as a declaration run
+by the one loop on its dry cases (our kernels under the interpreter, checked against the section's
+float32 reference), the rows in the run file's schema, and the FLOPs each case declares counted
+here another way (visible (query, key) pairs by formula; MLA's two products)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from attnlab.gpubench import mixed, mla, tree  # noqa: E402
+from attnlab.gpubench.core import context, measure  # noqa: E402
+
+
+@pytest.mark.parametrize("section", [mixed.SECTION, tree.SECTION, mla.SECTION], ids=lambda s: s.name)
+def test_dry_run_rows_are_ours_and_correct(section):
+    res = measure(section, dry=True)
+    rows = res["rows"]
+    assert len(rows) == len(section.dry_cases) and all(r["impl"] == "ours" for r in rows)
+    assert all(r["error"] < section.tolerance for r in rows) and not res["dropped"]
+
+
+def _case(section, case):
+    ctx = context(section, [case], dry=True)
+    return next(iter(section.inputs(torch, case, ctx))), ctx
+
+
+def test_mixed_flops_count_the_causal_pairs():
+    c, ctx = _case(mixed.SECTION, (7, 3))
+    b = c.b
+    # causal bottom-right: query j of a request with a new tokens over n keys sees n - a + j + 1 keys
+    pairs = sum(sum(max(0, min(n, n - a + j + 1)) for j in range(a)) for a, n in zip(b.q_lens, b.kv_lens))
+    hq, d = ctx.shape["heads"], ctx.shape["head_dim"]
+    assert c.flop == 4 * pairs * hq * d and b.q_lens[0] == 7 and b.q_lens[1:] == [1, 1, 1]
+    assert b.kv_lens[0] == mixed.DRY["cached"] + 7
+
+
+def test_tree_flops_count_each_tokens_ancestors():
+    c, ctx = _case(tree.SECTION, (2, 5, 9))
+    masks = c.b.mask.view(2, 5, 14).numpy()
+    for m in masks:  # every token sees the prefix and itself; its ancestors form a chain to a root
+        assert m[:, :9].all() and m[:, 9:].diagonal().all() and not np.triu(m[:, 9:], 1).any()
+    depth = masks[:, :, 9:].sum(-1)  # the ancestors with itself: its depth in the tree
+    pairs = int((9 + depth).sum())
+    assert c.flop == 4 * pairs * ctx.shape["heads"] * ctx.shape["head_dim"]
+    chain = np.hstack([np.ones((3, 2), bool), np.tril(np.ones((3, 3), bool))])  # a chain is causal
+    assert (tree.tree_mask(2, [-1, 0, 1]) == chain).all()
+
+
+def test_mla_flops_are_both_products_of_the_absorbed_form():
+    c, ctx = _case(mla.SECTION, (2, 9))
+    h, L, R = (ctx.shape[k] for k in ("heads", "latent", "rope"))
+    # scores: 2 (L + R) per head and token; output: 2 L per head and token
+    assert c.flop == 2 * 9 * h * (2 * (L + R) + 2 * L)
+    assert c.bytes == 2 * 9 * (L + R) * 2 + 2 * c.q_nope.numel() * 2 + c.q_pe.numel() * 2
