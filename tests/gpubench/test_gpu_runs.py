@@ -428,9 +428,10 @@ def test_the_run_file_reads_back_what_it_wrote_and_refuses_a_broken_one(tmp_path
 def test_the_live_cells_refuse_an_unknown_section_by_name():
     from attnlab.gpubench import live
 
-    with pytest.raises(
-        ValueError, match="sections='nope' is not allowed; valid: 'cascade', 'decode', 'paged', 'prefill'"
-    ):
+    from attnlab.gpubench.run import SECTIONS
+
+    valid = ", ".join(repr(s) for s in SECTIONS)  # every declared section, by name
+    with pytest.raises(ValueError, match=re.escape(f"sections='nope' is not allowed; valid: {valid}")):
         live.live_run(("prefill", "nope"))
     with pytest.raises(TypeError, match="sections must be a tuple"):
         live.live_run("paged")

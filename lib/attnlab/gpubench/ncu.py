@@ -11,7 +11,7 @@ and the distillation of its report into that file's shape.
 
 Group "recorded" (the default) is the 2026-12-01 profile; group "scheduled" the plan-driven
 decoder's two kernels at batches 1 and 8 (balanced plan, with and without the 128-token floor);
-group "gaps" `paged_decode` (automatic split) at the long-tailed batches 4, 8 and 16 and the
+group "gaps" `paged_decode` (cut by split_from_lengths) at the long-tailed batches 4, 8 and 16 and the
 d = 64 prefill at 4 x 4K causal (Gluon defaults, Hopper kernel, cuDNN): where targets stayed short;
 group "gluon" the FA3 steps of `kernels.gluon_fa3` at 1 x 4K, 32 heads, d = 128 (as in the
 recorded steps file): the first step (TMA + wgmma, 8 warps that load and compute), the defaults

@@ -196,10 +196,11 @@ def _scheduled() -> tuple:
 
 
 def _gaps() -> tuple:
-    """Where targets stayed short: `paged_decode` with its automatic split (the shipped rule and
-    launch) on the long-tailed recorded batches 4, 8 and 16 (1 and 3 on a dry run; split and merge
-    kernels), and prefill at d = 64, batch 4 x 4K causal: the Gluon kernel's defaults, the Hopper
-    kernel and cuDNN."""
+    """Where targets stayed short: `paged_decode` cut by `split_from_lengths` at (WAVES, MIN_CHUNK)
+    on every batch (the cut of the recorded profile, h200-2026-12-03-ncu-gaps.json; uneven batches
+    are cut by the fill rule when nothing is forced) and its own launch, on the long-tailed
+    recorded batches 4, 8 and 16 (1 and 3 on a dry run; split and merge kernels), and prefill at
+    d = 64, batch 4 x 4K causal: the Gluon kernel's defaults, the Hopper kernel and cuDNN."""
     shipped = {"rules": ((WAVES, MIN_CHUNK),), "launches": (None,)}
     out = [
         Call(

@@ -82,6 +82,17 @@ def finish(acc, m_i, l_i):
 
 
 @triton.jit
+def split_range(length, pid_s, SPLITS, MIN_CHUNK, BLOCK_N: tl.constexpr):
+    """Keys start:end of split pid_s of a `length`-key request cut into min(SPLITS,
+    ceil(length / MIN_CHUNK)) chunks (at least one) of whole BLOCK_N-key tiles; start >= end is
+    an empty split. The split decoders' programs each take one."""
+    splits = tl.maximum(tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK)), 1)  # 1 even if length < 1
+    chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N
+    start = pid_s * chunk
+    return start, tl.minimum(start + chunk, length)
+
+
+@triton.jit
 def merge_splits_kernel(OP, LP, O, LSE, SPLITS, HEAD_DIM, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per (request, query head): fold its SPLITS partial states (o fp32, lse) with
     the merge ⊕, lse-weighted, all at once and in a fixed order (deterministic); an empty chunk

@@ -45,6 +45,7 @@ from attnlab.kernels.common import (
     dot,
     finish,
     merge_splits_kernel,
+    split_range,
     online_update,
 )
 
@@ -86,10 +87,7 @@ def _mla_kernel(
         qp = qp.to(tl.float32)
     first = tl.load(INDPTR + b)
     length = (tl.load(INDPTR + b + 1) - first - 1) * PAGE_SIZE + tl.load(LAST + b)
-    splits = tl.maximum(tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK)), 1)
-    chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N  # whole tiles
-    start = pid_s * chunk
-    end = tl.minimum(start + chunk, length)  # start >= end: an empty split
+    start, end = split_range(length, pid_s, SPLITS, MIN_CHUNK, BLOCK_N)  # start >= end: empty
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_L], dtype=tl.float32)

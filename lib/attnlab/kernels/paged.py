@@ -18,10 +18,13 @@ Stage 2: `kernels.common.merge_splits_kernel`, decode's fixed-order merge ⊕ (d
 The kernel reads the lengths from the page table itself, so any `splits` gives the same answer;
 only the speed depends on it. With `splits=None` the host reads the requests' lengths once
 (`request_lengths`: kv_indptr and kv_last_page_len, 2 x batch + 1 integers; a synchronising copy
-when they are on the GPU) and `kernels.tuning.split_from_lengths` cuts long requests finer than
-short ones, and the blocks of the longest requests are launched first (`longest_first`, the
-requests sorted once with the read), so a long request does not start last and finish alone.
-With an explicit `splits` nothing is read and the blocks go in batch order.
+when they are on the GPU) and cuts them: an uneven batch by `kernels.tuning.fill_from_lengths`
+(one chunk length for every request, sized so the blocks fill the GPU in one resident wave), a
+single request or equal lengths by `split_from_lengths`; the blocks of the longest requests are
+launched first (`longest_first`, the requests sorted once with the read), so a long request does
+not start last and finish alone. With an explicit `splits` nothing is read and the blocks go in
+batch order; with `min_chunk` beside it (a cut planned before, `DecodeWorkspace`'s) the
+remembered order is used where there is one.
 The read is remembered per page table (the two tensors' storage and torch's version
 counter, which an in-place write bumps), so a later call on the same table, e.g. inside a CUDA
 graph capture, reads nothing; a capture that finds nothing remembered falls back to the rule from
@@ -67,6 +70,7 @@ from attnlab.kernels.common import (
     dot,
     finish,
     merge_splits_kernel,
+    split_range,
     online_update,
 )
 from attnlab.kernels.decode import check_workspace, workspace
@@ -291,10 +295,7 @@ def _paged_split_kernel(
     first = tl.load(INDPTR + b)
     n_pages = tl.load(INDPTR + b + 1) - first
     length = (n_pages - 1) * PAGE_SIZE + tl.load(LAST + b)
-    splits = tl.maximum(tl.minimum(SPLITS, tl.cdiv(length, MIN_CHUNK)), 1)  # 1 even if length < 1
-    chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N  # whole tiles
-    start = pid_s * chunk
-    end = tl.minimum(start + chunk, length)  # start >= end: an empty split
+    start, end = split_range(length, pid_s, SPLITS, MIN_CHUNK, BLOCK_N)  # start >= end: empty
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
