@@ -83,11 +83,13 @@ def _tensors(q, q_lens, k, v, table, dtype=torch.float32):
         ([2, 1, 4], [5, 8, 3], 1, 2, 2, 8, True),  # one-token pages; q_len > kv_len: rows see nothing
     ],
 )
-def test_a_mixed_batch_is_the_reference(q_lens, kv_lens, page_size, hq, hkv, d, causal):
+@pytest.mark.parametrize("kv_chunk", [None, 16, 2**20])  # automatic, keys cut into 16-key pieces, whole
+def test_a_mixed_batch_is_the_reference(q_lens, kv_lens, page_size, hq, hkv, d, causal, kv_chunk):
     q, k, v, table = _batch(q_lens, kv_lens, page_size, hq, hkv, d, seed=sum(q_lens) + page_size)
     masks = [_causal(a, b) if causal else np.ones((a, b), bool) for a, b in zip(q_lens, kv_lens)]
     want, want_lse = _reference(q, q_lens, k, v, table, page_size, masks)
-    o, lse = paged_prefill(*_tensors(q, q_lens, k, v, table), page_size=page_size, causal=causal)
+    args = _tensors(q, q_lens, k, v, table)
+    o, lse = paged_prefill(*args, page_size=page_size, causal=causal, kv_chunk=kv_chunk)
     assert np.abs(o.numpy() - want).max() < 1e-5
     seen = np.isfinite(want_lse)
     assert (np.isneginf(lse.numpy()) == ~seen).all() and np.abs(
@@ -112,7 +114,8 @@ def test_a_tree_mask_from_random_parent_chains(seed):
     q, k, v, table = _batch(q_lens, kv_lens, page_size, hq, hkv, d, seed=seed + 100)
     want, want_lse = _reference(q, q_lens, k, v, table, page_size, masks)
     flat = torch.tensor(np.concatenate([m.ravel() for m in masks]))
-    o, lse = paged_prefill(*_tensors(q, q_lens, k, v, table), page_size=page_size, causal=True, mask=flat)
+    args = _tensors(q, q_lens, k, v, table)
+    o, lse = paged_prefill(*args, page_size=page_size, causal=True, mask=flat, kv_chunk=16 if seed else None)
     assert np.abs(o.numpy() - want).max() < 1e-5
     assert (o.numpy()[0, :] == 0).all() and np.isneginf(lse.numpy()[0, :]).all()
     seen = np.isfinite(want_lse)
@@ -131,6 +134,30 @@ def test_half_precision_inputs(dtype, tol):
     o, lse = paged_prefill(*_tensors(q, q_lens, k, v, table, dtype), page_size=4)
     assert o.dtype == dtype and lse.dtype == torch.float32
     assert np.abs(o.float().numpy() - want).max() < tol
+
+
+@pytest.mark.parametrize("causal_end", [True, False])
+def test_items_cover_every_tiles_keys_once(causal_end):
+    from attnlab.kernels.paged_prefill import prefill_items
+
+    rng = np.random.default_rng(int(causal_end))
+    q_lens = rng.integers(0, 30, size=7)
+    kv_lens = q_lens + rng.integers(0, 90, size=7)
+    g, br, bn, chunk = 2, 16, 16, int(rng.choice([16, 40, 1000]))
+    req, row, kv0, kv1, slot, slots = prefill_items(
+        q_lens, kv_lens, g, br, bn, causal_end=causal_end, chunk=chunk
+    )
+    tiles, _ = prefill_tiles(q_lens, g, br)
+    seen: dict = {}
+    for r, x, a, b, j in zip(req, row, kv0, kv1, slot):
+        assert a % bn == 0 and (a < b or j == 0) and j < slots
+        seen.setdefault((int(r), int(x)), []).append((int(a), int(b), int(j)))
+    assert len(seen) == len(tiles)  # every tile has an item
+    for (r, x), parts in seen.items():
+        last = min((x + br - 1) // g, q_lens[r] - 1)  # the tile's last row's token
+        end = min(kv_lens[r], max(0, kv_lens[r] - q_lens[r] + last + 1)) if causal_end else kv_lens[r]
+        keys = sorted(k for a, b, _ in parts for k in range(a, b))
+        assert keys == list(range(end)) and len({j for *_, j in parts}) == len(parts)
 
 
 def test_tiles_cover_every_row_once():

@@ -13,16 +13,18 @@ position kv_len - q_len + j (bottom-right aligned: a decode row, q_len = 1, sees
 the requests concatenated (FlashInfer's `custom_mask` layout): a speculative tree's mask is one. A
 row that sees no key gives o = 0 and lse = -inf.
 
-One program per (query tile, KV head): a tile is BLOCK_R rows of one request's q_len x g rows
-(query token, then the g query heads that share the KV head; FlashInfer's packing, so a decode row
-of g = 4 heads fills 4 rows of a tile, not one). The tiles are listed on the host from qo_indptr
-(a copy to the host: the call cannot be captured in a CUDA graph). Keys are gathered through the
-page table a tile of BLOCK_N at a time (`kernels.paged.paged_span`'s addressing), the mask applied
-to the scores, the online softmax of `kernels.common`. With `causal` and no mask a tile stops at
-its last row's last visible key.
-
-Left out for now: cutting a long request's keys across programs (the balanced plan's KV chunks),
-so a lone long prefill chunk keeps few programs busy.
+One program per (work item, KV head). A query tile is BLOCK_R rows of one request's q_len x g
+rows (query token, then the g query heads that share the KV head; FlashInfer's packing, so a
+decode row of g = 4 heads fills 4 rows of a tile, not one); a work item is one piece of a tile's
+keys (`prefill_items`: with `causal` and no mask a tile's keys end at its last row's last visible
+key). The pieces have one length for the whole batch, chosen by the fill rule of
+`kernels.tuning` (as the split decoders' chunks are), so a long prefill chunk's tiles are cut
+finer than a decode row's single tile and the batch fills the GPU; a tile cut into several pieces
+leaves partial states that `kernels.common.merge_splits_kernel` merges in a fixed order. The items
+are listed on the host from qo_indptr and the page table (a copy to the host: the call cannot be
+captured in a CUDA graph). Keys are gathered through the page table a tile of BLOCK_N at a time
+(`kernels.paged.paged_span`'s addressing), the mask applied to the scores, the online softmax of
+`kernels.common`.
 """
 
 from __future__ import annotations
@@ -36,31 +38,34 @@ from attnlab.kernels import interpreting
 from attnlab.kernels.common import (
     LOG2E,
     as_block,
+    as_count,
     as_scale,
     as_stages,
     as_warps,
     check_paged,
     dot,
     finish,
+    merge_splits_kernel,
     online_update,
 )
 from attnlab.validate import as_bool
 
-__all__ = ["paged_prefill", "prefill_tiles"]
+__all__ = ["paged_prefill", "prefill_tiles", "prefill_items"]
 
 
 @triton.jit
 def _prefill_kernel(
-    Q, K, V, O, LSE, TILE_REQ, TILE_ROW, QO_INDPTR, KV_INDPTR, INDICES, LAST, MASK, MASK_OFF,
-    qk_scale, s_qt, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd,
-    KV_HEADS, GROUP, HEAD_DIM,
+    Q, K, V, O, LSE, IT_REQ, IT_ROW, IT_KV0, IT_KV1, IT_SLOT, QO_INDPTR, KV_INDPTR, INDICES, LAST,
+    MASK, MASK_OFF, qk_scale, s_qt, s_qh, s_qd, s_kp, s_ks, s_kh, s_kd, s_vp, s_vs, s_vh, s_vd,
+    KV_HEADS, GROUP, HEAD_DIM, SLOTS,
     PAGE_SIZE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
 ):  # fmt: skip
     t = tl.program_id(0)
     hk = tl.program_id(1)
-    req = tl.load(TILE_REQ + t)
-    row0 = tl.load(TILE_ROW + t)
+    req = tl.load(IT_REQ + t)
+    row0 = tl.load(IT_ROW + t)
     q0 = tl.load(QO_INDPTR + req)
     q_len = tl.load(QO_INDPTR + req + 1) - q0
     first = tl.load(KV_INDPTR + req)
@@ -79,9 +84,6 @@ def _prefill_kernel(
     if UPCAST:
         q = q.to(tl.float32)
     qpos = kv_len - q_len + tok  # each row's own position among the request's keys
-    end = kv_len
-    if CAUSAL and not HAS_MASK:  # no key past the tile's last row is seen
-        end = tl.minimum(kv_len, tl.maximum(tl.max(tl.where(r_ok, qpos, -1), 0) + 1, 0))
     if HAS_MASK:
         mrow = tl.load(MASK_OFF + req) + tok.to(tl.int64) * kv_len
     m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
@@ -89,7 +91,7 @@ def _prefill_kernel(
     acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
     pages = INDICES + first
-    for n0 in range(0, end, BLOCK_N):
+    for n0 in range(tl.load(IT_KV0 + t), tl.load(IT_KV1 + t), BLOCK_N):  # this item's keys
         pos = n0 + offs_n
         ok = pos < kv_len
         page = tl.load(pages + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
@@ -118,6 +120,8 @@ def _prefill_kernel(
         m_i, l_i, acc = online_update(s, v, m_i, l_i, acc, IEEE)
     o, lse = finish(acc, m_i, l_i)  # a row that saw no key: o = 0, lse = -inf
     out = (q0 + tok).to(tl.int64) * KV_HEADS * GROUP + heads
+    if SPLIT:  # a partial state in the item's slot, merged by kernel 2
+        out = out * SLOTS + tl.load(IT_SLOT + t)
     tl.store(O + out[:, None] * HEAD_DIM + offs_d[None, :], o, mask=r_ok[:, None] & d_ok[None, :])
     tl.store(LSE + out, lse, mask=r_ok)
 
@@ -134,6 +138,34 @@ def prefill_tiles(q_lens, group: int, block_r: int) -> tuple[np.ndarray, np.ndar
     start = np.concatenate([[0], np.cumsum(n)[:-1]])
     row = (np.arange(int(n.sum())) - np.repeat(start, n)) * block_r
     return req.astype(np.int32), row.astype(np.int32)
+
+
+def prefill_items(q_lens, kv_lens, group: int, block_r: int, block_n: int, *, causal_end: bool, chunk: int):
+    """The launch's work items, int32 arrays (request, first row, first key, end key, slot) and the
+    slots a row has: each tile (`prefill_tiles`) over its keys 0:end (end: the tile's last row's
+    last visible key + 1 when `causal_end`, else the request's kv_len), cut into
+    ceil(end / chunk) pieces of whole block_n-key tiles, piece j in slot j. Every tile keeps its
+    first item, even with no key to see (its rows get o = 0, lse = -inf).
+
+    >>> [a.tolist() for a in prefill_items([2, 1], [40, 9], 1, 16, 16, causal_end=False, chunk=32)[:5]]
+    [[0, 0, 1], [0, 0, 0], [0, 32, 0], [32, 40, 9], [0, 1, 0]]
+    """
+    req, row = prefill_tiles(q_lens, group, block_r)
+    ql, kl = np.asarray(q_lens, np.int64)[req], np.asarray(kv_lens, np.int64)[req]
+    end = kl
+    if causal_end:  # the tile's last row sees up to kv_len - q_len + its token
+        last = np.minimum((row.astype(np.int64) + block_r - 1) // group, ql - 1)
+        end = np.clip(kl - ql + last + 1, 0, kl)
+    pieces = np.maximum(1, -(-end // chunk))
+    size = -(-(-(-end // pieces)) // block_n) * block_n  # each tile's pieces: whole key tiles
+    t = np.repeat(np.arange(req.size), pieces)
+    j = np.arange(t.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    kv0 = j * size[t]
+    kv1 = np.minimum(kv0 + size[t], end[t])
+    keep = (kv0 < kv1) | (j == 0)
+    t, j, kv0, kv1 = t[keep], j[keep], kv0[keep], kv1[keep]
+    i32 = lambda a: a.astype(np.int32)  # noqa: E731
+    return i32(req[t]), i32(row[t]), i32(kv0), i32(kv1), i32(j), int(pieces.max(initial=1))
 
 
 def _check(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size, causal, mask):
@@ -200,12 +232,16 @@ def paged_prefill(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    kv_chunk: int | None = None,
 ):
     """o (total_q, q_heads, d) in q's dtype and lse (total_q, q_heads) float32, natural log, of
     every request's query rows over its paged keys (the module's docstring says how rows, causal
     and mask are read). `scale` None: 1/sqrt(d). block_r, block_n (powers of two, 16-256),
     num_warps, num_stages: launch choices (None: 64-row tiles, or 16 where no request has 64 rows;
-    64-key tiles; 4 warps; 2 stages). Bad input is refused by name before any launch."""
+    64-key tiles; 4 warps; 2 stages). kv_chunk: a tile's keys are cut into pieces of at most this
+    many (whole block_n tiles), each a program, their states merged (None: the fill rule of
+    `kernels.tuning` over the tiles' keys, so that a few long tiles still fill the GPU). Bad
+    input is refused by name before any launch."""
     B, hq, d, hkv, page_size, q_lens, kv_lens, causal = _check(
         q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size, causal, mask
     )
@@ -219,9 +255,20 @@ def paged_prefill(
     block_n = block_n or (16 if interp else 64)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-    req, row = prefill_tiles(q_lens, g, block_r)
-    if req.size == 0:  # no query rows at all
+    if prefill_tiles(q_lens, g, block_r)[0].size == 0:  # no query rows at all
         return o, lse
+    ends = dict(causal_end=causal and mask is None)
+    if kv_chunk is None:  # one chunk length for every tile, sized to fill the GPU
+        from attnlab.kernels.tuning import fill_from_lengths
+
+        keys = prefill_items(q_lens, kv_lens, g, block_r, block_n, **ends, chunk=2**31 - 1)[3]
+        small = {"floor": block_n, "tile": block_n} if interp else {}
+        kv_chunk = fill_from_lengths(keys, hkv, q.device, **small)[1]
+    else:
+        kv_chunk = as_count("kv_chunk", kv_chunk, 1, 2**31 - 1)
+    req, row, kv0, kv1, slot, slots = prefill_items(
+        q_lens, kv_lens, g, block_r, block_n, **ends, chunk=kv_chunk
+    )
     # the interpreter truncates fp32 to bf16 (a GPU rounds): there the kernel writes fp32, torch rounds
     dst = (
         torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -229,21 +276,32 @@ def paged_prefill(
         else o
     )
     dev = dict(device=q.device)
-    tile_req, tile_row = torch.from_numpy(req).to(**dev), torch.from_numpy(row).to(**dev)
+    items = [torch.from_numpy(a).to(**dev) for a in (req, row, kv0, kv1, slot)]
     if mask is None:
-        bits, offs = tile_req, tile_req  # never read
+        bits, offs = items[0], items[0]  # never read
     else:
         bits = mask.view(torch.uint8)
         offs = torch.from_numpy(np.concatenate([[0], np.cumsum(q_lens * kv_lens)[:-1]])).to(**dev)
     kw = {} if interp else {"num_warps": num_warps or 4, "num_stages": num_stages or 2}
+    split = slots > 1
+    if split:  # partial states, slot j of each row; a slot no item fills weighs nothing
+        rows = q.shape[0] * hq * slots
+        op = torch.zeros((rows, d), dtype=torch.float32, device=q.device)
+        lp = torch.full((rows,), float("-inf"), dtype=torch.float32, device=q.device)
+    block_d = max(16, triton.next_power_of_2(d))
     _prefill_kernel[(req.size, hkv)](
-        q, k_pool, v_pool, dst, lse, tile_req, tile_row, qo_indptr, kv_indptr, kv_indices,
-        kv_last_page_len, bits, offs, qk_scale, *q.stride(), *k_pool.stride(), *v_pool.stride(),
-        hkv, g, d,
-        PAGE_SIZE=page_size, BLOCK_R=block_r, BLOCK_N=block_n,
-        BLOCK_D=max(16, triton.next_power_of_2(d)), CAUSAL=causal, HAS_MASK=mask is not None,
-        UPCAST=interp or q.dtype == torch.float32, IEEE=interp or q.dtype == torch.float32, **kw,
+        q, k_pool, v_pool, op if split else dst, lp if split else lse, *items, qo_indptr,
+        kv_indptr, kv_indices, kv_last_page_len, bits, offs, qk_scale, *q.stride(),
+        *k_pool.stride(), *v_pool.stride(), hkv, g, d, slots,
+        PAGE_SIZE=page_size, BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_D=block_d, CAUSAL=causal,
+        HAS_MASK=mask is not None, SPLIT=split, UPCAST=interp or q.dtype == torch.float32,
+        IEEE=interp or q.dtype == torch.float32, **kw,
     )  # fmt: skip
+    if split:
+        merge_splits_kernel[(q.shape[0] * hq,)](
+            op, lp, dst, lse, slots, d, BLOCK_S=triton.next_power_of_2(slots), BLOCK_D=block_d,
+            **({} if interp else {"num_warps": 4}),
+        )  # fmt: skip
     if dst is not o:
         o.copy_(dst)
     return o, lse
