@@ -225,10 +225,12 @@ def mla_decode(
         BLOCK_H=block_h, BLOCK_N=block_n,
         UPCAST=interp or fp32, IEEE=interp or fp32, **kw,
     )  # fmt: skip
-    o32 = torch.empty((B * H, L), dtype=torch.float32, device=dev)
-    lse = torch.empty((B * H,), dtype=torch.float32, device=dev)
-    merge_splits_kernel[(B * H,)](
-        op, lp, o32, lse, splits, L, BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(L),
-        **({} if interp else {"num_warps": 4}),
-    )  # fmt: skip
+    o32, lse = op, lp  # one split: its state is the answer
+    if splits > 1:
+        o32 = torch.empty((B * H, L), dtype=torch.float32, device=dev)
+        lse = torch.empty((B * H,), dtype=torch.float32, device=dev)
+        merge_splits_kernel[(B * H,)](
+            op, lp, o32, lse, splits, L, BLOCK_S=triton.next_power_of_2(splits),
+            BLOCK_D=triton.next_power_of_2(L), **({} if interp else {"num_warps": 4}),
+        )  # fmt: skip
     return o32.view(B, H, L).to(q_nope.dtype), lse.view(B, H)

@@ -48,7 +48,7 @@ from attnlab.kernels.common import (
     merge_splits_kernel,
     online_update,
 )
-from attnlab.kernels.prefill_items import prefill_items, prefill_tiles
+from attnlab.kernels.prefill_items import prefill_items, prefill_tiles, tile_ends
 from attnlab.validate import as_bool
 
 __all__ = ["paged_prefill", "prefill_tiles", "prefill_items"]
@@ -220,7 +220,7 @@ def paged_prefill(
     if kv_chunk is None:  # one chunk length for every tile, sized to fill the GPU
         from attnlab.kernels.tuning import fill_from_lengths
 
-        keys = prefill_items(q_lens, kv_lens, g, block_r, block_n, **ends, chunk=2**31 - 1)[3]
+        keys = tile_ends(q_lens, kv_lens, g, block_r, *prefill_tiles(q_lens, g, block_r), **ends)
         small = {"floor": block_n, "tile": block_n} if interp else {}
         kv_chunk = fill_from_lengths(keys, hkv, q.device, **small)[1]
     else:

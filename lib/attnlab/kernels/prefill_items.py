@@ -2,6 +2,7 @@
 one request's q_len x g rows) and the pieces of each tile's keys that its programs walk.
 
     prefill_tiles(q_lens, group, block_r)        (request, first row) of every tile
+    tile_ends(...)                                where each tile's keys end
     prefill_items(q_lens, kv_lens, group, ...)    (request, first row, first key, end key, slot)
                                                   of every piece, and the slots a row has
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["prefill_tiles", "prefill_items"]
+__all__ = ["prefill_tiles", "tile_ends", "prefill_items"]
 
 
 def prefill_tiles(q_lens, group: int, block_r: int) -> tuple[np.ndarray, np.ndarray]:
@@ -27,6 +28,16 @@ def prefill_tiles(q_lens, group: int, block_r: int) -> tuple[np.ndarray, np.ndar
     return req.astype(np.int32), row.astype(np.int32)
 
 
+def tile_ends(q_lens, kv_lens, group: int, block_r: int, req, row, *, causal_end: bool) -> np.ndarray:
+    """Each tile's keys end (int64): with `causal_end` one past its last row's last visible key
+    (kv_len - q_len + that row's token + 1, clipped to 0..kv_len), else its request's kv_len."""
+    ql, kl = np.asarray(q_lens, np.int64)[req], np.asarray(kv_lens, np.int64)[req]
+    if not causal_end:
+        return kl
+    last = np.minimum((np.asarray(row, np.int64) + block_r - 1) // group, ql - 1)
+    return np.clip(kl - ql + last + 1, 0, kl)
+
+
 def prefill_items(q_lens, kv_lens, group: int, block_r: int, block_n: int, *, causal_end: bool, chunk: int):
     """The launch's work items, int32 arrays (request, first row, first key, end key, slot) and the
     slots a row has: each tile (`prefill_tiles`) over its keys 0:end (end: the tile's last row's
@@ -38,11 +49,7 @@ def prefill_items(q_lens, kv_lens, group: int, block_r: int, block_n: int, *, ca
     [[0, 0, 1], [0, 0, 0], [0, 32, 0], [32, 40, 9], [0, 1, 0]]
     """
     req, row = prefill_tiles(q_lens, group, block_r)
-    ql, kl = np.asarray(q_lens, np.int64)[req], np.asarray(kv_lens, np.int64)[req]
-    end = kl
-    if causal_end:  # the tile's last row sees up to kv_len - q_len + its token
-        last = np.minimum((row.astype(np.int64) + block_r - 1) // group, ql - 1)
-        end = np.clip(kl - ql + last + 1, 0, kl)
+    end = tile_ends(q_lens, kv_lens, group, block_r, req, row, causal_end=causal_end)
     pieces = np.maximum(1, -(-end // chunk))
     size = -(-(-(-end // pieces)) // block_n) * block_n  # each tile's pieces: whole key tiles
     t = np.repeat(np.arange(req.size), pieces)

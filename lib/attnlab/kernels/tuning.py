@@ -327,13 +327,7 @@ def choose_decoder(lengths) -> str:
     >>> choose_decoder([4096] * 256), choose_decoder([100] * 62 + [9000]), choose_decoder([100] * 63 + [9000])
     ('split', 'split', 'plan')
     """
-    import numpy as np
-
-    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__len__"):
-        raise TypeError(f"lengths must be a sequence of token counts, got {type(lengths).__name__}")
-    n = np.asarray(lengths)
-    if n.ndim != 1 or n.size == 0 or n.dtype.kind not in "iu" or (n < 0).any():
-        raise ValueError(f"lengths must be a non-empty 1-D sequence of integers >= 0; got {lengths!r}"[:200])
+    n = token_counts(lengths)
     mean = n.mean()
     uneven = mean > 0 and n.max() > PLAN_SKEW * mean
     return "plan" if n.size >= PLAN_FROM_BATCH and uneven else "split"
