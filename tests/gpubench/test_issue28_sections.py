@@ -19,8 +19,27 @@ from attnlab.gpubench.core import context, measure  # noqa: E402
 def test_dry_run_rows_are_ours_and_correct(section):
     res = measure(section, dry=True)
     rows = res["rows"]
-    assert len(rows) == len(section.dry_cases) and all(r["impl"] == "ours" for r in rows)
+    ours = ("ours", "two") if section is mixed.SECTION else ("ours",)  # mixed: also our two launches
+    assert sorted(r["impl"] for r in rows) == sorted(ours * len(section.dry_cases))
     assert all(r["error"] < section.tolerance for r in rows) and not res["dropped"]
+
+
+def test_each_launch_is_its_own_row_and_two_launches_are_the_batch():
+    """--launches gives one row of ours per entry (auto: the kernel's choice, recorded in extra);
+    the two-launch row's parts (the chunk's rows, then the decodes') joined are the answer."""
+    from attnlab.gpubench.core import joined
+
+    res = measure(mixed.SECTION, [(7, 3)], dry=True, options={"launches": (None, (16, 16, 4, 2))})
+    ours = [r for r in res["rows"] if r["impl"].startswith("ours")]
+    assert len(ours) == 2 and len({r["impl"] for r in ours}) == 2, [r["impl"] for r in ours]
+    c, ctx = _case(mixed.SECTION, (7, 3))
+    one = next(iter(mixed.ours(torch, c, ctx)))
+    two = next(iter(mixed.two_launches(torch, c, ctx)))
+    parts = two.fn()
+    assert isinstance(parts, tuple) and parts[0].shape[0] == 7 and parts[1].shape[0] == 3
+    assert (joined(parts).view(c.ref.shape).float() - one.fn().float()).abs().max() < 1e-2
+    with pytest.raises(TypeError, match="a tensor or a tuple of tensors"):
+        joined((parts[0], "rows"))
 
 
 def _case(section, case):

@@ -265,7 +265,7 @@ def test_a_broken_declaration_stops_the_loop_and_a_non_tensor_is_dropped():
     assert (
         res["rows"] == []
         and [d["reason"] for d in res["dropped"]]
-        == ["TypeError: fn of launch 'good' must return a tensor; got 1.0"] * 2
+        == ["TypeError: fn of launch 'good' must return a tensor or a tuple of tensors; got 1.0"] * 2
     )
 
 

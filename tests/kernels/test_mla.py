@@ -99,3 +99,42 @@ def test_bad_input_is_refused_by_name():
     refused(ValueError, "page_size", page_size=3)
     refused(ValueError, "splits", splits=0)
     refused(TypeError, "kv_indptr", a=[*args[:4], args[4].long(), *args[5:]])
+
+
+def test_a_workspace_plans_once_and_its_runs_launch_only(monkeypatch):
+    """MLAWorkspace.plan reads the lengths and sizes the buffers once; each run (new queries on
+    the same table) launches only: the host-side rules are made to fail after the plan, and the
+    runs still give the reference and mla_decode's answer, bit for bit."""
+    import attnlab.kernels.paged as paged
+    import attnlab.kernels.tuning as tuning
+    from attnlab.kernels.mla import MLAWorkspace
+
+    lens, page, heads, latent, rope = [37, 5, 60], 3, 5, 48, 16
+    args, _, kw = _run(lens, page, heads, latent, rope, seed=4)
+    w = MLAWorkspace(heads, latent, rope, page, args[2].shape[0], torch.float32, "cpu", scale=kw["scale"])
+    with pytest.raises(RuntimeError, match="nothing planned"):
+        w.run(*args[:4])
+    assert w.plan(*args[4:])["splits"] > 1  # the fill rule cuts this batch: the merge runs
+    rng = np.random.default_rng(9)
+    steps = [(rng.standard_normal(args[0].shape), rng.standard_normal(args[1].shape)) for _ in range(2)]
+    t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    one_shot = mla_decode(t(steps[-1][0]), t(steps[-1][1]), *args[2:], **kw)[0].clone()
+
+    def boom(*a, **k):
+        raise AssertionError("a run did host-side work")
+
+    monkeypatch.setattr(paged, "request_lengths", boom)
+    monkeypatch.setattr(tuning, "fill_from_lengths", boom)
+    ckv, kpe = args[2].numpy(), args[3].numpy()
+    tab = tuple(a.numpy() for a in args[4:])
+    for qn, qp in steps:
+        o, lse = w.run(t(qn), t(qp), *args[2:4])
+        want, want_lse = _reference(qn, qp, ckv, kpe, tab, page, kw["scale"])
+        assert np.abs(o.numpy() - want).max() < 1e-5 and np.abs(lse.numpy() - want_lse).max() < 1e-5
+    assert torch.equal(o, one_shot)
+    with pytest.raises(ValueError, match="q_pe has shape"):
+        w.run(args[0], args[1][:, :, :8], *args[2:4])
+    with pytest.raises(ValueError, match="heads=0"):
+        MLAWorkspace(0, latent, rope, page, 9, torch.float32, "cpu", scale=0.1)
+    with pytest.raises(TypeError, match="scale"):
+        MLAWorkspace(heads, latent, rope, page, 9, torch.float32, "cpu", scale="0.1")

@@ -210,3 +210,42 @@ def test_bad_input_is_refused_by_name():
     kv = torch.zeros(2 * args[4].numel(), dtype=torch.int32)[::2]
     kv.copy_(args[4])
     refused(ValueError, "kv_indptr must be contiguous", args=[*args[:4], kv, *args[5:]])
+
+
+def test_a_workspace_plans_once_and_its_runs_launch_only(monkeypatch):
+    """PrefillWorkspace.plan does the host's work once; each run (new queries on the same tables)
+    launches only, so a CUDA graph can capture it: the host-side builders are made to fail after
+    the plan, and the runs still give the reference (and paged_prefill's answer, bit for bit)."""
+    import attnlab.kernels.paged_prefill as pp
+
+    q_lens, kv_lens, page, hq, hkv, d = [1, 9, 1], [30, 12, 7], 4, 4, 2, 16
+    q, k, v, table = _batch(q_lens, kv_lens, page, hq, hkv, d, seed=11)
+    args = _tensors(q, q_lens, k, v, table)
+    w = pp.PrefillWorkspace(hq, hkv, d, page, args[1].shape[0], torch.float32, "cpu")
+    with pytest.raises(RuntimeError, match="nothing planned"):
+        w.run(*args[:3])
+    how = w.plan(*args[3:], kv_chunk=16)
+    assert how["slots"] > 1 and how["items"] > how["tiles"]  # keys cut into pieces: the merge runs
+    rng = np.random.default_rng(5)
+    steps = [rng.standard_normal(q.shape) for _ in range(2)]
+    f32 = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    one_shot = paged_prefill(f32(steps[-1]), *args[1:], page_size=page, kv_chunk=16)[0].clone()
+
+    def boom(*a, **kw):
+        raise AssertionError("a run did host-side work")
+
+    for name in ("prefill_items", "prefill_tiles", "tile_ends", "_host_qo", "_check"):
+        monkeypatch.setattr(pp, name, boom)
+    monkeypatch.setattr(torch, "from_numpy", boom)
+    masks = [_causal(a, b) for a, b in zip(q_lens, kv_lens)]
+    for qs in steps:
+        o, lse = w.run(f32(qs), *args[1:3])
+        want, want_lse = _reference(qs, q_lens, k, v, table, page, masks)
+        assert np.abs(o.numpy() - want).max() < 1e-5 and np.abs(lse.numpy() - want_lse).max() < 1e-5
+    assert torch.equal(o, one_shot)
+    with pytest.raises(ValueError, match=r"the plan is for \(11, 4, 16\)"):
+        w.run(f32(steps[0][:-1]), *args[1:3])
+    with pytest.raises(ValueError, match="q_heads=3 must be a multiple of kv_heads=2"):
+        pp.PrefillWorkspace(3, 2, d, page, 9, torch.float32, "cpu")
+    with pytest.raises(TypeError, match="page_size"):
+        pp.PrefillWorkspace(hq, hkv, d, 4.0, 9, torch.float32, "cpu")

@@ -78,7 +78,7 @@ def _unique(items, text: str, what: str, show=repr):
     return tuple(items)
 
 
-def case_list(fields, check=None):
+def case_list(fields, check=None, what: str = "case"):
     """An argparse type: "AxB,CxD" -> ((A, B), (C, D)), each case as many positive integers as
     `fields` names (("batch", "context")), at least one case, none twice; `check(case)`: what is
     wrong with a case the section cannot run (a sentence), or None."""
@@ -90,7 +90,7 @@ def case_list(fields, check=None):
             nums = part.split("x") if part else []
             if len(nums) != len(fields):
                 raise argparse.ArgumentTypeError(
-                    f"each case is {' x '.join(fields)} ({len(fields)} number{'s' if len(fields) > 1 else ''}"
+                    f"each {what} is {' x '.join(fields)} ({len(fields)} number{'s' if len(fields) > 1 else ''}"
                     f"{', joined by x' if len(fields) > 1 else ''}); got {part!r} in {text!r}"
                 )
             case = tuple(_positive(n, f) for n, f in zip(nums, fields))
@@ -98,10 +98,29 @@ def case_list(fields, check=None):
             if wrong:
                 raise argparse.ArgumentTypeError(f"{wrong}; got {part!r} in {text!r}")
             cases.append(case)
-        return _unique(cases, text, "case", lambda c: "x".join(map(str, c)))
+        return _unique(cases, text, what, lambda c: "x".join(map(str, c)))
 
     parse_cases.__name__ = "cases"
     return parse_cases
+
+
+def launch_grid(fields):
+    """An argparse type: "auto,64x32x8x2" -> (None, (64, 32, 8, 2)), each launch as many positive
+    integers as `fields` names, joined by x, or auto (the kernel's own choice); at least one, none
+    twice.
+
+    >>> launch_grid(("block_h", "block_n"))("auto,64x32")
+    (None, (64, 32))
+    """
+    cases = case_list(fields, what="launch")
+
+    def parse_launches(text: str):
+        parts = text.split(",") if text else []
+        out = [None if p == "auto" else cases(p)[0] for p in parts]
+        return _unique(out, text, "launch", lambda x: "auto" if x is None else "x".join(map(str, x)))
+
+    parse_launches.__name__ = "launches"
+    return parse_launches
 
 
 def name_list(allowed, what: str = "name"):

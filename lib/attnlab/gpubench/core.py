@@ -152,7 +152,8 @@ def _events(torch, step, calls: int, reps: int) -> float:
 def time_per_call(fn, expect, calls: int = 20, reps: int = 10):
     """(us per call, how). CUDA: `calls` calls captured in one graph, replayed `reps` times, median;
     CUDA events around `calls` eager calls if the capture fails or its answer differs from `expect`.
-    On a CPU (a dry run under the interpreter): wall clock of two calls. `fn` returns a tensor.
+    On a CPU (a dry run under the interpreter): wall clock of two calls. `fn` returns a tensor, or
+    a tuple of tensors whose parts, joined (`joined`), are `expect`.
 
     Graph replay leaves out the host's launch overhead, which would hide small kernels; the replay's
     answer is checked against `expect` (the output is poisoned first), so a capture that recorded
@@ -180,10 +181,11 @@ def time_per_call(fn, expect, calls: int = 20, reps: int = 10):
         with torch.cuda.graph(g):
             for _ in range(calls):
                 res = fn()
-        res.fill_(float("nan"))  # the replay must write it again
+        for part in res if isinstance(res, (tuple, list)) else (res,):
+            part.fill_(float("nan"))  # the replay must write it again
         g.replay()
         torch.cuda.synchronize()
-        if not (res.float() - expect).abs().max().item() <= 1e-2:
+        if not (joined(res).float().reshape(expect.shape) - expect).abs().max().item() <= 1e-2:
             raise RuntimeError("graph replay gave a different answer")
         step, how = g.replay, "graph"
     except Exception as e:  # noqa: BLE001 - any failure: time without
@@ -241,6 +243,18 @@ def write_json(path, obj) -> None:
 # -- the one loop ---------------------------------------------------------------------------------
 
 
+def joined(o, what: str = "a launch"):
+    """A launch's answer as one tensor: a tensor as it is; a tuple of tensors (two launches writing
+    two buffers, e.g. a prefill chunk's rows and the decodes' after them) flattened and joined in
+    order, so no copy into one buffer is timed."""
+    import torch
+
+    parts = o if isinstance(o, (tuple, list)) else (o,)
+    if not parts or not all(isinstance(t, torch.Tensor) for t in parts):
+        raise TypeError(f"{what} must return a tensor or a tuple of tensors; got {short(o)}")
+    return parts[0] if len(parts) == 1 else torch.cat([t.reshape(-1) for t in parts])
+
+
 def _error(o, ref, kind: str):
     if ref is None:
         return None
@@ -281,14 +295,12 @@ def _checked(section: Section, launch: Launch, c, ctx):
     """(output, error) of one launch, or None (dropped): the call's output (copied: it may live
     in a reused buffer) must be a tensor, finite and within the section's tolerance of the
     reference."""
-    import torch
 
     ref = launch.ref if launch.ref is not None else c.ref
     try:
-        o = launch.fn()
-        if not isinstance(o, torch.Tensor):
-            raise TypeError(f"fn of launch {launch.name!r} must return a tensor; got {short(o)}")
-        o = o.float().clone()
+        o = joined(launch.fn(), f"fn of launch {launch.name!r}").float().clone()
+        if ref is not None and o.dim() == 1 and o.numel() == ref.numel():
+            o = o.view(ref.shape)  # the parts' rows, in order, are the answer's
         if not bool(o.isfinite().all()):
             raise RuntimeError("the output has NaN or inf")
         err = _error(o, ref, section.error)

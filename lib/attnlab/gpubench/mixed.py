@@ -10,8 +10,15 @@ chunk itself, causal bottom-right) beside `decodes` requests of one query each, 
 the long-tailed draw of `machine.workload.lengths` (seed --draw). Llama-3-8B's layer (32 query
 heads, 8 KV heads, d = 128), bf16, pages of 16 tokens from a shuffled pool. Each answer is checked
 against the float32 reference built from the pages (`batch_reference`) and timed by CUDA-graph
-replay; FlashInfer's wrapper is planned outside the timing, as a serving loop plans it once per
-batch. `gpubench.tree` (the speculative tree's mask) shares this module's inputs and peers.
+replay; every implementation is planned outside the timing, as a serving loop plans once per
+batch. The rows:
+    ours               the batch in one launch (`kernels.paged_prefill.PrefillWorkspace`), one
+                       row per --launches entry
+    two                ours as two launches: the chunk alone, then the decodes through
+                       `kernels.decode_paged` (what one launch saves)
+    flashinfer-fa2/3   `BatchPrefillWithPagedKVCacheWrapper` with each backend
+    flashinfer-pod     `BatchPODWithPagedKVCacheWrapper`: the chunk and the decodes in one launch
+`gpubench.tree` (the speculative tree's mask) shares this module's inputs and peers.
 """
 
 from __future__ import annotations
@@ -21,10 +28,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from attnlab.gpubench.cli import section_main, seed_arg
+from attnlab.gpubench.cli import launch_grid, section_main, seed_arg
 from attnlab.gpubench.declare import Impl, Launch, Section
 
-__all__ = ["SECTION", "CASES", "paged_batch", "batch_reference", "ours", "flashinfer", "main"]
+__all__ = [
+    "SECTION", "CASES", "LAUNCH", "LAUNCHES", "paged_batch", "batch_reference", "ours", "two_launches",
+    "flashinfer", "pod", "main",
+]  # fmt: skip
 
 PAGE = 16
 #: (prefill chunk, decode requests)
@@ -122,35 +132,107 @@ def _inputs(torch, case, ctx):
     )
 
 
-def ours(torch, c, ctx):
-    from attnlab.kernels.paged_prefill import paged_prefill
+#: our launch choices a --launches entry names, in order (None: the kernel's own)
+LAUNCH = ("block_r", "block_n", "num_warps", "num_stages")
+LAUNCHES = (
+    "--launches",
+    "our launches, comma-separated: auto (the kernel's choice) or block_r x block_n x num_warps x num_stages",
+    launch_grid(LAUNCH),
+    (None,),
+)
 
+
+def _planned(b, qo, indptr, indices, last, launch):
+    """A PrefillWorkspace planned on these tables (outside the timing) and what it chose."""
+    from attnlab.kernels.paged_prefill import PrefillWorkspace
+
+    hq, d, hkv = b.q.shape[1], b.q.shape[2], b.k.shape[2]
+    w = PrefillWorkspace(hq, hkv, d, b.page, b.k.shape[0], b.q.dtype, b.q.device)
+    how = w.plan(
+        qo, indptr, indices, last, causal=b.mask is None, mask=b.mask, **dict(zip(LAUNCH, launch or ()))
+    )
+    return w, how
+
+
+def ours(torch, c, ctx):
+    """The batch in one launch (and the merge where a tile's keys are cut), a PrefillWorkspace per
+    --launches entry, planned outside the timing as FlashInfer's wrapper is."""
     b = c.b
-    causal = b.mask is None
+    for launch in ctx.options.launches:
+        w, how = _planned(b, b.qo, b.indptr, b.indices, b.last, launch)
+        yield Launch(
+            "ours",
+            lambda w=w: w.run(b.q, b.k, b.v)[0],
+            launch=dict(zip(LAUNCH, launch)) if launch else {},
+            extra={k: how[k] for k in ("items", "kv_chunk", "slots", "block_r", "block_n")},
+        )
+
+
+def two_launches(torch, c, ctx):
+    """Ours as two launches: the chunk alone through `kernels.paged_prefill`'s workspace, the
+    decodes through `kernels.decode_paged`'s, each planned outside the timing; the answer is the
+    two output buffers' rows in order (no copy into one buffer is timed)."""
+    b = c.b
+    if b.mask is not None or len(b.q_lens) < 2 or any(n != 1 for n in b.q_lens[1:]):
+        return
+    from attnlab.kernels.decode_paged import DecodeWorkspace
+
+    a, n0 = b.q_lens[0], int(b.indptr[1])
+    qo = torch.tensor([0, a], dtype=torch.int32, device=b.q.device)
+    wp, _ = _planned(b, qo, b.indptr[:2], b.indices[:n0], b.last[:1], None)
+    hq, d, hkv = b.q.shape[1], b.q.shape[2], b.k.shape[2]
+    wd = DecodeWorkspace(hq, hkv, d, b.page, b.k.shape[0], b.q.dtype, b.q.device)
+    how = wd.plan((b.indptr[1:] - n0).to(torch.int32), b.indices[n0:], b.last[1:])
+    q_p, q_d = b.q[:a], b.q[a:]
     yield Launch(
-        "ours",
-        lambda: paged_prefill(
-            b.q, b.k, b.v, b.qo, b.indptr, b.indices, b.last, page_size=b.page, causal=causal, mask=b.mask
-        )[0],
+        "two",
+        lambda: (wp.run(q_p, b.k, b.v)[0], wd.run(q_d, b.k, b.v)),
+        extra={"decoder": how["decoder"]},
     )
 
 
+def _fi_workspace(torch, b):
+    return torch.zeros(256 << 20, dtype=torch.uint8, device=b.q.device)
+
+
 def flashinfer(torch, c, ctx):
-    """FlashInfer's paged prefill wrapper on the same batch, planned once outside the timing."""
+    """FlashInfer's paged prefill wrapper on the same batch, planned once outside the timing, with
+    each backend that takes the batch: FA2 and FA3 (its "auto" on an H100 or H200) causal, FA2
+    with a custom mask (FA3 takes none)."""
     if c.b.q.device.type != "cuda":
         return
     import flashinfer as fi
 
     b = c.b
-    w = fi.BatchPrefillWithPagedKVCacheWrapper(
-        torch.zeros(256 << 20, dtype=torch.uint8, device=b.q.device), "NHD"
-    )
+    for backend in ("fa2", "fa3") if b.mask is None else ("fa2",):
+        w = fi.BatchPrefillWithPagedKVCacheWrapper(_fi_workspace(torch, b), "NHD", backend=backend)
+        w.plan(
+            b.qo, b.indptr, b.indices, b.last, num_qo_heads=b.q.shape[1], num_kv_heads=b.k.shape[2],
+            head_dim_qk=b.q.shape[2], page_size=b.page, causal=b.mask is None, custom_mask=b.mask,
+            q_data_type=b.q.dtype, kv_data_type=b.k.dtype,
+        )  # fmt: skip
+        yield Launch(f"flashinfer-{backend}", lambda w=w: w.run(b.q, (b.k, b.v)))
+
+
+def pod(torch, c, ctx):
+    """FlashInfer's POD attention (`BatchPODWithPagedKVCacheWrapper`: the prefill and the decodes
+    in one launch, sharing the SMs), planned once outside the timing."""
+    b = c.b
+    if b.q.device.type != "cuda" or b.mask is not None or any(n != 1 for n in b.q_lens[1:]):
+        return
+    import flashinfer as fi
+
+    a, n0 = b.q_lens[0], int(b.indptr[1])
+    i32 = dict(dtype=torch.int32, device=b.q.device)
+    w = fi.BatchPODWithPagedKVCacheWrapper(_fi_workspace(torch, b), "NHD")
     w.plan(
-        b.qo, b.indptr, b.indices, b.last, num_qo_heads=b.q.shape[1], num_kv_heads=b.k.shape[2],
-        head_dim_qk=b.q.shape[2], page_size=b.page, causal=b.mask is None, custom_mask=b.mask,
-        q_data_type=b.q.dtype, kv_data_type=b.k.dtype,
+        torch.tensor([0, a], **i32), b.indptr[:2], b.indices[:n0], b.last[:1],
+        torch.arange(len(b.q_lens), **i32), (b.indptr[1:] - n0).to(torch.int32), b.indices[n0:],
+        b.last[1:], b.q.shape[1], b.k.shape[2], b.q.shape[2], b.page, q_data_type=b.q.dtype,
+        kv_data_type=b.k.dtype,
     )  # fmt: skip
-    yield Launch("flashinfer", lambda: w.run(b.q, (b.k, b.v)))
+    q_p, q_d = b.q[:a], b.q[a:]
+    yield Launch("flashinfer-pod", lambda: w.run(q_p, (b.k, b.v), q_d, (b.k, b.v), causal_p=True))
 
 
 SECTION = Section(
@@ -162,10 +244,15 @@ SECTION = Section(
     shape=SHAPE,
     dry_shape=DRY["shape"],
     inputs=_inputs,
-    impls=(Impl("ours", ours, ours=True), Impl("flashinfer", flashinfer, library="flashinfer")),
+    impls=(
+        Impl("ours", ours, ours=True),
+        Impl("two", two_launches, ours=True),
+        Impl("flashinfer", flashinfer, library="flashinfer"),
+        Impl("pod", pod, library="flashinfer"),
+    ),
     tolerance=0.05,  # max |error|, bf16 inputs against the float32 reference
     settings=lambda ctx: {"page_size": DRY["page"] if ctx.dry else PAGE, "draw": ctx.options.draw},
-    options=(("--draw", "the decode lengths' seed offset", seed_arg, 0),),
+    options=(("--draw", "the decode lengths' seed offset", seed_arg, 0), LAUNCHES),
 )
 
 

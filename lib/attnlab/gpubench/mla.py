@@ -19,10 +19,10 @@ import sys
 from types import SimpleNamespace
 
 
-from attnlab.gpubench.cli import section_main
+from attnlab.gpubench.cli import launch_grid, section_main
 from attnlab.gpubench.declare import Impl, Launch, Section
 
-__all__ = ["SECTION", "CASES", "main"]
+__all__ = ["SECTION", "CASES", "LAUNCH", "main"]
 
 CASES = tuple((b, n) for b in (1, 8, 32, 128) for n in (1024, 8192, 32768))
 SHAPE = {"heads": 128, "latent": 512, "rope": 64, "page": 64}
@@ -72,11 +72,24 @@ def _inputs(torch, case, ctx):
     yield c
 
 
-def _ours(torch, c, ctx):
-    from attnlab.kernels.mla import mla_decode
+#: our launch choices a --launches entry names, in order (None: the kernel's own)
+LAUNCH = ("block_h", "block_n", "num_warps", "num_stages")
 
-    args = (c.q_nope, c.q_pe, c.ckv, c.kpe, c.indptr, c.indices, c.last)
-    yield Launch("ours", lambda: mla_decode(*args, page_size=c.page, scale=SCALE)[0])
+
+def _ours(torch, c, ctx):
+    """An MLAWorkspace per --launches entry, planned outside the timing as FlashInfer's is."""
+    from attnlab.kernels.mla import MLAWorkspace
+
+    h, L, R = c.q_nope.shape[1], c.q_nope.shape[2], c.q_pe.shape[2]
+    for launch in ctx.options.launches:
+        w = MLAWorkspace(h, L, R, c.page, c.ckv.shape[0], c.q_nope.dtype, c.q_nope.device, scale=SCALE)
+        how = w.plan(c.indptr, c.indices, c.last, **dict(zip(LAUNCH, launch or ())))
+        yield Launch(
+            "ours",
+            lambda w=w: w.run(c.q_nope, c.q_pe, c.ckv, c.kpe)[0],
+            launch=dict(zip(LAUNCH, launch)) if launch else {},
+            extra=how,
+        )
 
 
 def _flashinfer(torch, c, ctx):
@@ -113,6 +126,15 @@ SECTION = Section(
     impls=(Impl("ours", _ours, ours=True), Impl("flashinfer", _flashinfer, library="flashinfer")),
     tolerance=0.05,  # max |error|, bf16 inputs against the float32 reference
     settings=lambda ctx: {"scale": "1/sqrt(192)", "page_size": ctx.shape["page"]},
+    options=(
+        (
+            "--launches",
+            "our launches, comma-separated: auto (the kernel's choice) or block_h x block_n x "
+            "num_warps x num_stages",
+            launch_grid(LAUNCH),
+            (None,),
+        ),
+    ),
 )
 
 

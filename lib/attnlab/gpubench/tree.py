@@ -74,7 +74,7 @@ SECTION = Section(
         "page_size": mixed.DRY["page"] if ctx.dry else mixed.PAGE,
         "draw": ctx.options.draw,
     },
-    options=(("--draw", "the trees' seed offset", seed_arg, 0),),
+    options=(("--draw", "the trees' seed offset", seed_arg, 0), mixed.LAUNCHES),
 )
 
 

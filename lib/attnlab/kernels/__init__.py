@@ -12,7 +12,9 @@
                                       the plan-driven decoder, chosen from the real lengths
     paged_prefill.paged_prefill       a ragged batch of queries over a paged KV cache in one
                                       launch: prefill chunks beside decode rows, custom (tree) masks
+      (.PrefillWorkspace: plan once per batch, run launches only, for a CUDA graph)
     mla.mla_decode                    MLA decode in the absorbed form over a paged latent cache
+      (.MLAWorkspace: the same plan and run)
 
 What they share is in `kernels.common` (online_update, finish, dot, the merge of split states, the
 launchers' checks); their automatic launch choices, each beside the sweep that set it, in

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.kernels.common import DTYPES, check_paged
+from attnlab.kernels.common import check_paged, pool_dims
 from attnlab.kernels.decode import workspace
 from attnlab.kernels.paged import choose_splits, paged_decode, request_lengths
 from attnlab.kernels.tuning import CTAS_PER_SM, PLAN_MIN_CHUNK, choose_decoder, sms
@@ -86,8 +86,6 @@ class DecodeWorkspace:
         *,
         scale: float | None = None,
     ):
-        import torch
-
         self.q_heads, self.kv_heads = (
             as_int("q_heads", q_heads, 1, None),
             as_int("kv_heads", kv_heads, 1, None),
@@ -95,12 +93,10 @@ class DecodeWorkspace:
         if self.q_heads % self.kv_heads:
             raise ValueError(f"q_heads={q_heads} must be a multiple of kv_heads={kv_heads}")
         self.head_dim = as_int("head_dim", head_dim, 1, 256)
-        self.page_size = as_int("page_size", page_size, 1, None)
-        self.max_pages = as_int("max_pages", max_pages, 1, None)
-        self.dtype = torch.bfloat16 if dtype is None else dtype
-        if self.dtype not in DTYPES:
-            raise TypeError(f"dtype={dtype} is not supported; valid: float16, bfloat16, float32")
-        self.device, self.scale = torch.device(device), scale
+        self.page_size, self.max_pages, self.dtype, self.device = pool_dims(
+            page_size, max_pages, dtype, device
+        )
+        self.scale = scale
         self.choice, self._table, self._dec, self._split, self._lse = None, None, None, None, None
 
     def plan(self, kv_indptr, kv_indices, kv_last_page_len, *, decoder: str | None = None) -> dict:

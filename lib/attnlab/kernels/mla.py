@@ -24,11 +24,18 @@ tokens, a tile of BLOCK_N latent rows at a time gathered through the page table,
 running state; with more than one split, `kernels.common.merge_splits_kernel` merges the states in
 a fixed order. The splits come from the real lengths by the fill rule (`tuning.fill_from_lengths`,
 the head tiles in place of KV heads), so a small batch still fills the GPU. lse is the natural log.
+A request's head tiles are neighbours in the grid, so they read its latent rows while L2 holds them.
+
+`MLAWorkspace` plans once per batch (the lengths, the splits, the buffers) and runs launches only,
+so a CUDA graph can capture it; `mla_decode` is one plan and one run. This file is long because
+the kernel, the checks of its arguments and the workspace that launches it must agree argument by
+argument, and read best side by side.
 """
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import torch
 import triton
@@ -42,14 +49,16 @@ from attnlab.kernels.common import (
     as_count,
     as_stages,
     as_warps,
+    check_planned,
     dot,
     finish,
     merge_splits_kernel,
     split_range,
     online_update,
+    pool_dims,
 )
 
-__all__ = ["mla_decode", "MAX_HEADS", "MAX_LATENT", "MAX_ROPE"]
+__all__ = ["mla_decode", "MLAWorkspace", "MAX_HEADS", "MAX_LATENT", "MAX_ROPE"]
 
 MAX_HEADS, MAX_LATENT, MAX_ROPE = 128, 512, 128
 
@@ -63,8 +72,8 @@ def _mla_kernel(
     PAGE_SIZE: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    b = tl.program_id(0).to(tl.int64)
-    h0 = tl.program_id(1) * BLOCK_H
+    h0 = tl.program_id(0) * BLOCK_H  # a request's head tiles side by side: they share its latent rows in L2
+    b = tl.program_id(1).to(tl.int64)
     pid_s = tl.program_id(2)
     offs_h = h0 + tl.arange(0, BLOCK_H)
     h_ok = offs_h < HEADS
@@ -173,6 +182,113 @@ def _check(q_nope, q_pe, ckv_pool, kpe_pool, kv_indptr, kv_indices, kv_last_page
     return B, H, L, R, as_count("page_size", page_size, 1), float(scale)
 
 
+class MLAWorkspace:
+    """mla_decode planned once for a batch's page table and run at every step (FlashInfer's
+    BatchMLAPagedAttentionWrapper form: plan, then run).
+
+    MLAWorkspace(heads, latent, rope, page_size, max_pages, dtype, device, scale=) sizes nothing
+    yet; `plan(kv_indptr, kv_indices, kv_last_page_len, splits=, block_h=, block_n=, num_warps=,
+    num_stages=)` reads the real lengths, chooses the splits (`mla_decode`'s docstring) and makes
+    the buffers the launches write, and returns what it chose; `run(q_nope, q_pe, ckv_pool,
+    kpe_pool)` launches only, so it can be captured in a CUDA graph, and returns (o, lse)."""
+
+    def __init__(self, heads, latent, rope, page_size, max_pages, dtype=None, device="cuda", *, scale):
+        self.heads, self.latent, self.rope = heads, latent, rope
+        self.page_size, self.max_pages, self.dtype, self.device = pool_dims(
+            page_size, max_pages, dtype, device
+        )
+        self.scale, self._p = scale, None
+        self.scale = self._fakes(1)[-1]  # heads, latent, rope and scale refused by name now
+
+    def _fakes(self, batch):
+        """Views of the planned shapes (no memory), checked as a call's tensors are."""
+        fake = lambda *shape: torch.empty(shape[-1], dtype=self.dtype, device=self.device).expand(*shape)  # noqa: E731
+        qn, qp = fake(batch, self.heads, self.latent), fake(batch, self.heads, self.rope)
+        ckv, kpe = (
+            fake(self.max_pages, self.page_size, self.latent),
+            fake(self.max_pages, self.page_size, self.rope),
+        )
+        i32 = dict(dtype=torch.int32, device=self.device)
+        table = (torch.arange(batch + 1, **i32), torch.zeros(batch, **i32), torch.ones(batch, **i32))
+        scale = _check(qn, qp, ckv, kpe, *table, self.page_size, self.scale)[-1]
+        return qn, qp, ckv, kpe, scale
+
+    def plan(
+        self,
+        kv_indptr,
+        kv_indices,
+        kv_last_page_len,
+        *,
+        splits: int | None = None,
+        block_h: int | None = None,
+        block_n: int | None = None,
+        num_warps: int | None = None,
+        num_stages: int | None = None,
+    ) -> dict:
+        """The host's work for this page table; returns {"splits", "min_chunk", "block_h",
+        "block_n"}."""
+        from attnlab.kernels.paged import request_lengths
+        from attnlab.kernels.tuning import fill_from_lengths
+
+        if not isinstance(kv_last_page_len, torch.Tensor):
+            raise TypeError(f"kv_last_page_len must be a torch.Tensor, got {type(kv_last_page_len).__name__}")
+        B, H, L = kv_last_page_len.numel(), self.heads, self.latent
+        qn, qp, ckv, kpe, _ = self._fakes(max(B, 1))
+        _check(qn[:B], qp[:B], ckv, kpe, kv_indptr, kv_indices, kv_last_page_len, self.page_size, self.scale)
+        interp = interpreting()
+        block_h = as_block("block_h", block_h) or (16 if interp or H <= 16 else 32)
+        block_n = as_block("block_n", block_n) or (16 if interp else 32)
+        num_warps, num_stages = as_warps(num_warps), as_stages(num_stages)
+        tiles = -(-H // block_h)
+        if splits is None:
+            lengths = request_lengths(kv_indptr, kv_last_page_len, self.page_size)
+            small = {"floor": block_n, "tile": block_n} if interp else {}
+            splits, min_chunk = fill_from_lengths(lengths, tiles, self.device, **small)
+        else:
+            splits, min_chunk = as_count("splits", splits, 1, 1024), 1
+        f32 = dict(dtype=torch.float32, device=self.device)
+        p = SimpleNamespace(
+            table=(kv_indptr, kv_indices, kv_last_page_len), batch=B, splits=splits,
+            min_chunk=min_chunk, block_h=block_h, block_n=block_n, tiles=tiles,
+            kw={} if interp else {"num_warps": num_warps or 8, "num_stages": num_stages or 2},
+            op=torch.empty((B * H * splits, L), **f32), lp=torch.empty((B * H * splits,), **f32),
+            o=torch.empty((B, H, L), dtype=self.dtype, device=self.device),
+        )  # fmt: skip
+        if splits > 1:
+            p.o32, p.lse = torch.empty((B * H, L), **f32), torch.empty((B * H,), **f32)
+        else:  # one split: its state is the answer
+            p.o32, p.lse = p.op, p.lp
+        self._p = p
+        return {"splits": splits, "min_chunk": min_chunk, "block_h": block_h, "block_n": block_n}
+
+    def run(self, q_nope, q_pe, ckv_pool, kpe_pool):
+        """(o, lse) for the planned table: o (batch, heads, latent) in the plan's dtype, lse
+        (batch, heads) float32, natural log; launches only."""
+        p = self._p
+        if p is None:
+            raise RuntimeError("nothing planned: call plan(kv_indptr, kv_indices, kv_last_page_len) first")
+        B, H, L, R = p.batch, self.heads, self.latent, self.rope
+        check_planned("q_nope", q_nope, (B, H, L), self.dtype, self.device)
+        check_planned("q_pe", q_pe, (B, H, R), self.dtype, self.device)
+        _check(q_nope, q_pe, ckv_pool, kpe_pool, *p.table, self.page_size, self.scale)
+        interp, fp32 = interpreting(), self.dtype == torch.float32
+        _mla_kernel[(p.tiles, B, p.splits)](
+            q_nope, q_pe, ckv_pool, kpe_pool, p.op, p.lp, *p.table, self.scale * LOG2E,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv_pool.stride(0),
+            ckv_pool.stride(1), kpe_pool.stride(0), kpe_pool.stride(1), H, p.splits, p.min_chunk,
+            L, R, PAGE_SIZE=self.page_size, BLOCK_L=triton.next_power_of_2(L),
+            BLOCK_R=triton.next_power_of_2(R), BLOCK_H=p.block_h, BLOCK_N=p.block_n,
+            UPCAST=interp or fp32, IEEE=interp or fp32, **p.kw,
+        )  # fmt: skip
+        if p.splits > 1:
+            merge_splits_kernel[(B * H,)](
+                p.op, p.lp, p.o32, p.lse, p.splits, L, BLOCK_S=triton.next_power_of_2(p.splits),
+                BLOCK_D=triton.next_power_of_2(L), **({} if interp else {"num_warps": 4}),
+            )  # fmt: skip
+        p.o.copy_(p.o32.view(B, H, L))
+        return p.o, p.lse.view(B, H)
+
+
 def mla_decode(
     q_nope,
     q_pe,
@@ -191,46 +307,16 @@ def mla_decode(
     num_stages: int | None = None,
 ):
     """o (batch, heads, latent) in q's dtype and lse (batch, heads) float32, natural log (the
-    module's docstring gives the arrays). `splits` per request (None: the fill rule over the real
-    lengths, a copy of 2 x batch + 1 integers to the host); block_h, block_n (powers of two,
-    16-256), num_warps, num_stages: launch choices. Bad input is refused by name before a launch."""
-    from attnlab.kernels.paged import request_lengths
-    from attnlab.kernels.tuning import fill_from_lengths
-
+    module's docstring gives the arrays): one MLAWorkspace plan and run. `splits` per request
+    (None: the fill rule over the real lengths, a copy of 2 x batch + 1 integers to the host);
+    block_h, block_n (powers of two, 16-256), num_warps, num_stages: launch choices. Bad input is
+    refused by name before a launch."""
     B, H, L, R, page_size, scale = _check(
         q_nope, q_pe, ckv_pool, kpe_pool, kv_indptr, kv_indices, kv_last_page_len, page_size, scale
     )
-    interp = interpreting()
-    block_h = as_block("block_h", block_h) or (16 if interp or H <= 16 else 32)
-    block_n = as_block("block_n", block_n) or (16 if interp else 32)
-    num_warps, num_stages = as_warps(num_warps), as_stages(num_stages)
-    tiles = -(-H // block_h)
-    if splits is None:
-        lengths = request_lengths(kv_indptr, kv_last_page_len, page_size)
-        small = {"floor": block_n, "tile": block_n} if interp else {}
-        splits, min_chunk = fill_from_lengths(lengths, tiles, q_nope.device, **small)
-    else:
-        splits, min_chunk = as_count("splits", splits, 1, 1024), 1
-    dev = q_nope.device
-    op = torch.empty((B * H * splits, L), dtype=torch.float32, device=dev)
-    lp = torch.empty((B * H * splits,), dtype=torch.float32, device=dev)
-    kw = {} if interp else {"num_warps": num_warps or 8, "num_stages": num_stages or 2}
-    fp32 = q_nope.dtype == torch.float32
-    _mla_kernel[(B, tiles, splits)](
-        q_nope, q_pe, ckv_pool, kpe_pool, op, lp, kv_indptr, kv_indices, kv_last_page_len,
-        scale * LOG2E, q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-        ckv_pool.stride(0), ckv_pool.stride(1), kpe_pool.stride(0), kpe_pool.stride(1),
-        H, splits, min_chunk, L, R,
-        PAGE_SIZE=page_size, BLOCK_L=triton.next_power_of_2(L), BLOCK_R=triton.next_power_of_2(R),
-        BLOCK_H=block_h, BLOCK_N=block_n,
-        UPCAST=interp or fp32, IEEE=interp or fp32, **kw,
+    w = MLAWorkspace(H, L, R, page_size, ckv_pool.shape[0], q_nope.dtype, q_nope.device, scale=scale)
+    w.plan(
+        kv_indptr, kv_indices, kv_last_page_len, splits=splits, block_h=block_h, block_n=block_n,
+        num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
-    o32, lse = op, lp  # one split: its state is the answer
-    if splits > 1:
-        o32 = torch.empty((B * H, L), dtype=torch.float32, device=dev)
-        lse = torch.empty((B * H,), dtype=torch.float32, device=dev)
-        merge_splits_kernel[(B * H,)](
-            op, lp, o32, lse, splits, L, BLOCK_S=triton.next_power_of_2(splits),
-            BLOCK_D=triton.next_power_of_2(L), **({} if interp else {"num_warps": 4}),
-        )  # fmt: skip
-    return o32.view(B, H, L).to(q_nope.dtype), lse.view(B, H)
+    return w.run(q_nope, q_pe, ckv_pool, kpe_pool)
