@@ -75,3 +75,33 @@ def test_mla_flops_are_both_products_of_the_absorbed_form():
     # scores: 2 (L + R) per head and token; output: 2 L per head and token
     assert c.flop == 2 * 9 * h * (2 * (L + R) + 2 * L)
     assert c.bytes == 2 * 9 * (L + R) * 2 + 2 * c.q_nope.numel() * 2 + c.q_pe.numel() * 2
+
+
+def test_mla_counts_are_notebook_06s_and_the_model_says_which_roof():
+    """The section's FLOPs and bytes at DeepSeek-V3's shape are core.mla's absorbed form (the
+    count notebook 06 shows), and its model hook reads them against both roofs."""
+    from types import SimpleNamespace
+
+    from attnlab.core.mla import mla_decode_cost
+
+    sh, n, batch = mla.SHAPE, 8192, 3
+    # the section's formulas on full-size shapes, without building the tensors
+    q_nope = SimpleNamespace(numel=lambda: batch * sh["heads"] * sh["latent"])
+    q_pe = SimpleNamespace(numel=lambda: batch * sh["heads"] * sh["rope"])
+    flop = batch * n * sh["heads"] * (2 * (sh["latent"] + sh["rope"]) + 2 * sh["latent"])
+    nbytes = batch * n * (sh["latent"] + sh["rope"]) * 2 + 2 * q_nope.numel() * 2 + q_pe.numel() * 2
+    f1, b1 = mla_decode_cost("absorbed", n)
+    assert (flop, nbytes) == (batch * f1, batch * b1)
+    c = SimpleNamespace(flop=flop, bytes=nbytes)
+    got = mla._model(
+        c, None, 1000.0, SimpleNamespace(ceilings={"bf16_matmul_flops": 700e12, "copy_bytes_per_s": 4.2e12})
+    )
+    # 234.8 FLOP/byte: above the H200's datasheet ridge (989.4 / 4.8 = 206) and the run's (700 / 4.2 = 167)
+    assert got["model_bound"] == got["model_bound_measured"] == "compute"
+    assert got["model_us_measured"] == pytest.approx(flop / 700e12 * 1e6, rel=1e-12)
+    assert got["over_model_measured"] == pytest.approx(1000.0 / got["model_us_measured"], rel=1e-12)
+    slow = mla._model(
+        c, None, 1000.0, SimpleNamespace(ceilings={"bf16_matmul_flops": 700e12, "copy_bytes_per_s": 2e12})
+    )
+    assert slow["model_bound_measured"] == "memory"  # a ridge of 350 puts it below
+    assert slow["model_us_measured"] == pytest.approx(nbytes / 2e12 * 1e6, rel=1e-12)

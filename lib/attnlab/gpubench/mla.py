@@ -9,7 +9,10 @@ A case is (batch, kv): `batch` requests of `kv` cached tokens each, one query to
 heads, latent 512, rope 64, bf16, pages of 64 tokens from a shuffled pool, scale 1/sqrt(192).
 Each answer is checked against the float32 reference from the pages, then timed by CUDA-graph
 replay; FlashInfer's wrappers are planned outside the timing. FLOPs count both products of the
-absorbed form (q . [ckv, kpe] and p . ckv); bytes, the latent cache read once.
+absorbed form (q . [ckv, kpe] and p . ckv); bytes, the latent cache read once (both as
+`core.mla.mla_decode_cost("absorbed")` counts them, notebook 06's numbers). Each row adds the
+roofline's time at the datasheet and at the run's own ceilings, the roof that bounds it, and the
+measured time over each (`_model`).
 """
 
 from __future__ import annotations
@@ -72,6 +75,29 @@ def _inputs(torch, case, ctx):
     yield c
 
 
+#: the datasheet the model reads (notebook 06's verdict is this GPU's)
+GPU = "H200-SXM"
+
+
+def _model(c, launch, us, ctx) -> dict:
+    """What an MLA row adds: the roofline's time, max(FLOPs / peak, bytes / bandwidth), at the
+    datasheet and at the run's own ceilings (its bf16 matmul rate and copy bandwidth), which roof
+    bounds it there, and the measured time over each."""
+    from attnlab.machine.hardware import get_gpu, peak
+
+    g, ceil = get_gpu(GPU), ctx.ceilings
+    sheet = (c.flop / peak(g, "bf16"), c.bytes / g.hbm_bandwidth)
+    run = (c.flop / ceil["bf16_matmul_flops"], c.bytes / ceil["copy_bytes_per_s"])
+    return {
+        "model_us": max(sheet) * 1e6,
+        "model_bound": "compute" if sheet[0] >= sheet[1] else "memory",
+        "model_us_measured": max(run) * 1e6,
+        "model_bound_measured": "compute" if run[0] >= run[1] else "memory",
+        "over_model": us / (max(sheet) * 1e6),
+        "over_model_measured": us / (max(run) * 1e6),
+    }
+
+
 #: our launch choices a --launches entry names, in order (None: the kernel's own)
 LAUNCH = ("block_h", "block_n", "num_warps", "num_stages")
 
@@ -124,8 +150,9 @@ SECTION = Section(
     dry_shape=DRY_SHAPE,
     inputs=_inputs,
     impls=(Impl("ours", _ours, ours=True), Impl("flashinfer", _flashinfer, library="flashinfer")),
+    extra=_model,
     tolerance=0.05,  # max |error|, bf16 inputs against the float32 reference
-    settings=lambda ctx: {"scale": "1/sqrt(192)", "page_size": ctx.shape["page"]},
+    settings=lambda ctx: {"scale": "1/sqrt(192)", "page_size": ctx.shape["page"], "model_gpu": GPU},
     options=(
         (
             "--launches",
