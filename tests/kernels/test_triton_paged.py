@@ -214,8 +214,9 @@ def test_auto_launch_refuses_what_no_launch_has():
 
 @pytest.mark.parametrize("page_size, block_n", [(1, 16), (3, 16), (16, 16), (32, 16), (16, 32)])
 def test_prefetched_page_ids_give_the_same_bits(page_size, block_n):
-    """prefetch=True loads tile t+1's page ids during tile t; the ids, the tiles and the arithmetic
-    are the same, so the output must be bitwise that of prefetch=False, and both match float64.
+    """prefetch=True loads tile t+1's page ids during tile t, ahead=True tile t+1's K and V and
+    tile t+2's ids; the ids, the tiles and the arithmetic are the same, so the output must be
+    bitwise that of prefetch=False, and all match float64.
     Lengths cut tiles at every offset (1 token, a tile + 1, a page + 1, a multi-tile tail)."""
     lens = [1, block_n + 1, page_size + 1, 5 * block_n - 3]
     rng = np.random.default_rng(7 * page_size + block_n)
@@ -225,10 +226,11 @@ def test_prefetched_page_ids_give_the_same_bits(page_size, block_n):
     t = lambda x: torch.tensor(x, dtype=torch.float32, device=DEVICE)  # noqa: E731
     for splits in (1, 3):
         runs = [
-            _run(t(q), t(k), t(v), table, page_size, splits, block_n=block_n, prefetch=p)
-            for p in (False, np.bool_(True))
+            _run(t(q), t(k), t(v), table, page_size, splits, block_n=block_n, **kw)
+            for kw in ({"prefetch": False}, {"prefetch": np.bool_(True)}, {"ahead": True})
         ]
-        assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
+        for r in runs[1:]:  # ahead: K and V a tile ahead and page ids two ahead, the same tiles
+            assert np.array_equal(runs[0][0], r[0]) and np.array_equal(runs[0][1], r[1])
         assert np.abs(runs[1][0] - ro).max() < 1e-5 and np.abs(runs[1][1] - rl).max() < 1e-5
 
 
@@ -280,6 +282,7 @@ def _good():
         (lambda a: None, {"block_n": 8}, ValueError, "block_n"),
         (lambda a: None, {"prefetch": "False"}, TypeError, "prefetch must be True or False"),
         (lambda a: None, {"prefetch": 1}, TypeError, "prefetch must be True or False"),
+        (lambda a: None, {"ahead": "True"}, TypeError, "ahead must be True or False"),
         (lambda a: None, {"return_lse": "no"}, TypeError, "return_lse must be True or False"),
         (lambda a: None, {"scale": float("nan")}, ValueError, "scale"),
         (lambda a: None, {"scale": 0.0}, ValueError, r"scale=0.0 is out of range"),

@@ -145,10 +145,11 @@ def _decode(launch):
 
     sh = mixed.SHAPE
     b = mixed.paged_batch(torch, [1] * 4, [900, 5000, 130, 2400], sh, mixed.PAGE, "cpu", seed=0)
-    block_n, num_warps, num_stages, prefetch = launch or (None,) * 4
+    block_n, num_warps, num_stages, loads = launch or (None,) * 4
     paged_decode(
         b.q, b.k, b.v, b.indptr, b.indices, b.last, page_size=b.page, block_n=block_n,
-        num_warps=num_warps, num_stages=num_stages, prefetch=None if prefetch is None else bool(prefetch - 1),
+        num_warps=num_warps, num_stages=num_stages, prefetch=None if loads is None else loads == 2,
+        ahead=loads == 3,
     )  # fmt: skip
 
 
@@ -156,7 +157,7 @@ def _decode(launch):
 PROBES = {
     "mla": ("kernels.mla's MLA decode, DeepSeek-V3's shape", ("block_h", "block_n", "num_warps", "num_stages"), _mla),
     "mixed": ("kernels.paged_prefill on a mixed batch, Llama-3-8B's layer", ("block_r", "block_n", "num_warps", "num_stages"), _mixed),
-    "decode": ("kernels.paged's split-KV decode, Llama-3-8B's layer (prefetch 1: off, 2: on)", ("block_n", "num_warps", "num_stages", "prefetch"), _decode),
+    "decode": ("kernels.paged's split-KV decode, Llama-3-8B's layer (loads 1: Triton's pipeline, 2: page ids a tile ahead, 3: ahead, by hand)", ("block_n", "num_warps", "num_stages", "loads"), _decode),
 }  # fmt: skip
 
 

@@ -170,6 +170,30 @@ def choose_splits(
 
 
 @triton.jit
+def _page_ids(pages, pos, end, PAGE_SIZE: tl.constexpr):
+    """The page id of each token `pos` (0 past the end)."""
+    return tl.load(pages + pos // PAGE_SIZE, mask=pos < end, other=0).to(tl.int64)
+
+
+@triton.jit
+def _kv_tile(k_head, v_head, page, pos, end, s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE: tl.constexpr):
+    """K (transposed) and V of the tokens `pos` in pages `page`, 0 past the end."""
+    ok = pos < end
+    slot = pos % PAGE_SIZE
+    kt = tl.load(
+        (k_head + page * s_kp + slot * s_ks)[None, :] + dk[:, None],
+        mask=ok[None, :] & d_ok[:, None],
+        other=0.0,
+    )
+    v = tl.load(
+        (v_head + page * s_vp + slot * s_vs)[:, None] + dv[None, :],
+        mask=ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    return kt, v
+
+
+@triton.jit
 def paged_span(
     q,
     m_i,
@@ -193,14 +217,42 @@ def paged_span(
     UPCAST: tl.constexpr,
     IEEE: tl.constexpr,
     PREFETCH: tl.constexpr,
+    AHEAD: tl.constexpr = False,
 ):
     """Fold keys start:end of one request into the running state (m_i, l_i, acc) of the query
     rows q, reading K and V of one KV head (k_head, v_head) through the request's page list
     `pages` (its slice of kv_indices). Token pos sits in page pages[pos // PAGE_SIZE], slot
     pos % PAGE_SIZE: one page id per token, so a tile may span pages or cover part of one.
     PREFETCH loads the next tile's page ids while this tile's K and V are in flight, so the
-    lookup's latency leaves the loop's critical path. Shared by the paged and scheduled kernels."""
+    lookup's latency leaves the loop's critical path. AHEAD pipelines by hand, in registers: each
+    step first issues the next tile's K and V (from page ids loaded a step before) and the page
+    ids of the tile after it, then runs this tile's products on the K and V loaded a step before,
+    so no load waits on another in the step (Triton's pipeliner issues the next tile's page ids
+    and copies after this tile's products, in one dependent chain; it is meant to be off here:
+    num_stages=1).
+    Shared by the paged and scheduled kernels."""
     offs_n = tl.arange(0, BLOCK_N)
+    if AHEAD:  # K, V of tile 0 and the page ids of tile 1 before the loop
+        pos = start + offs_n
+        kt, v = _kv_tile(
+            k_head, v_head, _page_ids(pages, pos, end, PAGE_SIZE), pos, end, s_kp, s_ks, s_vp, s_vs, dk, dv,
+            d_ok, PAGE_SIZE,
+        )  # fmt: skip
+        page = _page_ids(pages, pos + BLOCK_N, end, PAGE_SIZE)
+        for n0 in range(start, end, BLOCK_N):
+            pos = n0 + offs_n
+            # tile i + 1's K and V from ids that came a step ago, tile i + 2's ids: none waits
+            kt_next, v_next = _kv_tile(
+                k_head, v_head, page, pos + BLOCK_N, end, s_kp, s_ks, s_vp, s_vs, dk, dv, d_ok, PAGE_SIZE
+            )
+            page = _page_ids(pages, pos + 2 * BLOCK_N, end, PAGE_SIZE)
+            k_use, v_use = kt, v
+            if UPCAST:
+                k_use, v_use = kt.to(tl.float32), v.to(tl.float32)
+            s = tl.where((pos < end)[None, :], dot(q, k_use, IEEE) * qk_scale, float("-inf"))
+            m_i, l_i, acc = online_update(s, v_use, m_i, l_i, acc, IEEE)
+            kt, v = kt_next, v_next
+        return m_i, l_i, acc
     if PREFETCH:
         pos = start + offs_n
         page = tl.load(pages + pos // PAGE_SIZE, mask=pos < end, other=0).to(tl.int64)
@@ -269,6 +321,7 @@ def _paged_split_kernel(
     IEEE: tl.constexpr,
     PREFETCH: tl.constexpr,
     ORDERED: tl.constexpr,
+    AHEAD: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -322,6 +375,7 @@ def _paged_split_kernel(
         UPCAST,
         IEEE,
         PREFETCH,
+        AHEAD,
     )
     o, lse = finish(acc, m_i, l_i)  # an empty split: o = 0, lse = -inf
     row = (b * KV_HEADS * GROUP + heads) * SPLITS + pid_s  # partial state index
@@ -348,6 +402,7 @@ def paged_decode(
     ws: dict | None = None,
     prefetch: bool | None = None,
     min_chunk: int | None = None,
+    ahead: bool | None = None,
 ):
     """Decode attention of one new query per head over a paged KV cache.
 
@@ -359,7 +414,9 @@ def paged_decode(
     (batch, q_heads, d) tensor of q's dtype to write into; `ws` an optional
     `kernels.decode.workspace(batch, q_heads, d, splits, device)` for the partial states.
     block_n (a power of two in [16, 256]), num_warps (1, 2, 4, 8, 16), num_stages (1 to 8) and
-    prefetch (a bool), each None: `launch_choices`, are launch choices.
+    prefetch (a bool), each None: `launch_choices`, are launch choices; `ahead` (a bool, None:
+    False) pipelines the loop by hand in registers (`paged_span`), with one stage unless
+    num_stages says otherwise.
 
     Returns o (batch, q_heads, d) in q's dtype, or (o, lse) with lse float32 (batch, q_heads),
     natural log.
@@ -382,6 +439,7 @@ def paged_decode(
         ws,
         prefetch,
         min_chunk,
+        ahead,
     )
     B, hq, d, hkv, page_size = a["B"], a["hq"], a["d"], a["hkv"], a["page_size"]
     go = launch_choices(
@@ -398,6 +456,7 @@ def paged_decode(
         num_warps=a["num_warps"],
         num_stages=a["num_stages"],
         prefetch=a["prefetch"],
+        ahead=a["ahead"],
     )
     splits = go["splits"]
     ws = (
@@ -448,6 +507,7 @@ def paged_decode(
         IEEE=interp or fp32,
         PREFETCH=go["prefetch"],
         ORDERED=order is not None,
+        AHEAD=go["ahead"],
         **kw,
     )
     if not one:
@@ -485,6 +545,7 @@ def _check(
     ws,
     prefetch,
     min_chunk,
+    ahead=None,
 ) -> dict:
     """paged_decode's arguments, each refused by name (`kernels.common`'s checks) before anything is
     read from the table or launched; the resolved ones as a dict. The workspace's shapes depend on
@@ -527,6 +588,7 @@ def _check(
         "num_stages": as_stages(num_stages),
         "prefetch": None if prefetch is None else as_bool("prefetch", prefetch),
         "min_chunk": _min_chunk(min_chunk, splits),
+        "ahead": None if ahead is None else as_bool("ahead", ahead),
     }
 
 
@@ -554,9 +616,11 @@ def launch_choices(
     num_warps=None,
     num_stages=None,
     prefetch=None,
+    ahead=None,
 ) -> dict:
     """What `paged_decode` launches with, for checked arguments: {"splits", "min_chunk", "order",
-    "block_n", "num_warps", "num_stages", "prefetch"}. splits=None: `choose_splits` (the read
+    "block_n", "num_warps", "num_stages", "prefetch", "ahead"} (ahead: one stage unless asked).
+    splits=None: `choose_splits` (the read
     that chose the split also sorted the requests, longest first, when the lengths rule chose);
     an explicit `splits` cuts every request into that many chunks, launched in batch order. The
     rest, where None, from `kernels.tuning.auto_launch` (num_warps 4)."""
@@ -580,6 +644,7 @@ def launch_choices(
         "order": order,
         "block_n": auto["block_n"] if block_n is None else block_n,
         "num_warps": 4 if num_warps is None else num_warps,
-        "num_stages": auto["num_stages"] if num_stages is None else num_stages,
+        "num_stages": (1 if ahead else auto["num_stages"]) if num_stages is None else num_stages,
         "prefetch": auto["prefetch"] if prefetch is None else prefetch,
+        "ahead": bool(ahead),
     }
