@@ -21,7 +21,9 @@ Beside the measured time: the plan's predicted utilization and `Plan.time` on th
 SM-sharing model), and the host cost of planning + fixed_size_workspace (plan_us, median of 5)
 and of load (load_us). On the same batch: `paged_decode` (splits=None), the one decode call
 `decode_paged` (the decoder it chose) and FlashInfer's BatchDecodeWithPagedKVCacheWrapper (tensor
-cores), each plan() timed on the host. --plans picks among KINDS, paged, decode_paged, flashinfer;
+cores), each plan() timed on the host; paged-ahead (asked for only) is `paged_decode` with its
+loop pipelined by hand (ahead=True). --plans picks among KINDS, paged, paged-ahead, decode_paged,
+flashinfer;
 --draw N measures the long-tailed lengths of seed N instead of the recorded draw (seed 0).
 
 This module is long because every implementation here runs on the same batches, set up once
@@ -237,20 +239,31 @@ def _scheduled(kind: str):
     return launches
 
 
-def _paged(torch, c, ctx):
-    from attnlab.kernels.paged import choose_splits, paged_decode
+def _paged_rows(name: str, **kw):
+    """paged_decode(splits=None) with its automatic split, and `kw` (ahead=True: the loop
+    pipelined by hand in registers)."""
 
-    b, pools = c.b, c.pools
-    out = torch.empty_like(b.q)
-    auto = choose_splits(b.q.shape[0], pools.k.shape[2], b.indptr, b.indices, b.last, PAGE_SIZE, b.q.device)
-    yield Launch(
-        "paged",
-        lambda: paged_decode(
-            b.q, pools.k, pools.v, b.indptr, b.indices, b.last, page_size=PAGE_SIZE, out=out
-        ),
-        launch={"auto": True},
-        extra=auto,
-    )
+    def launches(torch, c, ctx):
+        from attnlab.kernels.paged import choose_splits, paged_decode
+
+        b, pools = c.b, c.pools
+        out = torch.empty_like(b.q)
+        auto = choose_splits(
+            b.q.shape[0], pools.k.shape[2], b.indptr, b.indices, b.last, PAGE_SIZE, b.q.device
+        )
+        yield Launch(
+            name,
+            lambda: paged_decode(
+                b.q, pools.k, pools.v, b.indptr, b.indices, b.last, page_size=PAGE_SIZE, out=out, **kw
+            ),
+            launch={"auto": True},
+            extra=auto,
+        )
+
+    return launches
+
+
+_paged = _paged_rows("paged")
 
 
 def _decode_paged(torch, c, ctx):
@@ -287,6 +300,7 @@ SECTION = Section(
     impls=(
         *(Impl(kind, _scheduled(kind), ours=True) for kind in KINDS),
         Impl("paged", _paged, ours=True),
+        Impl("paged-ahead", _paged_rows("paged-ahead", ahead=True), ours=True),
         Impl("decode_paged", _decode_paged, ours=True),
         Impl("flashinfer", _flashinfer, library="flashinfer"),
     ),
