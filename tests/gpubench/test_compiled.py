@@ -45,3 +45,14 @@ def test_mla_launches_compile_to_their_products():
 def test_a_bad_launch_is_a_usage_error():
     rc, _, err = _compiled("mla", "--launches", "64x16")
     assert rc == 2 and "each launch is block_h x block_n x num_warps x num_stages" in err
+
+
+def test_the_gluon_probe_names_the_triton_it_needs():
+    """The Gluon kernel is written against the H200's Triton (3.6); under another the probe says so."""
+    import triton
+
+    rc, out, err = _compiled("gluon")
+    if triton.__version__.startswith("3.6."):
+        assert rc == 0 and "fa3_fwd_kernel" in out and "wgmma" in out, err[-2000:]
+    else:
+        assert rc != 0 and f"Triton {triton.__version__}: install triton==3.6.0" in err

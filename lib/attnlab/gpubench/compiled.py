@@ -6,6 +6,7 @@ became asynchronous copies, and the CTA barriers in the SASS.
     python -m attnlab.gpubench.compiled mla --launches auto,64x16x8x2
     python -m attnlab.gpubench.compiled mixed --launches auto,64x64x4x3
     python -m attnlab.gpubench.compiled decode --launches auto,64x4x3x2
+    PYTHONPATH=DIR:lib python -m attnlab.gpubench.compiled gluon    # DIR: triton==3.6.0 alone
 
 A launch compiles as the JIT would compile it on the GPU: the arguments specialised the same way
 (pointers and integers divisible by 16 marked so, integers equal to 1 made constants), so a
@@ -64,7 +65,10 @@ def compile_launch(kernel, args, kwargs, sm: int = SM):
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
     bound, spec, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec, options)
-    return compile(ASTSource(kernel, signature, constexprs, attrs), target=target, options=options.__dict__)
+    source = ASTSource
+    if getattr(kernel, "is_gluon", lambda: False)():  # a Gluon kernel is lowered by its own source
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    return compile(source(kernel, signature, constexprs, attrs), target=target, options=options.__dict__)
 
 
 def _tool(name: str) -> str:
@@ -153,10 +157,37 @@ def _decode(launch):
     )  # fmt: skip
 
 
+def _gluon(launch):
+    """flash_attention_gluon's causal launch of its default steps on 2 x 2K, 32 heads, d = 128;
+    its device check is what stops a CPU, so it is passed by for the compile. The kernel is
+    written against Triton 3.6's Gluon (the H200's); another Triton is refused by name."""
+    import torch
+    import triton
+
+    if not triton.__version__.startswith("3.6."):
+        raise RuntimeError(
+            f"the Gluon kernel is written against Triton 3.6's Gluon API (the lent H200's); this is "
+            f"Triton {triton.__version__}: install triton==3.6.0 into a folder of its own (pip install "
+            f"--target DIR) and put DIR first on PYTHONPATH"
+        )
+
+    from attnlab.kernels import gluon_fa3
+
+    q, k, v = (torch.zeros(2, 32, 2048, 128, dtype=torch.bfloat16) for _ in range(3))
+    check, gluon_fa3._check_device = gluon_fa3._check_device, lambda *a: None
+    try:
+        stages, block_n, causal = launch or (None, None, 1)
+        gluon_fa3.flash_attention_gluon(q, k, v, causal=bool(causal - 1) if launch else True,
+                                        num_stages=stages, block_n=block_n)  # fmt: skip
+    finally:
+        gluon_fa3._check_device = check
+
+
 #: name -> (what it compiles, the launch fields of --launches, a call of one launch (None: auto))
 PROBES = {
     "mla": ("kernels.mla's MLA decode, DeepSeek-V3's shape", ("block_h", "block_n", "num_warps", "num_stages"), _mla),
     "mixed": ("kernels.paged_prefill on a mixed batch, Llama-3-8B's layer", ("block_r", "block_n", "num_warps", "num_stages"), _mixed),
+    "gluon": ("kernels.gluon_fa3's prefill, its default steps, d = 128 (causal 1: off, 2: on)", ("num_stages", "block_n", "causal"), _gluon),
     "decode": ("kernels.paged's split-KV decode, Llama-3-8B's layer (loads 1: Triton's pipeline, 2: page ids a tile ahead, 3: ahead, by hand)", ("block_n", "num_warps", "num_stages", "loads"), _decode),
 }  # fmt: skip
 
@@ -176,7 +207,11 @@ def main(argv=None) -> int:
     print(f"{args.probe}: {what}; compiled for sm_{SM}, no GPU")
     for launch in launches:
         with caught_launches() as seen:
-            call(launch)
+            try:
+                call(launch)
+            except RuntimeError as e:  # a probe that cannot compile here says why
+                print(f"python -m attnlab.gpubench.compiled: error: {e}", file=sys.stderr)
+                return 1
         for kernel, grid, a, kw in seen:
             r = report(compile_launch(kernel, a, kw))
             name = "auto" if launch is None else "x".join(map(str, launch))
