@@ -236,7 +236,10 @@ class MLAWorkspace:
         qn, qp, ckv, kpe, _ = self._fakes(max(B, 1))
         _check(qn[:B], qp[:B], ckv, kpe, kv_indptr, kv_indices, kv_last_page_len, self.page_size, self.scale)
         interp = interpreting()
-        block_h = as_block("block_h", block_h) or (16 if interp or H <= 16 else 32)
+        # 64 heads a tile where there are 64: the tile's products become wgmma (one warpgroup's 64
+        # rows; 32 stay on Ampere's mma), 223 registers and no spill at 32 keys and 8 warps when
+        # compiled for sm_90 by the H200's Triton (gpubench.compiled mla); not yet timed there
+        block_h = as_block("block_h", block_h) or (16 if interp or H <= 16 else (64 if H >= 64 else 32))
         block_n = as_block("block_n", block_n) or (16 if interp else 32)
         num_warps, num_stages = as_warps(num_warps), as_stages(num_stages)
         tiles = -(-H // block_h)
