@@ -18,7 +18,8 @@ recorded steps file): the first step (TMA + wgmma, 8 warps that load and compute
 and the last step (+ intra-warpgroup overlap), without and with the causal mask, beside
 FlashInfer's FA3 template and cuDNN on the same inputs; group "persistent" the Gluon prefill's
 persistent scheduler at 4 x 4K causal (MHA, d = 128) beside one program per tile, FlashInfer's FA3
-batch wrapper and cuDNN (`gpubench.prefill_fa3`'s launches). The raw page also gives every warp-stall
+batch wrapper and cuDNN (`gpubench.prefill_fa3`'s launches); group "serving" MLA decode at 32 x 8K
+and a mixed batch (2K chunk + 64 decodes), ours; "serving-fi" FlashInfer's FA3 on both. The raw page also gives every warp-stall
 reason (cycles per issued instruction), which `summarize` collects under "stalls".
 
 Each group is declared in `gpubench.ncu_groups` as launches of the sections and sweeps that
@@ -82,7 +83,7 @@ DETAILS = {
 #: every stall reason of the warp-state section, as ncu --metrics takes them
 STALL_METRICS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 _STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
-GROUPS = tuple(ncu_groups.GROUPS)  # recorded, gluon, scheduled, gaps
+GROUPS = tuple(ncu_groups.GROUPS)  # recorded, gluon, scheduled, gaps, persistent, serving(-fi)
 _RULES = ("CPIStall", "TheoreticalOccupancy", "IssueSlotUtilization", "HighPipeUtilization")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnlab.gpubench import paged, prefill, prefill_fa3
+from attnlab.gpubench import mixed, mla, paged, prefill, prefill_fa3
 from attnlab.gpubench.core import context
 from attnlab.gpubench.declare import Section
 from attnlab.gpubench.sweeps import gluon_sets, gluon_steps, ragged
@@ -260,6 +260,27 @@ def _persistent() -> tuple:
     return tuple(out)
 
 
+def _serving() -> tuple:
+    """The serving kernels: MLA decode at 32 x 8K (DeepSeek-V3's shape), where the profile's
+    tensor-pipe share says whether it runs compute-bound as notebook 06 predicts, and a mixed
+    batch (a 2K chunk beside 64 decodes); each ours (its default launch: the split kernel, then
+    the merge)."""
+    return (
+        Call("mla ours {batch}x{kv}", mla.SECTION, "ours", (32, 8192), 2, launch="ours", dry=((2, 9), {})),
+        Call("mixed ours {chunk}+{decodes}", mixed.SECTION, "ours", (2048, 64), 2, launch="ours", dry=((7, 3), {})),
+    )  # fmt: skip
+
+
+def _serving_fi() -> tuple:
+    """FlashInfer's FA3 calls on `_serving`'s cases, a group of their own: how many kernels each
+    launches is FlashInfer's choice (one assumed; the summary refuses a report that differs)."""
+    return (
+        Call("mla flashinfer-fa3 {batch}x{kv}", mla.SECTION, "flashinfer", (32, 8192), launch="flashinfer-fa3"),
+        Call("mixed flashinfer-fa3 {chunk}+{decodes}", mixed.SECTION, "flashinfer", (2048, 64),
+             launch="flashinfer-fa3"),
+    )  # fmt: skip
+
+
 #: group name -> the calls it profiles, in order
 GROUPS = {
     "recorded": _recorded(),
@@ -267,4 +288,6 @@ GROUPS = {
     "scheduled": _scheduled(),
     "gaps": _gaps(),
     "persistent": _persistent(),
+    "serving": _serving(),
+    "serving-fi": _serving_fi(),
 }
