@@ -249,3 +249,10 @@ def test_a_workspace_plans_once_and_its_runs_launch_only(monkeypatch):
         pp.PrefillWorkspace(3, 2, d, page, 9, torch.float32, "cpu")
     with pytest.raises(TypeError, match="page_size"):
         pp.PrefillWorkspace(hq, hkv, d, 4.0, 9, torch.float32, "cpu")
+
+
+def test_a_batch_without_query_rows_plans_and_runs():
+    """Every request with q_len 0 (its cache alone): nothing to attend, empty outputs, no launch."""
+    q, k, v, table = _batch([0, 0], [4, 3], 2, 2, 1, 8, seed=2)
+    o, lse = paged_prefill(*_tensors(q, [0, 0], k, v, table), page_size=2)
+    assert o.shape == (0, 2, 8) and lse.shape == (0, 2)

@@ -21,9 +21,9 @@ key). The pieces have one length for the whole batch, chosen by the fill rule of
 `kernels.tuning` (as the split decoders' chunks are), so a long prefill chunk's tiles are cut
 finer than a decode row's single tile and the batch fills the GPU; a tile cut into several pieces
 leaves partial states that `kernels.common.merge_splits_kernel` merges in a fixed order. The items
-are listed on the host from qo_indptr and the page table (a copy to the host). Keys are gathered through the page table a tile of BLOCK_N at a time
-(`kernels.paged.paged_span`'s addressing), the mask applied to the scores, the online softmax of
-`kernels.common`.
+are listed on the host from qo_indptr and the page table (a copy to the host). Keys are gathered
+through the page table a tile of BLOCK_N at a time (`kernels.paged.paged_span`'s addressing), the
+mask applied to the scores, the online softmax of `kernels.common`.
 
 `PrefillWorkspace` is the form for a serving loop, as FlashInfer's wrapper is: `plan` once per
 batch (the lengths read to the host, the items listed and uploaded, the buffers made), then `run`
@@ -164,9 +164,8 @@ def _check(q, k_pool, v_pool, qo, kv_indptr, kv_indices, kv_last_page_len, page_
     plan's shapes; qo: `_host_qo`'s copy); returns (q_lens, kv_lens, causal) on the host."""
     batch = qo.size - 1
     # the page table's checks, on a view of q shaped as one row per request
-    check_paged(
-        q[:1].expand(batch, *q.shape[1:]), k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size
-    )
+    rows = torch.empty(1, dtype=q.dtype, device=q.device).expand(batch, *q.shape[1:])  # q may have 0 rows
+    check_paged(rows, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, page_size)
     kvp = kv_indptr.to("cpu", torch.int64).numpy()
     kv_lens = (np.diff(kvp) - 1) * page_size + kv_last_page_len.to("cpu", torch.int64).numpy()
     causal = as_bool("causal", causal)
