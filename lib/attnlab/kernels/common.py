@@ -179,6 +179,14 @@ def as_stages(value, lo: int = 1, hi: int = 8, name: str = "num_stages") -> int 
     return value
 
 
+def head_dims(q_heads, kv_heads, head_dim) -> tuple[int, int, int]:
+    """A workspace's heads and head dim checked: q_heads a multiple of kv_heads, 1 <= head_dim <= 256."""
+    hq, hkv = as_int("q_heads", q_heads, 1, None), as_int("kv_heads", kv_heads, 1, None)
+    if hq % hkv:
+        raise ValueError(f"q_heads={q_heads} must be a multiple of kv_heads={kv_heads}")
+    return hq, hkv, as_int("head_dim", head_dim, 1, 256)
+
+
 def pool_dims(page_size, max_pages, dtype, device):
     """A workspace's pool: (page_size, max_pages, dtype, device) checked, dtype None: bfloat16."""
     page_size, max_pages = as_count("page_size", page_size, 1), as_count("max_pages", max_pages, 1)

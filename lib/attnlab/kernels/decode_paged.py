@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.kernels.common import check_paged, pool_dims
+from attnlab.kernels.common import check_paged, head_dims, pool_dims
 from attnlab.kernels.decode import workspace
 from attnlab.kernels.paged import choose_splits, paged_decode, request_lengths
 from attnlab.kernels.tuning import CTAS_PER_SM, PLAN_MIN_CHUNK, choose_decoder, sms
-from attnlab.validate import as_bool, as_int, choice
+from attnlab.validate import as_bool, choice
 
 __all__ = ["decode_paged", "decode_choice", "DecodeWorkspace", "DECODERS"]
 
@@ -86,13 +86,7 @@ class DecodeWorkspace:
         *,
         scale: float | None = None,
     ):
-        self.q_heads, self.kv_heads = (
-            as_int("q_heads", q_heads, 1, None),
-            as_int("kv_heads", kv_heads, 1, None),
-        )
-        if self.q_heads % self.kv_heads:
-            raise ValueError(f"q_heads={q_heads} must be a multiple of kv_heads={kv_heads}")
-        self.head_dim = as_int("head_dim", head_dim, 1, 256)
+        self.q_heads, self.kv_heads, self.head_dim = head_dims(q_heads, kv_heads, head_dim)
         self.page_size, self.max_pages, self.dtype, self.device = pool_dims(
             page_size, max_pages, dtype, device
         )

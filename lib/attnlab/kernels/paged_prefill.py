@@ -51,6 +51,7 @@ from attnlab.kernels.common import (
     as_warps,
     check_paged,
     check_planned,
+    head_dims,
     pool_dims,
     dot,
     finish,
@@ -58,7 +59,7 @@ from attnlab.kernels.common import (
     online_update,
 )
 from attnlab.kernels.prefill_items import prefill_items, prefill_tiles, tile_ends
-from attnlab.validate import as_bool, as_int
+from attnlab.validate import as_bool
 
 __all__ = ["paged_prefill", "PrefillWorkspace", "prefill_tiles", "prefill_items"]
 
@@ -220,13 +221,7 @@ class PrefillWorkspace:
         *,
         scale: float | None = None,
     ):
-        self.q_heads, self.kv_heads, self.head_dim = (
-            as_int("q_heads", q_heads, 1, None),
-            as_int("kv_heads", kv_heads, 1, None),
-            as_int("head_dim", head_dim, 1, 256),
-        )
-        if self.q_heads % self.kv_heads:
-            raise ValueError(f"q_heads={q_heads} must be a multiple of kv_heads={kv_heads}")
+        self.q_heads, self.kv_heads, self.head_dim = head_dims(q_heads, kv_heads, head_dim)
         self.page_size, self.max_pages, self.dtype, self.device = pool_dims(
             page_size, max_pages, dtype, device
         )

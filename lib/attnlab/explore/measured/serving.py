@@ -97,6 +97,16 @@ def _num(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _formats(specs: dict) -> dict:
+    """Column formats: a number by its spec, None as '-'."""
+    return {k: (lambda v, spec=spec: _num(v, spec)) for k, spec in specs.items()}
+
+
+def _summary(head: list[str], rows: list[dict], cols: dict, fmt: dict) -> str:
+    """Head lines, the table, and the verdict line, as each view prints them."""
+    return "\n".join([*head, style.table(rows, cols, fmt), "", _verdict(rows)])
+
+
 def _backend(impl) -> str:
     """FlashInfer's call as a column shows it: "fa3" of "flashinfer-fa3"."""
     return "-" if impl is None else impl.removeprefix("flashinfer-")
@@ -117,21 +127,18 @@ def mla_summary(run) -> str:
         "case": "batch x kv", "ours_us": "ours us", "peer": "FlashInfer", "peer_us": "its us",
         "ratio": "FI/ours", "tflops": "TFLOP/s", "tbps": "TB/s", "bound": "model", "over_model": "x model",
     }  # fmt: skip
-    fmt = {k: (lambda v, s=s: _num(v, s)) for k, s in (("ours_us", ".1f"), ("peer_us", ".1f"), ("ratio", ".2f"),
-                                                         ("tflops", ".0f"), ("tbps", ".2f"), ("over_model", ".2f"))}  # fmt: skip
+    fmt = _formats({"ours_us": ".1f", "peer_us": ".1f", "ratio": ".2f", "tflops": ".0f", "tbps": ".2f",
+                    "over_model": ".2f"})  # fmt: skip
     fmt["peer"], fmt["bound"] = _backend, lambda v: v or "-"
     for r in rows:
         r["case"] = (
             f"{r['batch']} x {r['kv'] // 1024}K" if r["kv"] % 1024 == 0 else f"{r['batch']} x {r['kv']}"
         )
-    lines = [
+    head = [
         "MLA decode, DeepSeek-V3's shape (128 heads, latent 512, rope 64), bf16, page 64; 'model': the",
         "roof that bounds the case at the run's own ceilings; 'x model': ours over the roofline's time",
-        style.table(rows, cols, fmt),
-        "",
-        _verdict(rows),
     ]
-    return "\n".join(lines)
+    return _summary(head, rows, cols, fmt)
 
 
 def mixed_rows(run) -> list[dict]:
@@ -154,19 +161,15 @@ def mixed_summary(run) -> str:
         "case": "chunk + decodes", "ours_us": "one launch us", "two_us": "two launches us", "saved": "two/one",
         "peer": "FlashInfer", "peer_us": "its us", "ratio": "FI/ours",
     }  # fmt: skip
-    fmt = {k: (lambda v, s=s: _num(v, s)) for k, s in (("ours_us", ".1f"), ("two_us", ".1f"), ("saved", ".2f"),
-                                                         ("peer_us", ".1f"), ("ratio", ".2f"))}  # fmt: skip
+    fmt = _formats({"ours_us": ".1f", "two_us": ".1f", "saved": ".2f", "peer_us": ".1f", "ratio": ".2f"})
     fmt["peer"] = _backend
     for r in rows:
         r["case"] = f"{r['chunk']} + {r['decodes']}"
-    lines = [
+    head = [
         "One prefill chunk (1,024 cached keys before it) beside long-tailed decodes, 32/8 heads, d = 128,",
         "bf16, page 16; 'two/one': our two launches' time over our one launch's",
-        style.table(rows, cols, fmt),
-        "",
-        _verdict(rows),
     ]
-    return "\n".join(lines)
+    return _summary(head, rows, cols, fmt)
 
 
 def tree_rows(run) -> list[dict]:
@@ -181,14 +184,9 @@ def tree_summary(run) -> str:
     rows = tree_rows(run)
     cols = {"batch": "batch", "tree": "tree tokens", "prefix": "prefix", "ours_us": "ours us",
             "peer_us": "FlashInfer us", "ratio": "FI/ours"}  # fmt: skip
-    fmt = {
-        k: (lambda v, s=s: _num(v, s)) for k, s in (("ours_us", ".1f"), ("peer_us", ".1f"), ("ratio", ".2f"))
-    }
-    lines = [
+    fmt = _formats({"ours_us": ".1f", "peer_us": ".1f", "ratio": ".2f"})
+    head = [
         "A speculative tree's tokens verified in one launch (each sees the prefix and its ancestors),",
         "32/8 heads, d = 128, bf16, page 16; FlashInfer given the same custom_mask",
-        style.table(rows, cols, fmt),
-        "",
-        _verdict(rows),
     ]
-    return "\n".join(lines)
+    return _summary(head, rows, cols, fmt)
