@@ -19,7 +19,8 @@
 What they share is in `kernels.common` (online_update, finish, dot, the merge of split states, the
 launchers' checks); their automatic launch choices, each beside the sweep that set it, in
 `kernels.tuning`. hopper's kernel and checks are in hopper_kernel and hopper_checks, scheduled's
-kernels in scheduled_kernels, paged_prefill's work items in prefill_items.
+kernels in scheduled_kernels, paged_prefill's work items in prefill_items, what the plan/run
+workspaces check in planned.
 
 Their benchmarks beside FlashInfer, cuDNN and FlexAttention are in attnlab.gpubench. Nothing in
 layers 0-3 imports this package at import time (explore's live GPU cells import it when run). On

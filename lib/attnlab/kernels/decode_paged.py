@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.kernels.common import check_paged, head_dims, pool_dims
+from attnlab.kernels.common import check_paged
+from attnlab.kernels.planned import head_dims, pool_dims
 from attnlab.kernels.decode import workspace
 from attnlab.kernels.paged import choose_splits, paged_decode, request_lengths
 from attnlab.kernels.tuning import CTAS_PER_SM, PLAN_MIN_CHUNK, choose_decoder, sms

@@ -49,14 +49,13 @@ from attnlab.kernels.common import (
     as_count,
     as_stages,
     as_warps,
-    check_planned,
     dot,
     finish,
     merge_splits_kernel,
     split_range,
     online_update,
-    pool_dims,
 )
+from attnlab.kernels.planned import check_planned, pool_dims
 
 __all__ = ["mla_decode", "MLAWorkspace", "MAX_HEADS", "MAX_LATENT", "MAX_ROPE"]
 

@@ -50,14 +50,12 @@ from attnlab.kernels.common import (
     as_stages,
     as_warps,
     check_paged,
-    check_planned,
-    head_dims,
-    pool_dims,
     dot,
     finish,
     merge_splits_kernel,
     online_update,
 )
+from attnlab.kernels.planned import check_planned, head_dims, pool_dims
 from attnlab.kernels.prefill_items import prefill_items, prefill_tiles, tile_ends
 from attnlab.validate import as_bool
 
